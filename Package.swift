@@ -1,0 +1,149 @@
+// swift-tools-version:6.2
+import PackageDescription
+
+let strict: [SwiftSetting] = [.swiftLanguageMode(.v6)]
+
+let package = Package(
+    name: "PushRelay",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "ingest", targets: ["ingest"]),
+        .executable(name: "encryptor", targets: ["encryptor"]),
+        .executable(name: "dispatcher", targets: ["dispatcher"]),
+        .executable(name: "feedback", targets: ["feedback"]),
+        .executable(name: "devbroker", targets: ["devbroker"]),
+        .executable(name: "provider-fakes", targets: ["provider-fakes"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
+        .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
+        .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
+        .package(url: "https://github.com/vapor/jwt-kit", from: "5.8.0"),
+        .package(url: "https://github.com/apple/swift-certificates", from: "1.21.1"),
+        .package(url: "https://github.com/apple/swift-asn1", from: "1.7.4"),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
+        .package(url: "https://github.com/apple/swift-configuration", from: "1.4.0"),
+    ],
+    targets: [
+        // C libraries from Debian, each used by exactly one Swift wrapper module.
+        .systemLibrary(
+            name: "CRdKafka", path: "Shared/CRdKafka", pkgConfig: "rdkafka",
+            providers: [.apt(["librdkafka-dev"])]),
+        .systemLibrary(
+            name: "CHiredis", path: "Shared/CHiredis", pkgConfig: "hiredis",
+            providers: [.apt(["libhiredis-dev"])]),
+        .systemLibrary(
+            name: "CSodium", path: "Shared/CSodium", pkgConfig: "libsodium",
+            providers: [.apt(["libsodium-dev"])]),
+
+        // Plain Sendable value types: envelopes, ids, payloads and their validation. No I/O.
+        .target(name: "PushModels", path: "Shared/PushModels", swiftSettings: strict),
+        .target(
+            name: "Kafka",
+            dependencies: [
+                "CRdKafka",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            path: "Shared/Kafka", swiftSettings: strict),
+        .target(
+            name: "RedisClient",
+            dependencies: ["CHiredis", .product(name: "Logging", package: "swift-log")],
+            path: "Shared/RedisClient", swiftSettings: strict),
+        .target(
+            name: "PushCrypto",
+            dependencies: ["CSodium", "PushModels", .product(name: "Crypto", package: "swift-crypto")],
+            path: "Shared/PushCrypto", swiftSettings: strict),
+        .target(
+            name: "DeviceState",
+            dependencies: ["RedisClient", "PushModels", "PushCrypto"],
+            path: "Shared/DeviceState", swiftSettings: strict),
+        .target(
+            name: "Providers",
+            dependencies: [
+                "PushModels",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "JWTKit", package: "jwt-kit"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Shared/Providers", swiftSettings: strict),
+        .target(
+            name: "ServiceKit",
+            dependencies: [
+                "Kafka", "RedisClient", "PushModels", "PushCrypto",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Configuration", package: "swift-configuration"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            path: "Shared/ServiceKit", swiftSettings: strict),
+        .target(
+            name: "FakeProviders",
+            dependencies: [
+                "PushModels",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdHTTP2", package: "hummingbird"),
+                .product(name: "JWTKit", package: "jwt-kit"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "CryptoExtras", package: "swift-crypto"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            ],
+            path: "Shared/FakeProviders", swiftSettings: strict),
+
+        // The four stages, each a thin executable that runs one ServiceGroup.
+        .executableTarget(
+            name: "ingest",
+            dependencies: ["ServiceKit", "DeviceState", "PushCrypto", "PushModels", "Kafka"],
+            path: "Services/Ingest", swiftSettings: strict),
+        .executableTarget(
+            name: "encryptor",
+            dependencies: ["ServiceKit", "DeviceState", "PushCrypto", "PushModels", "Kafka"],
+            path: "Services/Encryptor", swiftSettings: strict),
+        .executableTarget(
+            name: "dispatcher",
+            dependencies: [
+                "ServiceKit", "Providers", "PushModels", "PushCrypto", "Kafka",
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            path: "Services/Dispatcher", swiftSettings: strict),
+        .executableTarget(
+            name: "feedback",
+            dependencies: ["ServiceKit", "DeviceState", "PushModels", "Kafka"],
+            path: "Services/Feedback", swiftSettings: strict),
+        // Dev tooling: the embedded Kafka-protocol broker and the provider fakes.
+        .executableTarget(
+            name: "devbroker", dependencies: ["Kafka", "ServiceKit"], path: "Services/DevBroker", swiftSettings: strict),
+        .executableTarget(
+            name: "provider-fakes",
+            dependencies: [
+                "FakeProviders", "ServiceKit",
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            path: "Services/ProviderFakes", swiftSettings: strict),
+
+        .testTarget(name: "PushModelsTests", dependencies: ["PushModels"], swiftSettings: strict),
+        .testTarget(
+            name: "PushCryptoTests", dependencies: ["PushCrypto", "PushModels"], swiftSettings: strict),
+        .testTarget(
+            name: "KafkaTests", dependencies: ["Kafka", "RedisClient", "DeviceState", "PushModels"],
+            swiftSettings: strict),
+        .testTarget(
+            name: "PipelineTests",
+            dependencies: [
+                "PushModels", "PushCrypto",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            swiftSettings: strict),
+    ]
+)

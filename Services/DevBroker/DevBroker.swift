@@ -1,0 +1,44 @@
+import Foundation
+import Kafka
+import Logging
+import ServiceKit
+import ServiceLifecycle
+
+/// devbroker: librdkafka's mock cluster as a standalone Kafka-protocol broker for the
+/// dev stack and tests. Creates the pipeline topics, writes its bootstrap address to a
+/// file, and runs until SIGTERM/SIGINT. Memory only: a restart loses every record.
+@main
+struct DevBroker {
+    static func main() async throws {
+        let env = ProcessInfo.processInfo.environment
+        let brokers = Int(env["PUSHRELAY_DEVBROKER_BROKERS"] ?? "") ?? 1
+        let partitions = Int(env["PUSHRELAY_DEVBROKER_PARTITIONS"] ?? "") ?? 6
+        let file = env["PUSHRELAY_KAFKA_BROKERS_FILE"] ?? ".run/kafka-bootstrap"
+        let topics =
+            (env["PUSHRELAY_DEVBROKER_TOPICS"]
+            ?? "push.requests,push.outbound,push.feedback,push.deliveries")
+            .split(separator: ",").map { String($0).trimmingCharacters(in: .whitespaces) }
+        let logger = Observability.bootstrap(service: "devbroker", level: .info).logger
+
+        let cluster = try MockCluster(brokers: brokers)
+        for topic in topics where !topic.isEmpty {
+            try cluster.createTopic(topic, partitions: partitions)
+        }
+        let directory = (file as NSString).deletingLastPathComponent
+        if !directory.isEmpty {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        }
+        // Write then rename, so readers never see a half-written address.
+        try Data(cluster.bootstrapServers.utf8).write(to: URL(fileURLWithPath: file + ".tmp"))
+        guard rename(file + ".tmp", file) == 0 else { throw SettingsError("cannot write \(file)") }
+        logger.info(
+            "dev broker ready",
+            metadata: [
+                "bootstrap": "\(cluster.bootstrapServers)", "topics": "\(topics.joined(separator: ","))",
+                "partitions": "\(partitions)", "file": "\(file)",
+            ])
+        print(cluster.bootstrapServers)
+        try await runServices([StageService { try? await gracefulShutdown() }], logger: logger)
+        withExtendedLifetime(cluster) {}
+    }
+}

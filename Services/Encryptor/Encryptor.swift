@@ -1,0 +1,192 @@
+import Configuration
+import DeviceState
+import Foundation
+import Hummingbird
+import Kafka
+import Logging
+import Metrics
+import PushCrypto
+import PushModels
+import RedisClient
+import ServiceKit
+
+/// encryptor: resolves each request's devices in Redis, encrypts native notifications
+/// with each device's key, and emits one `push.outbound` record per device.
+@main
+struct EncryptorMain {
+    static func main() async throws {
+        let config = ConfigReader.environment
+        let settings = CommonSettings(service: "encryptor", defaultPort: 8081, config: config)
+        let observability = Observability.bootstrap(service: "encryptor", level: settings.logLevel)
+        let logger = observability.logger
+        let kafka = try settings.kafka()
+        let redis = RedisClient(configuration: settings.redis)
+        let producer = try KafkaProducer(configuration: kafka, logger: logger)
+        let consumer = try KafkaConsumer(
+            configuration: KafkaConsumerConfiguration(
+                connection: kafka,
+                groupID: config.string(forKey: "pushrelay.encryptor.group", default: "pushrelay-encryptor"),
+                topics: [settings.topics.requests],
+                maxInFlight: config.int(forKey: "pushrelay.encryptor.concurrency", default: 64)),
+            logger: logger)
+        let stage = EncryptorStage(
+            devices: DeviceStore(redis: redis, keys: RedisKeys(prefix: settings.redisPrefix)),
+            pipelineKeys: try PipelineKeyring(
+                fileContents: try config.secretFile(forKey: "pushrelay.pipeline.keys.file", default: ".run/pipeline-keys")),
+            producer: producer, topics: settings.topics,
+            ttlSeconds: Int64(config.int(forKey: "pushrelay.notification.ttl.seconds", default: 86400)),
+            logger: logger)
+
+        let router = Router(context: BasicRequestContext.self)
+        router.addOpsRoutes(
+            readiness: Readiness(kafka: { consumer.isConnected() }, redis: redis), registry: observability.registry)
+        let app = Application(
+            router: router,
+            configuration: .init(address: .hostname(settings.httpHost, port: settings.httpPort)), logger: logger)
+        try await runServices(
+            [ProducerService(producer: producer), app, StageService { try await consumer.run(handler: stage.handle) }],
+            logger: logger)
+    }
+}
+
+struct EncryptorStage: Sendable {
+    let devices: DeviceStore
+    let pipelineKeys: PipelineKeyring
+    let producer: KafkaProducer
+    let topics: TopicNames
+    let ttlSeconds: Int64
+    let logger: Logger
+
+    func handle(_ record: KafkaRecord) async -> RecordDisposition {
+        countRecordIn(topic: record.topic)
+        let request: PushRequestRecord
+        do {
+            request = try Wire.decode(PushRequestRecord.self, from: record.value)
+        } catch {
+            // Nothing can ever process it: count, log where it is, and move on.
+            Counter(label: "pushrelay_records_rejected_total", dimensions: [("topic", record.topic)]).increment()
+            logger.error(
+                "undecodable request record skipped",
+                metadata: [LogKey.topic: "\(record.topic)", LogKey.offset: "\(record.offset)", LogKey.error: "\(error)"])
+            return .done
+        }
+        let start = ContinuousClock.now
+        let finished: Bool? = await untilSuccess("encrypt request", logger: logger) {
+            let messages = try await self.messages(for: request)
+            try await producer.sendAll(messages)
+            return true
+        }
+        Timer(label: "pushrelay_stage_duration_seconds", dimensions: [("stage", "encryptor")])
+            .record(duration: ContinuousClock.now - start)
+        return finished == nil ? .abandoned : .done
+    }
+
+    /// The outbound and delivery records one request turns into.
+    func messages(for request: PushRequestRecord) async throws -> [KafkaOutgoing] {
+        switch request.kind {
+        case .native: try await nativeMessages(request)
+        case .passThrough: try await passThroughMessages(request)
+        }
+    }
+
+    private func unsent(
+        _ request: PushRequestRecord, device: Int64?, provider: Provider?, _ outcome: DeliveryOutcome, _ reason: String
+    ) throws -> KafkaOutgoing {
+        try .delivery(
+            DeliveryRecord(
+                notificationID: request.notificationID, realmUUID: request.realmUUID, deviceID: device,
+                provider: provider, outcome: outcome, reason: reason, attempts: 0, acceptedAtMs: request.acceptedAtMs,
+                completedAtMs: Wire.nowMillis()), topic: topics.deliveries)
+    }
+
+    private func nativeMessages(_ request: PushRequestRecord) async throws -> [KafkaOutgoing] {
+        guard let sealed = request.sealedPayload, let userID = request.userID else {
+            return [try unsent(request, device: nil, provider: nil, .failed, "malformed_request")]
+        }
+        let plaintext: [UInt8]
+        do {
+            plaintext = try pipelineKeys.open(sealed)
+        } catch {
+            logger.error(
+                "cannot open sealed payload",
+                metadata: [LogKey.notificationID: "\(request.notificationID)", LogKey.error: "\(error)"])
+            return [try unsent(request, device: nil, provider: nil, .failed, "pipeline_key_unavailable")]
+        }
+        let type = request.notificationType ?? .message
+        let ids: [Int64]
+        if let requested = request.deviceIDs {
+            ids = requested
+        } else {
+            ids = try await devices.deviceIDs(realm: request.realmUUID, userID: userID)
+        }
+        let found = try await devices.devices(ids)
+        var messages: [KafkaOutgoing] = []
+        for id in ids {
+            guard let device = found[id] else {
+                messages.append(try unsent(request, device: id, provider: nil, .unknownDevice, "unknown_device"))
+                continue
+            }
+            guard device.realmUUID == request.realmUUID, device.userID == userID else {
+                messages.append(try unsent(request, device: id, provider: device.provider, .unknownDevice, "not_users_device"))
+                continue
+            }
+            guard device.status == .active else {
+                messages.append(
+                    try unsent(request, device: id, provider: device.provider, .invalidToken, device.invalidReason ?? "device_invalid"))
+                continue
+            }
+            guard let keyID = device.currentKeyID, let key = device.currentKey else {
+                messages.append(try unsent(request, device: id, provider: device.provider, .failed, "no_push_key"))
+                continue
+            }
+            let encrypted = try key.encrypt(plaintext)
+            let body = ProviderBody.encrypted(
+                provider: device.provider, pushKeyID: keyID, encryptedData: encrypted, type: type)
+            messages.append(
+                try .outbound(
+                    outbound(request, device: device, delivery: DeliveryClass(type), body: body), topic: topics.outbound))
+        }
+        return messages
+    }
+
+    private func passThroughMessages(_ request: PushRequestRecord) async throws -> [KafkaOutgoing] {
+        let items = request.items ?? []
+        let found = try await devices.devices(items.map(\.deviceID))
+        var messages: [KafkaOutgoing] = []
+        for item in items {
+            let wanted: Provider = item.apnsPushType != nil || item.apnsPriority != nil ? .apns : .fcm
+            guard let device = found[item.deviceID], device.realmUUID == request.realmUUID else {
+                messages.append(try unsent(request, device: item.deviceID, provider: wanted, .unknownDevice, "unknown_device"))
+                continue
+            }
+            guard device.status == .active else {
+                messages.append(
+                    try unsent(
+                        request, device: item.deviceID, provider: device.provider, .invalidToken,
+                        device.invalidReason ?? "device_invalid"))
+                continue
+            }
+            guard device.provider == wanted else {
+                messages.append(try unsent(request, device: item.deviceID, provider: device.provider, .failed, "provider_mismatch"))
+                continue
+            }
+            let delivery = DeliveryClass(
+                apnsPriority: item.apnsPriority ?? 10, apnsPushType: item.apnsPushType ?? "alert",
+                fcmPriority: item.fcmPriority ?? "high")
+            let body = ProviderBody.passThrough(provider: device.provider, payload: item.payload)
+            messages.append(
+                try .outbound(outbound(request, device: device, delivery: delivery, body: body), topic: topics.outbound))
+        }
+        return messages
+    }
+
+    private func outbound(
+        _ request: PushRequestRecord, device: DeviceRecord, delivery: DeliveryClass, body: JSONValue
+    ) -> OutboundRecord {
+        OutboundRecord(
+            notificationID: request.notificationID, deviceID: device.id, realmUUID: request.realmUUID,
+            provider: device.provider, token: device.token, appID: device.appID, delivery: delivery, body: body,
+            expiresAt: request.acceptedAtMs / 1000 + ttlSeconds, acceptedAtMs: request.acceptedAtMs,
+            registeredAtMs: device.registeredAtMs)
+    }
+}

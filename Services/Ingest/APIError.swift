@@ -1,0 +1,85 @@
+import Hummingbird
+import PushModels
+
+/// An error answered to a realm: HTTP status, a machine-readable code and a message,
+/// as `{"result":"error","code":"…","msg":"…"}` (Zulip's error shape).
+struct APIError: Error, HTTPResponseError {
+    var status: HTTPResponse.Status
+    var code: String
+    var message: String
+    /// The request field at fault, when there is one.
+    var field: String?
+    var headers: HTTPFields = [:]
+
+    func response(from request: Request, context: some RequestContext) throws -> Response {
+        var body: [String: JSONValue] = ["result": "error", "code": .string(code), "msg": .string(message)]
+        if let field { body["field"] = .string(field) }
+        var response = jsonResponse(status, .object(body))
+        response.headers.append(contentsOf: headers)
+        return response
+    }
+
+    static func badRequest(_ message: String, code: String = "BAD_REQUEST", field: String? = nil) -> APIError {
+        APIError(status: .badRequest, code: code, message: message, field: field)
+    }
+
+    static func invalid(_ error: PayloadValidationError, code: String = "INVALID_FIELD") -> APIError {
+        APIError(status: .badRequest, code: code, message: error.description, field: error.field)
+    }
+
+    static let unauthorized = APIError(
+        status: .unauthorized, code: "UNAUTHORIZED", message: "Missing or invalid server credentials",
+        headers: [.wwwAuthenticate: #"Basic realm="pushrelay""#])
+    static let invalidServer = APIError(
+        status: .unauthorized, code: "INVALID_ZULIP_SERVER", message: "Zulip server auth failure",
+        headers: [.wwwAuthenticate: #"Basic realm="pushrelay""#])
+    static let realmForbidden = APIError(
+        status: .forbidden, code: "REALM_FORBIDDEN", message: "This realm belongs to another server")
+    static let deviceNotFound = APIError(status: .notFound, code: "DEVICE_NOT_FOUND", message: "No such device")
+    static let internalError = APIError(
+        status: .internalServerError, code: "INTERNAL_ERROR", message: "Internal error; the request was not accepted")
+    static let unavailable = APIError(
+        status: .serviceUnavailable, code: "SERVICE_UNAVAILABLE",
+        message: "The relay cannot accept work right now; retry later", headers: [.retryAfter: "5"])
+}
+
+func jsonResponse(_ status: HTTPResponse.Status, _ body: JSONValue) -> Response {
+    Response(
+        status: status, headers: [.contentType: "application/json"],
+        body: .init(byteBuffer: ByteBuffer(bytes: Wire.canonical(body))))
+}
+
+func success(_ fields: [String: JSONValue] = [:], status: HTTPResponse.Status = .ok) -> Response {
+    var body = fields
+    body["result"] = "success"
+    body["msg"] = ""
+    return jsonResponse(status, .object(body))
+}
+
+/// Turns every failure into the JSON error shape: unknown routes, oversize bodies,
+/// and unexpected errors (logged, answered 500 without details).
+struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
+        -> Response
+    {
+        do {
+            return try await next(request, context)
+        } catch let error as APIError {
+            throw error
+        } catch let error as HTTPError {
+            switch error.status {
+            case .contentTooLarge:
+                throw APIError(status: .contentTooLarge, code: "REQUEST_TOO_LARGE", message: "Request body is too large")
+            case .notFound:
+                throw APIError(status: .notFound, code: "NOT_FOUND", message: "No such endpoint")
+            case .methodNotAllowed:
+                throw APIError(status: .methodNotAllowed, code: "METHOD_NOT_ALLOWED", message: "Method not allowed")
+            default:
+                throw APIError(status: error.status, code: "BAD_REQUEST", message: error.body ?? "Bad request")
+            }
+        } catch {
+            context.logger.error("request failed", metadata: ["error": "\(error)"])
+            throw APIError.internalError
+        }
+    }
+}

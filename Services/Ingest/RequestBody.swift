@@ -1,0 +1,72 @@
+import Foundation
+import Hummingbird
+import PushModels
+
+/// A request body read as JSON or as an HTML form, with typed field access that
+/// answers 400 naming the field.
+struct RequestFields {
+    let json: JSONValue
+    let reader: FieldReader
+
+    /// Reads the body (bounded by `limit`) as JSON, or as a form when the content type says so.
+    static func read(_ request: Request, limit: Int) async throws -> RequestFields {
+        var request = request
+        let buffer = try await request.collectBody(upTo: limit)
+        let bytes = Array(buffer.readableBytesView)
+        let contentType = request.headers[.contentType]?.lowercased() ?? ""
+        let json: JSONValue
+        if contentType.hasPrefix("application/x-www-form-urlencoded") {
+            json = .object(parseForm(String(decoding: bytes, as: UTF8.self)))
+        } else {
+            guard let decoded = try? JSONDecoder().decode(JSONValue.self, from: Data(bytes)) else {
+                throw APIError.badRequest("Request body is not valid JSON", code: "MALFORMED_JSON")
+            }
+            json = decoded
+        }
+        guard case .object = json else { throw APIError.badRequest("Request body must be a JSON object") }
+        return RequestFields(json: json, reader: FieldReader(json: json, path: ""))
+    }
+
+    /// Form values are strings; integer fields accept their decimal text.
+    static func parseForm(_ text: String) -> [String: JSONValue] {
+        var fields: [String: JSONValue] = [:]
+        for pair in text.split(separator: "&") {
+            let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            func decode(_ s: Substring) -> String {
+                String(s).replacingOccurrences(of: "+", with: " ").removingPercentEncoding ?? String(s)
+            }
+            let key = decode(parts[0])
+            let value = parts.count > 1 ? decode(parts[1]) : ""
+            fields[key] = .string(value)
+        }
+        return fields
+    }
+
+    func has(_ key: String) -> Bool { reader.has(key) }
+
+    func string(_ key: String) throws -> String {
+        do { return try reader.string(key) } catch { throw APIError.invalid(error) }
+    }
+
+    func optionalString(_ key: String) throws -> String? {
+        has(key) ? try string(key) : nil
+    }
+
+    /// An integer, given as a JSON number or (forms) as decimal text.
+    func int(_ key: String) throws -> Int64 {
+        if case .string(let text)? = json[key], let value = Int64(text) { return value }
+        do { return try reader.int(key) } catch { throw APIError.invalid(error) }
+    }
+
+    func optionalInt(_ key: String) throws -> Int64? {
+        has(key) ? try int(key) : nil
+    }
+
+    func uuid(_ key: String) throws -> String {
+        let text = try string(key)
+        guard let uuid = UUID(uuidString: text) else {
+            throw APIError.badRequest("\(key): must be a UUID", field: key)
+        }
+        return uuid.uuidString.lowercased()
+    }
+}

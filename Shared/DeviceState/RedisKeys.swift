@@ -1,0 +1,36 @@
+import PushCrypto
+import PushModels
+
+/// Every Redis key the relay uses, in one place. `prefix` (default `pr:`) lets several
+/// deployments or test runs share one Redis.
+///
+/// | key | type | holds |
+/// |---|---|---|
+/// | `{p}server:{uuid}` | hash | `api_key_sha256`, `hostname`, `contact_email`, `created_ms`, `updated_ms` |
+/// | `{p}realm:{realm_uuid}` | hash | `server_uuid`, `created_ms` |
+/// | `{p}seq:device` | string | last device id handed out (INCR) |
+/// | `{p}dev:{id}` | hash | `realm`, `user_id`?, `provider`, `token`, `app_id`?, `push_account_id`?, `key_id`?, `scheme`?, `status` (active/invalid), `reason`, `invalid_ms`, `registered_ms`, `created_ms` |
+/// | `{p}dev:{id}:keys` | hash | push key id → `base64(tagged key)|added_ms` |
+/// | `{p}user:{realm}:{user_id}` | set | device ids of the user |
+/// | `{p}tok:{realm}:{provider}:{sha256(token)}:{push_account_id}` | string | device id (same token + account → same device) |
+/// | `{p}fb:{realm}` | stream | invalidations: `device_id`, `reason`, `at_ms`; entry id = feedback cursor |
+/// | `{p}rl:{server}:{window}` | string | requests in the current rate-limit window (expires) |
+public struct RedisKeys: Sendable {
+    public let prefix: String
+
+    public init(prefix: String = "pr:") {
+        self.prefix = prefix
+    }
+
+    public func server(_ uuid: String) -> String { "\(prefix)server:\(uuid)" }
+    public func realm(_ uuid: String) -> String { "\(prefix)realm:\(uuid)" }
+    public var deviceSequence: String { "\(prefix)seq:device" }
+    public func device(_ id: Int64) -> String { "\(prefix)dev:\(id)" }
+    public func deviceKeys(_ id: Int64) -> String { "\(prefix)dev:\(id):keys" }
+    public func userDevices(realm: String, userID: Int64) -> String { "\(prefix)user:\(realm):\(userID)" }
+    public func tokenIndex(realm: String, provider: Provider, token: String, pushAccountID: Int64?) -> String {
+        "\(prefix)tok:\(realm):\(provider.rawValue):\(Fingerprint.sha256Hex(token)):\(pushAccountID.map(String.init) ?? "-")"
+    }
+    public func feedback(realm: String) -> String { "\(prefix)fb:\(realm)" }
+    public func rateLimit(server: String, window: Int64) -> String { "\(prefix)rl:\(server):\(window)" }
+}

@@ -1,0 +1,110 @@
+import Foundation
+import Hummingbird
+import HummingbirdHTTP2
+import Logging
+import NIOSSL
+import PushModels
+
+/// The fakes as runnable applications: APNs and FCM over HTTP/2 + TLS with the fake
+/// CA's certificate, and a plain-HTTP control API on loopback for tests and the demo.
+public struct FakeServers: Sendable {
+    public struct Ports: Sendable {
+        public var apns: Int
+        public var fcm: Int
+        public var control: Int
+
+        public init(apns: Int, fcm: Int, control: Int) {
+            self.apns = apns
+            self.fcm = fcm
+            self.control = control
+        }
+    }
+
+    public let credentials: FakeCredentials
+    public let state: FakeState
+    public let ports: Ports
+    public let host: String
+
+    public var apnsURL: String { "https://localhost:\(ports.apns)" }
+    public var fcmURL: String { "https://localhost:\(ports.fcm)" }
+
+    public init(directory: String, host: String = "127.0.0.1", ports: Ports) throws {
+        self.credentials = try FakeCredentials.loadOrCreate(directory: directory)
+        self.state = FakeState()
+        self.ports = ports
+        self.host = host
+        try credentials.writeClientFiles(apnsURL: apnsURL, fcmURL: fcmURL)
+    }
+
+    /// The three applications; run them in one ServiceGroup.
+    public func applications(logger: Logger) async throws -> [any ApplicationProtocol & Sendable] {
+        let tls = TLSConfiguration.makeServerConfiguration(
+            certificateChain: [.certificate(try NIOSSLCertificate(bytes: Array(credentials.serverCertificatePEM.utf8), format: .pem))],
+            privateKey: .privateKey(try NIOSSLPrivateKey(bytes: Array(credentials.serverKeyPEM.utf8), format: .pem)))
+
+        let apnsRouter = Router(context: BasicRequestContext.self)
+        try await FakeAPNs(state: state, credentials: credentials).addRoutes(to: apnsRouter)
+        let apns = Application(
+            router: apnsRouter, server: try .http2Upgrade(tlsConfiguration: tls),
+            configuration: .init(address: .hostname(host, port: ports.apns), serverName: nil), logger: logger)
+
+        let fcmRouter = Router(context: BasicRequestContext.self)
+        try await FakeFCM(state: state, credentials: credentials, baseURL: fcmURL).addRoutes(to: fcmRouter)
+        let fcm = Application(
+            router: fcmRouter, server: try .http2Upgrade(tlsConfiguration: tls),
+            configuration: .init(address: .hostname(host, port: ports.fcm), serverName: nil), logger: logger)
+
+        let controlRouter = Router(context: BasicRequestContext.self)
+        addControlRoutes(to: controlRouter)
+        let control = Application(
+            router: controlRouter, configuration: .init(address: .hostname(host, port: ports.control)), logger: logger)
+        return [apns, fcm, control]
+    }
+
+    @Sendable static func json(_ value: some Encodable) throws -> Response {
+        Response(
+            status: .ok, headers: [.contentType: "application/json"],
+            body: .init(byteBuffer: ByteBuffer(bytes: try Wire.encode(value))))
+    }
+
+    func addControlRoutes(to router: Router<BasicRequestContext>) {
+        let state = self.state
+        router.get("/health") { _, _ in try FakeServers.json(["status": "ok"]) }
+        router.get("/config") { _, _ in
+            try FakeServers.json([
+                "apns_url": apnsURL, "fcm_url": fcmURL, "ca_file": credentials.caFile,
+                "apns_team_id": credentials.apnsTeamID, "apns_key_id": credentials.apnsKeyID,
+                "apns_key_file": credentials.apnsKeyFile, "fcm_service_account_file": credentials.fcmServiceAccountFile,
+                "fcm_project_id": credentials.fcmProjectID,
+            ])
+        }
+        router.get("/:provider/received") { request, context in
+            let provider = context.parameters.get("provider") ?? ""
+            var pushes = state.received(provider: provider)
+            if let token = request.uri.queryParameters.get("token") {
+                pushes = pushes.filter { $0.token == String(token) }
+            }
+            return try FakeServers.json(pushes)
+        }
+        router.post("/:provider/unregistered") { request, context in
+            var request = request
+            let body = try await request.collectBody(upTo: 64 * 1024)
+            let fields = try JSONDecoder().decode(JSONValue.self, from: Data(body.readableBytesView))
+            guard let token = fields["token"]?.stringValue else { throw HTTPError(.badRequest, message: "token required") }
+            let timestamp = fields["timestamp_ms"]?.intValue ?? Wire.nowMillis()
+            state.markUnregistered(provider: context.parameters.get("provider") ?? "", token: token, timestampMs: timestamp)
+            return try FakeServers.json(["status": "ok"])
+        }
+        router.post("/:provider/inject") { request, context in
+            var request = request
+            let body = try await request.collectBody(upTo: 64 * 1024)
+            let failure = try JSONDecoder().decode(InjectedFailure.self, from: Data(body.readableBytesView))
+            state.inject(provider: context.parameters.get("provider") ?? "", failure)
+            return try FakeServers.json(["status": "ok"])
+        }
+        router.post("/reset") { _, _ in
+            state.reset()
+            return try FakeServers.json(["status": "ok"])
+        }
+    }
+}

@@ -1,0 +1,111 @@
+import Foundation
+import PushModels
+import Synchronization
+
+/// One request a fake provider accepted or refused, as tests and the demo read it.
+public struct ReceivedPush: Sendable, Codable, Equatable {
+    public var provider: String
+    public var token: String
+    /// The request headers that matter (APNs `apns-*`, or FCM's `android` options).
+    public var headers: [String: String]
+    public var body: JSONValue
+    public var status: Int
+    public var reason: String?
+    public var receivedAtMs: Int64
+
+    enum CodingKeys: String, CodingKey {
+        case provider, token, headers, body, status, reason
+        case receivedAtMs = "received_at_ms"
+    }
+}
+
+/// A failure the fake answers instead of success, `count` times.
+public struct InjectedFailure: Sendable, Codable, Equatable {
+    public var status: Int
+    /// APNs reason or FCM error code.
+    public var reason: String
+    public var retryAfterSeconds: Int?
+    public var count: Int
+
+    enum CodingKeys: String, CodingKey {
+        case status, reason, count
+        case retryAfterSeconds = "retry_after"
+    }
+}
+
+/// What the fakes know: recorded pushes, dead tokens, injected failures, issued
+/// OAuth tokens. Shared by the provider endpoints and the control API.
+public final class FakeState: Sendable {
+    struct State {
+        var received: [ReceivedPush] = []
+        var unregisteredAPNs: [String: Int64] = [:]
+        var unregisteredFCM: Set<String> = []
+        var injected: [String: [InjectedFailure]] = [:]
+        var accessTokens: [String: Date] = [:]
+        var verifiedAPNsTokens: [String: Date] = [:]
+    }
+
+    private let state = Mutex(State())
+
+    public init() {}
+
+    func record(_ push: ReceivedPush) {
+        state.withLock { $0.received.append(push) }
+    }
+
+    public func received(provider: String? = nil) -> [ReceivedPush] {
+        state.withLock { s in provider.map { p in s.received.filter { $0.provider == p } } ?? s.received }
+    }
+
+    public func markUnregistered(provider: String, token: String, timestampMs: Int64) {
+        state.withLock { s in
+            if provider == "apns" { s.unregisteredAPNs[token.lowercased()] = timestampMs } else {
+                s.unregisteredFCM.insert(token)
+            }
+        }
+    }
+
+    func apnsUnregistered(_ token: String) -> Int64? { state.withLock { $0.unregisteredAPNs[token] } }
+    func fcmUnregistered(_ token: String) -> Bool { state.withLock { $0.unregisteredFCM.contains(token) } }
+
+    public func inject(provider: String, _ failure: InjectedFailure) {
+        state.withLock { $0.injected[provider, default: []].append(failure) }
+    }
+
+    /// Takes one injected failure for `provider`, if any is queued.
+    func nextInjected(provider: String) -> InjectedFailure? {
+        state.withLock { s in
+            guard var queue = s.injected[provider], !queue.isEmpty else { return nil }
+            var first = queue[0]
+            first.count -= 1
+            if first.count <= 0 { queue.removeFirst() } else { queue[0] = first }
+            s.injected[provider] = queue
+            return first
+        }
+    }
+
+    func issueAccessToken(validFor seconds: TimeInterval) -> String {
+        let token = "ya29.fake-" + UUID().uuidString.lowercased()
+        state.withLock { $0.accessTokens[token] = Date().addingTimeInterval(seconds) }
+        return token
+    }
+
+    func accessTokenValid(_ token: String) -> Bool {
+        state.withLock { s in (s.accessTokens[token].map { $0 > Date() }) ?? false }
+    }
+
+    /// Caches a verified APNs provider token with its issue time, as APNs does.
+    func verifiedAPNsToken(_ token: String) -> Date? { state.withLock { $0.verifiedAPNsTokens[token] } }
+    func rememberAPNsToken(_ token: String, issuedAt: Date) {
+        state.withLock { $0.verifiedAPNsTokens[token] = issuedAt }
+    }
+
+    public func reset() {
+        state.withLock { s in
+            s.received = []
+            s.unregisteredAPNs = [:]
+            s.unregisteredFCM = []
+            s.injected = [:]
+        }
+    }
+}

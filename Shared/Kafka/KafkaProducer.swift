@@ -1,0 +1,253 @@
+import CRdKafka
+import Foundation
+import Logging
+import Synchronization
+
+/// A record to produce: key and headers are optional; the value is raw bytes.
+public struct KafkaOutgoing: Sendable {
+    public var topic: String
+    public var key: [UInt8]?
+    public var value: [UInt8]
+    public var headers: [(name: String, value: [UInt8])]
+
+    public init(topic: String, key: String? = nil, value: [UInt8], headers: [(name: String, value: [UInt8])] = []) {
+        self.topic = topic
+        self.key = key.map { Array($0.utf8) }
+        self.value = value
+        self.headers = headers
+    }
+}
+
+/// Where the broker stored a produced record.
+public struct KafkaDeliveryReport: Sendable, Equatable {
+    public var topic: String
+    public var partition: Int32
+    public var offset: Int64
+}
+
+/// Pending sends, keyed by the id passed to librdkafka as the message opaque.
+/// The delivery-report callback runs on the producer's poll thread and resumes them.
+final class DeliveryRegistry: Sendable {
+    private struct State {
+        var nextID: UInt = 1
+        var waiting: [UInt: CheckedContinuation<KafkaDeliveryReport, any Error>] = [:]
+    }
+
+    private let state = Mutex(State())
+
+    func register(_ continuation: CheckedContinuation<KafkaDeliveryReport, any Error>) -> UInt {
+        state.withLock { s in
+            let id = s.nextID
+            s.nextID &+= 1
+            if s.nextID == 0 { s.nextID = 1 }
+            s.waiting[id] = continuation
+            return id
+        }
+    }
+
+    func take(_ id: UInt) -> CheckedContinuation<KafkaDeliveryReport, any Error>? {
+        state.withLock { $0.waiting.removeValue(forKey: id) }
+    }
+
+    func failAll(_ error: KafkaError) {
+        let all = state.withLock { s in
+            let all = s.waiting
+            s.waiting = [:]
+            return all
+        }
+        for continuation in all.values { continuation.resume(throwing: error) }
+    }
+}
+
+/// Delivery reports arrive here from `rd_kafka_poll`; the message opaque is the registry id.
+private let deliveryReportCallback:
+    @convention(c) (OpaquePointer?, UnsafePointer<rd_kafka_message_t>?, UnsafeMutableRawPointer?) -> Void = {
+        _, message, opaque in
+        guard let message, let opaque else { return }
+        let registry = Unmanaged<DeliveryRegistry>.fromOpaque(opaque).takeUnretainedValue()
+        let id = UInt(bitPattern: message.pointee._private)
+        guard let continuation = registry.take(id) else { return }
+        let m = message.pointee
+        if m.err == RD_KAFKA_RESP_ERR_NO_ERROR {
+            let topic = m.rkt.map { String(cString: rd_kafka_topic_name($0)) } ?? ""
+            continuation.resume(returning: KafkaDeliveryReport(topic: topic, partition: m.partition, offset: m.offset))
+        } else {
+            continuation.resume(throwing: KafkaError.from(m.err))
+        }
+    }
+
+/// An idempotent producer (`enable.idempotence=true`, `acks=all`) whose `send`
+/// returns only once the broker has acknowledged the record. Delivery reports are
+/// served by a dedicated thread, never the cooperative pool.
+public final class KafkaProducer: Sendable {
+    /// The rd_kafka_t handle; owned here and destroyed in `deinit`.
+    private let handle: HandleBox
+    private let registry: DeliveryRegistry
+    private let running = RunFlag()
+    private let pollThreadDone = DispatchSemaphore(value: 0)
+    private let logger: Logger
+
+    public init(configuration: KafkaConfiguration, logger: Logger) throws {
+        var settings: [String: String] = [
+            "bootstrap.servers": configuration.bootstrapServers,
+            "client.id": configuration.clientID,
+            "enable.idempotence": "true",
+            "acks": "all",
+            "linger.ms": "2",
+            "message.timeout.ms": "30000",
+        ]
+        settings.merge(configuration.properties) { _, new in new }
+        let conf = try makeConf(settings)
+        let registry = DeliveryRegistry()
+        rd_kafka_conf_set_dr_msg_cb(conf, deliveryReportCallback)
+        // The registry outlives the handle: it is a stored property released after deinit's destroy.
+        rd_kafka_conf_set_opaque(conf, Unmanaged.passUnretained(registry).toOpaque())
+        self.registry = registry
+        self.handle = HandleBox(try makeHandle(type: RD_KAFKA_PRODUCER, conf: conf))
+        self.logger = logger
+        let thread = Thread { [handle, running, pollThreadDone] in
+            while running.isSet {
+                rd_kafka_poll(handle.pointer, 100)
+            }
+            pollThreadDone.signal()
+        }
+        thread.name = "kafka-producer-poll"
+        thread.start()
+    }
+
+    deinit {
+        if running.clear() { pollThreadDone.wait() }
+        rd_kafka_destroy(handle.pointer)
+        registry.failAll(KafkaError(code: .closed, message: "producer destroyed"))
+    }
+
+    /// Produces one record and waits for the broker's acknowledgement.
+    @discardableResult
+    public func send(_ record: KafkaOutgoing) async throws -> KafkaDeliveryReport {
+        var backoff: UInt64 = 1_000_000
+        while true {
+            do {
+                return try await enqueue(record)
+            } catch let error as KafkaError where error.code == .queueFull {
+                // The local queue is full: let delivery reports drain it, then try again.
+                try await Task.sleep(nanoseconds: backoff)
+                backoff = min(backoff * 2, 100_000_000)
+            }
+        }
+    }
+
+    /// Produces several records concurrently and waits for every acknowledgement.
+    public func sendAll(_ records: [KafkaOutgoing]) async throws {
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for record in records {
+                group.addTask { try await self.send(record) }
+            }
+            try await group.waitForAll()
+        }
+    }
+
+    private func enqueue(_ record: KafkaOutgoing) async throws -> KafkaDeliveryReport {
+        guard running.isSet else {
+            throw KafkaError(code: .closed, message: "producer is shut down")
+        }
+        return try await withCheckedThrowingContinuation { continuation in
+            let id = registry.register(continuation)
+            if let error = produce(record, opaque: UnsafeMutableRawPointer(bitPattern: id)) {
+                // Not enqueued: no delivery report will come, so resume here.
+                registry.take(id)?.resume(throwing: error)
+            }
+        }
+    }
+
+    private func produce(_ record: KafkaOutgoing, opaque: UnsafeMutableRawPointer?) -> KafkaError? {
+        let headers: OpaquePointer? = record.headers.isEmpty ? nil : rd_kafka_headers_new(record.headers.count)
+        for header in record.headers {
+            header.value.withUnsafeBytes { raw in
+                _ = rd_kafka_header_add(headers, header.name, -1, raw.baseAddress, raw.count)
+            }
+        }
+        let key = record.key ?? []
+        let error: OpaquePointer? = record.topic.withCString { topic in
+            record.value.withUnsafeBytes { value in
+                key.withUnsafeBytes { keyBytes in
+                    var vus = [rd_kafka_vu_t](repeating: rd_kafka_vu_t(), count: 6)
+                    vus[0].vtype = RD_KAFKA_VTYPE_TOPIC
+                    vus[0].u.cstr = topic
+                    vus[1].vtype = RD_KAFKA_VTYPE_VALUE
+                    vus[1].u.mem.ptr = UnsafeMutableRawPointer(mutating: value.baseAddress)
+                    vus[1].u.mem.size = value.count
+                    vus[2].vtype = RD_KAFKA_VTYPE_MSGFLAGS
+                    vus[2].u.i = RD_KAFKA_MSG_F_COPY
+                    vus[3].vtype = RD_KAFKA_VTYPE_OPAQUE
+                    vus[3].u.ptr = opaque
+                    var count = 4
+                    if record.key != nil {
+                        vus[count].vtype = RD_KAFKA_VTYPE_KEY
+                        vus[count].u.mem.ptr = UnsafeMutableRawPointer(mutating: keyBytes.baseAddress)
+                        vus[count].u.mem.size = keyBytes.count
+                        count += 1
+                    }
+                    if let headers {
+                        vus[count].vtype = RD_KAFKA_VTYPE_HEADERS
+                        vus[count].u.headers = headers
+                        count += 1
+                    }
+                    return rd_kafka_produceva(handle.pointer, vus, count)
+                }
+            }
+        }
+        guard let error else { return nil }
+        // On failure the headers were not taken over by librdkafka.
+        if let headers { rd_kafka_headers_destroy(headers) }
+        let code = rd_kafka_error_code(error)
+        rd_kafka_error_destroy(error)
+        return KafkaError.from(code)
+    }
+
+    /// Waits for queued records to be delivered (bounded), then stops the poll thread.
+    public func shutdown(timeout: Duration = .seconds(10)) {
+        guard running.isSet else { return }
+        let ms = Int32(timeout.components.seconds * 1000)
+        let rc = rd_kafka_flush(handle.pointer, ms)
+        if rc != RD_KAFKA_RESP_ERR_NO_ERROR {
+            logger.warning("producer flush did not finish", metadata: ["error": "\(KafkaError.from(rc))"])
+        }
+        if running.clear() { pollThreadDone.wait() }
+        registry.failAll(KafkaError(code: .closed, message: "producer shut down before delivery"))
+    }
+
+    /// True when the broker answers a metadata request within the timeout.
+    public func isConnected(timeout: Duration = .seconds(1)) -> Bool {
+        brokerAnswers(handle.pointer, timeout: timeout)
+    }
+}
+
+/// The rd_kafka_t pointer, immutable after creation. librdkafka handles are
+/// thread-safe, so sharing the pointer is sound; its owner destroys it once.
+final class HandleBox: @unchecked Sendable {
+    let pointer: OpaquePointer
+    init(_ pointer: OpaquePointer) { self.pointer = pointer }
+}
+
+func brokerAnswers(_ handle: OpaquePointer, timeout: Duration) -> Bool {
+    var metadata: UnsafePointer<rd_kafka_metadata>?
+    let ms = Int32(timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
+    let rc = rd_kafka_metadata(handle, 0, nil, &metadata, max(ms, 100))
+    if let metadata { rd_kafka_metadata_destroy(metadata) }
+    return rc == RD_KAFKA_RESP_ERR_NO_ERROR
+}
+
+/// A flag shared with a poll thread: set while the thread should keep running.
+final class RunFlag: Sendable {
+    private let value = Mutex(true)
+
+    var isSet: Bool { value.withLock { $0 } }
+
+    /// Clears the flag; true if this call cleared it.
+    func clear() -> Bool {
+        value.withLock { v in
+            defer { v = false }
+            return v
+        }
+    }
+}

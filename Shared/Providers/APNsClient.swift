@@ -1,0 +1,181 @@
+import AsyncHTTPClient
+import Foundation
+import JWTKit
+import Logging
+import NIOCore
+import NIOHTTP1
+import PushModels
+import Synchronization
+
+/// APNs token-auth settings. The same binary talks to Apple or to a fake: only the
+/// base URL, trust roots and key differ.
+public struct APNsConfiguration: Sendable {
+    /// `https://api.push.apple.com` or `https://api.sandbox.push.apple.com`.
+    public var baseURL: String
+    public var teamID: String
+    public var keyID: String
+    /// The .p8 (PKCS#8 PEM) signing key's contents.
+    public var privateKeyPEM: String
+    /// A CA file to trust instead of the system roots.
+    public var caFile: String?
+    /// Separate HTTP/2 connections; streams are multiplexed on each.
+    public var connections: Int
+    /// Refresh the provider token after this long (Apple: not more than every 20 min, before 60).
+    public var tokenRefreshInterval: Duration
+    public var requestTimeout: Duration
+
+    public init(
+        baseURL: String, teamID: String, keyID: String, privateKeyPEM: String, caFile: String? = nil,
+        connections: Int = 2, tokenRefreshInterval: Duration = .seconds(50 * 60), requestTimeout: Duration = .seconds(15)
+    ) {
+        self.baseURL = baseURL
+        self.teamID = teamID
+        self.keyID = keyID
+        self.privateKeyPEM = privateKeyPEM
+        self.caFile = caFile
+        self.connections = max(1, connections)
+        self.tokenRefreshInterval = min(max(tokenRefreshInterval, .seconds(20 * 60)), .seconds(59 * 60))
+        self.requestTimeout = requestTimeout
+    }
+}
+
+/// The claims of an APNs provider token: issuer (team) and issue time.
+struct APNsTokenClaims: JWTPayload {
+    var iss: IssuerClaim
+    var iat: IssuedAtClaim
+
+    func verify(using algorithm: some JWTAlgorithm) throws {}
+}
+
+/// Signs and caches the APNs provider token. One token is reused until it is
+/// `refreshInterval` old, so Apple never sees more than one new token per 20 minutes.
+actor APNsTokenSigner {
+    private let keys = JWTKeyCollection()
+    private let configuration: APNsConfiguration
+    private var current: (token: String, issued: ContinuousClock.Instant)?
+    private var loaded = false
+
+    init(configuration: APNsConfiguration) {
+        self.configuration = configuration
+    }
+
+    func token() async throws -> String {
+        if let current, ContinuousClock.now - current.issued < configuration.tokenRefreshInterval {
+            return current.token
+        }
+        if !loaded {
+            let key = try ES256PrivateKey(pem: configuration.privateKeyPEM)
+            await keys.add(ecdsa: key, kid: JWKIdentifier(string: configuration.keyID))
+            loaded = true
+        }
+        let claims = APNsTokenClaims(iss: IssuerClaim(value: configuration.teamID), iat: IssuedAtClaim(value: Date()))
+        let token = try await keys.sign(claims, kid: JWKIdentifier(string: configuration.keyID))
+        current = (token, .now)
+        return token
+    }
+
+    /// Called when APNs rejects the token: sign a new one on next use, unless the
+    /// current one is younger than a minute (a fresh token being refused means the
+    /// key is wrong, and re-signing would only earn TooManyProviderTokenUpdates).
+    func invalidate() {
+        if let current, ContinuousClock.now - current.issued > .seconds(60) { self.current = nil }
+    }
+}
+
+/// Sends to APNs over HTTP/2 with token auth, across several connections.
+public final class APNsClient: PushProviderClient {
+    public let provider = Provider.apns
+    private let configuration: APNsConfiguration
+    private let clients: [HTTPClient]
+    private let signer: APNsTokenSigner
+    private let next = Mutex(0)
+    private let logger: Logger
+
+    public init(configuration: APNsConfiguration, logger: Logger) throws {
+        // Fail at startup, not on the first push, if the key is unusable.
+        _ = try ES256PrivateKey(pem: configuration.privateKeyPEM)
+        self.configuration = configuration
+        self.clients = try (0..<configuration.connections).map { _ in
+            try makeHTTPClient(caFile: configuration.caFile, connectTimeout: .seconds(10))
+        }
+        self.signer = APNsTokenSigner(configuration: configuration)
+        self.logger = logger
+    }
+
+    private func client() -> HTTPClient {
+        let index = next.withLock { i in
+            i = (i + 1) % clients.count
+            return i
+        }
+        return clients[index]
+    }
+
+    public func send(_ record: OutboundRecord) async -> SendResult {
+        guard let topic = record.appID, !topic.isEmpty else { return .failed(reason: "MissingTopic", status: nil) }
+        let body = Wire.canonical(record.body)
+        guard body.count <= 4096 else { return .failed(reason: "PayloadTooLarge", status: nil) }
+        let bearer: String
+        do {
+            bearer = try await signer.token()
+        } catch {
+            logger.error("cannot sign APNs provider token", metadata: ["error": "\(error)"])
+            return .failed(reason: "ProviderTokenSigning", status: nil)
+        }
+        var request = HTTPClientRequest(url: "\(configuration.baseURL)/3/device/\(record.token)")
+        request.method = .POST
+        request.headers.add(name: "authorization", value: "bearer \(bearer)")
+        request.headers.add(name: "apns-topic", value: topic)
+        request.headers.add(name: "apns-push-type", value: record.delivery.apnsPushType)
+        request.headers.add(name: "apns-priority", value: String(record.delivery.apnsPriority))
+        request.headers.add(name: "apns-id", value: Self.apnsID(record))
+        if let expiresAt = record.expiresAt { request.headers.add(name: "apns-expiration", value: String(expiresAt)) }
+        if let collapse = record.collapseID, collapse.utf8.count <= 64 {
+            request.headers.add(name: "apns-collapse-id", value: collapse)
+        }
+        request.headers.add(name: "content-type", value: "application/json")
+        request.body = .bytes(ByteBuffer(bytes: body))
+        do {
+            let response = try await client().execute(request, timeout: .seconds(configuration.requestTimeout.components.seconds))
+            let status = Int(response.status.code)
+            if status == 200 {
+                return .sent(status: status, providerMessageID: response.headers.first(name: "apns-id"))
+            }
+            let bytes = try await response.body.collect(upTo: 64 * 1024)
+            let error = try? JSONDecoder().decode(APNsErrorBody.self, from: Data(bytes.readableBytesView))
+            let reason = APNsReason(error?.reason ?? "HTTP\(status)")
+            if reason == .expiredProviderToken || reason == .invalidProviderToken { await signer.invalidate() }
+            return reason.result(
+                status: status, timestampMs: error?.timestamp, retryAfter: retryAfter(response.headers))
+        } catch {
+            return .retry(reason: "TransportError", status: nil, retryAfter: nil)
+        }
+    }
+
+    /// A stable apns-id per (notification, device), so a resend is recognisable.
+    static func apnsID(_ record: OutboundRecord) -> String {
+        if let uuid = UUID(uuidString: record.notificationID) {
+            // Mix the device id into the last 8 bytes so each device's push has its own id.
+            var bytes = withUnsafeBytes(of: uuid.uuid) { Array($0) }
+            let id = UInt64(bitPattern: record.deviceID).bigEndian
+            withUnsafeBytes(of: id) { raw in
+                for i in 0..<8 { bytes[8 + i] ^= raw[i] }
+            }
+            let u = UUID(
+                uuid: (
+                    bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7], bytes[8], bytes[9],
+                    bytes[10], bytes[11], bytes[12], bytes[13], bytes[14], bytes[15]
+                ))
+            return u.uuidString.lowercased()
+        }
+        return UUID().uuidString.lowercased()
+    }
+
+    public func shutdown() async {
+        for client in clients { try? await client.shutdown() }
+    }
+}
+
+struct APNsErrorBody: Decodable {
+    var reason: String
+    var timestamp: Int64?
+}

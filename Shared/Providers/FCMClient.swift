@@ -1,0 +1,235 @@
+import AsyncHTTPClient
+import Foundation
+import JWTKit
+import Logging
+import NIOCore
+import NIOHTTP1
+import PushModels
+
+/// A Google service-account key file, the fields FCM's OAuth flow needs.
+public struct ServiceAccount: Decodable, Sendable {
+    public var clientEmail: String
+    public var privateKey: String
+    public var privateKeyID: String
+    public var tokenURI: String
+    public var projectID: String?
+
+    enum CodingKeys: String, CodingKey {
+        case clientEmail = "client_email"
+        case privateKey = "private_key"
+        case privateKeyID = "private_key_id"
+        case tokenURI = "token_uri"
+        case projectID = "project_id"
+    }
+}
+
+public struct FCMConfiguration: Sendable {
+    /// `https://fcm.googleapis.com`.
+    public var baseURL: String
+    public var serviceAccount: ServiceAccount
+    public var projectID: String
+    public var caFile: String?
+    public var requestTimeout: Duration
+
+    public init(
+        baseURL: String, serviceAccount: ServiceAccount, projectID: String? = nil, caFile: String? = nil,
+        requestTimeout: Duration = .seconds(15)
+    ) throws {
+        self.baseURL = baseURL
+        self.serviceAccount = serviceAccount
+        guard let project = projectID ?? serviceAccount.projectID, !project.isEmpty else {
+            throw ProviderSetupError("FCM project id: not configured and not in the service account file")
+        }
+        self.projectID = project
+        self.caFile = caFile
+        self.requestTimeout = requestTimeout
+    }
+}
+
+/// The claims of the RS256 assertion exchanged for an OAuth2 access token.
+struct GoogleAssertionClaims: JWTPayload {
+    var iss: IssuerClaim
+    var scope: String
+    var aud: AudienceClaim
+    var iat: IssuedAtClaim
+    var exp: ExpirationClaim
+
+    func verify(using algorithm: some JWTAlgorithm) throws {}
+}
+
+/// Exchanges a signed assertion for an access token and caches it until shortly before expiry.
+actor FCMAccessTokens {
+    static let scope = "https://www.googleapis.com/auth/firebase.messaging"
+
+    private let configuration: FCMConfiguration
+    private let http: HTTPClient
+    private let keys = JWTKeyCollection()
+    private var loaded = false
+    private var current: (token: String, expires: ContinuousClock.Instant)?
+    private var refreshing: Task<(String, ContinuousClock.Instant), any Error>?
+
+    init(configuration: FCMConfiguration, http: HTTPClient) {
+        self.configuration = configuration
+        self.http = http
+    }
+
+    func token() async throws -> String {
+        if let current, current.expires - .seconds(120) > .now { return current.token }
+        if let refreshing { return try await refreshing.value.0 }
+        let task = Task { try await self.fetch() }
+        refreshing = task
+        defer { refreshing = nil }
+        let fresh = try await task.value
+        current = fresh
+        return fresh.0
+    }
+
+    func invalidate() { current = nil }
+
+    private func fetch() async throws -> (String, ContinuousClock.Instant) {
+        let account = configuration.serviceAccount
+        if !loaded {
+            let key = try Insecure.RSA.PrivateKey(pem: account.privateKey)
+            await keys.add(rsa: key, digestAlgorithm: .sha256, kid: JWKIdentifier(string: account.privateKeyID))
+            loaded = true
+        }
+        let now = Date()
+        let claims = GoogleAssertionClaims(
+            iss: IssuerClaim(value: account.clientEmail), scope: Self.scope, aud: AudienceClaim(value: account.tokenURI),
+            iat: IssuedAtClaim(value: now), exp: ExpirationClaim(value: now.addingTimeInterval(3600)))
+        let assertion = try await keys.sign(claims, kid: JWKIdentifier(string: account.privateKeyID))
+        var request = HTTPClientRequest(url: account.tokenURI)
+        request.method = .POST
+        request.headers.add(name: "content-type", value: "application/x-www-form-urlencoded")
+        request.body = .bytes(
+            ByteBuffer(string: "grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer&assertion=\(assertion)"))
+        let response = try await http.execute(request, timeout: .seconds(15))
+        let body = try await response.body.collect(upTo: 64 * 1024)
+        guard response.status == .ok else {
+            throw ProviderSetupError("OAuth token endpoint answered \(response.status.code)")
+        }
+        let token = try JSONDecoder().decode(AccessToken.self, from: Data(body.readableBytesView))
+        return (token.accessToken, .now + .seconds(token.expiresIn))
+    }
+
+    struct AccessToken: Decodable {
+        var accessToken: String
+        var expiresIn: Int
+
+        enum CodingKeys: String, CodingKey {
+            case accessToken = "access_token"
+            case expiresIn = "expires_in"
+        }
+    }
+}
+
+/// Sends data-only messages through FCM HTTP v1.
+public final class FCMClient: PushProviderClient {
+    public let provider = Provider.fcm
+    private let configuration: FCMConfiguration
+    private let http: HTTPClient
+    private let tokens: FCMAccessTokens
+    private let logger: Logger
+
+    public init(configuration: FCMConfiguration, logger: Logger) throws {
+        _ = try Insecure.RSA.PrivateKey(pem: configuration.serviceAccount.privateKey)
+        self.configuration = configuration
+        self.http = try makeHTTPClient(caFile: configuration.caFile, connectTimeout: .seconds(10))
+        self.tokens = FCMAccessTokens(configuration: configuration, http: http)
+        self.logger = logger
+    }
+
+    public func send(_ record: OutboundRecord) async -> SendResult {
+        guard case .object(let data) = record.body, data.values.allSatisfy({ $0.stringValue != nil }) else {
+            return .failed(reason: "INVALID_DATA", status: nil)
+        }
+        let dataSize = data.reduce(0) { $0 + $1.key.utf8.count + ($1.value.stringValue?.utf8.count ?? 0) }
+        guard dataSize <= 4096 else { return .failed(reason: "MESSAGE_TOO_BIG", status: nil) }
+        var android: [String: JSONValue] = ["priority": .string(record.delivery.fcmPriority.uppercased())]
+        if let expiresAt = record.expiresAt {
+            let ttl = max(0, expiresAt - Int64(Date().timeIntervalSince1970))
+            android["ttl"] = .string("\(ttl)s")
+        }
+        if let collapse = record.collapseID { android["collapse_key"] = .string(collapse) }
+        let message: JSONValue = [
+            "validate_only": false,
+            "message": ["token": .string(record.token), "data": .object(data), "android": .object(android)],
+        ]
+        let bearer: String
+        do {
+            bearer = try await tokens.token()
+        } catch {
+            logger.error("cannot obtain FCM access token", metadata: ["error": "\(error)"])
+            return .retry(reason: "OAUTH_UNAVAILABLE", status: nil, retryAfter: .seconds(5))
+        }
+        var request = HTTPClientRequest(
+            url: "\(configuration.baseURL)/v1/projects/\(configuration.projectID)/messages:send")
+        request.method = .POST
+        request.headers.add(name: "authorization", value: "Bearer \(bearer)")
+        request.headers.add(name: "content-type", value: "application/json")
+        request.body = .bytes(ByteBuffer(bytes: Wire.canonical(message)))
+        do {
+            let response = try await http.execute(
+                request, timeout: .seconds(configuration.requestTimeout.components.seconds))
+            let status = Int(response.status.code)
+            let body = try await response.body.collect(upTo: 64 * 1024)
+            if status == 200 {
+                let name = try? JSONDecoder().decode(JSONValue.self, from: Data(body.readableBytesView))["name"]?.stringValue
+                return .sent(status: status, providerMessageID: name)
+            }
+            let error = FCMError(json: try? JSONDecoder().decode(JSONValue.self, from: Data(body.readableBytesView)))
+            if status == 401 && error.code != "THIRD_PARTY_AUTH_ERROR" { await tokens.invalidate() }
+            return error.result(status: status, retryAfter: retryAfter(response.headers))
+        } catch {
+            return .retry(reason: "TransportError", status: nil, retryAfter: nil)
+        }
+    }
+
+    public func shutdown() async {
+        try? await http.shutdown()
+    }
+}
+
+/// An FCM v1 error body: `error.status`, `error.message`, and the FcmError `errorCode`.
+struct FCMError: Equatable {
+    var code: String
+    var message: String
+
+    init(json: JSONValue?) {
+        let error = json?["error"]
+        message = error?["message"]?.stringValue ?? ""
+        var code = error?["status"]?.stringValue ?? "UNSPECIFIED_ERROR"
+        for detail in error?["details"]?.arrayValue ?? [] {
+            if detail["@type"]?.stringValue == "type.googleapis.com/google.firebase.fcm.v1.FcmError",
+                let errorCode = detail["errorCode"]?.stringValue
+            {
+                code = errorCode
+            }
+        }
+        self.code = code
+    }
+
+    /// protocols.md §3: what each FCM error means for the token and for retrying.
+    func result(status: Int, retryAfter: Duration?) -> SendResult {
+        switch code {
+        case "UNREGISTERED", "SENDER_ID_MISMATCH":
+            return .invalidToken(reason: code, status: status, timestampMs: nil)
+        case "INVALID_ARGUMENT":
+            // Only a bad registration token kills the device; other invalid arguments are payload bugs.
+            let lower = message.lowercased()
+            if lower.contains("registration token") {
+                return .invalidToken(reason: code, status: status, timestampMs: nil)
+            }
+            return .failed(reason: code, status: status)
+        case "QUOTA_EXCEEDED":
+            return .retry(reason: code, status: status, retryAfter: max(retryAfter ?? .seconds(60), .seconds(60)))
+        case "UNAVAILABLE", "INTERNAL":
+            return .retry(reason: code, status: status, retryAfter: retryAfter)
+        case "UNAUTHENTICATED":
+            return .retry(reason: code, status: status, retryAfter: nil)
+        default:
+            if status >= 500 || status == 429 { return .retry(reason: code, status: status, retryAfter: retryAfter) }
+            return .failed(reason: code, status: status)
+        }
+    }
+}

@@ -1,0 +1,33 @@
+import AsyncHTTPClient
+import Foundation
+import NIOCore
+import NIOHTTP1
+import NIOSSL
+
+/// TLS for provider connections: the system roots, or a CA file (for fakes and pinning).
+func makeTLSConfiguration(caFile: String?) throws -> TLSConfiguration {
+    var tls = TLSConfiguration.makeClientConfiguration()
+    tls.minimumTLSVersion = .tlsv12
+    if let caFile, !caFile.isEmpty {
+        tls.trustRoots = .file(caFile)
+    }
+    return tls
+}
+
+/// An HTTP client that negotiates HTTP/2 over TLS (ALPN) and keeps connections open.
+func makeHTTPClient(caFile: String?, connectTimeout: Duration) throws -> HTTPClient {
+    var configuration = HTTPClient.Configuration()
+    configuration.tlsConfiguration = try makeTLSConfiguration(caFile: caFile)
+    configuration.httpVersion = .automatic
+    configuration.timeout = .init(connect: .seconds(Int64(connectTimeout.components.seconds)), read: .seconds(30))
+    configuration.connectionPool = .init(idleTimeout: .minutes(60))
+    configuration.redirectConfiguration = .disallow
+    return HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
+}
+
+/// Parses `Retry-After` in seconds (the form APNs and Google use).
+func retryAfter(_ headers: HTTPHeaders) -> Duration? {
+    guard let value = headers.first(name: "retry-after"), let seconds = Int(value.trimmingCharacters(in: .whitespaces))
+    else { return nil }
+    return .seconds(max(0, seconds))
+}

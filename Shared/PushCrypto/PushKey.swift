@@ -1,0 +1,70 @@
+import Crypto
+import Foundation
+import PushModels
+
+/// A device's push key as Zulip clients register it: base64 of 33 bytes, a scheme tag
+/// byte followed by the 32-byte key. Only tag 0x31 (libsodium secretbox) exists today.
+public struct PushKey: Sendable, Equatable {
+    public static let secretboxTag: UInt8 = 0x31
+
+    public let scheme: EncryptionScheme
+    public let keyBytes: [UInt8]
+
+    /// Parses the base64 wire form, rejecting any other length or tag.
+    public init(base64 text: String) throws(PayloadValidationError) {
+        guard let data = Data(base64Encoded: text) else {
+            throw PayloadValidationError(field: "push_key", problem: "must be standard base64")
+        }
+        try self.init(tagged: Array(data))
+    }
+
+    public init(tagged bytes: [UInt8]) throws(PayloadValidationError) {
+        guard bytes.count == 1 + SecretBox.keyLength else {
+            throw PayloadValidationError(
+                field: "push_key", problem: "must be 33 bytes (tag byte + 32-byte key), got \(bytes.count)")
+        }
+        guard bytes[0] == Self.secretboxTag else {
+            throw PayloadValidationError(
+                field: "push_key",
+                problem: "unsupported key tag 0x\(String(bytes[0], radix: 16)); only 0x31 (secretbox) is known")
+        }
+        self.scheme = .secretbox
+        self.keyBytes = Array(bytes[1...])
+    }
+
+    /// The tagged 33-byte wire form, base64.
+    public var base64: String { Data([Self.secretboxTag] + keyBytes).base64EncodedString() }
+
+    /// Encrypts a notification for the device: base64 `nonce || MAC || ciphertext`.
+    public func encrypt(_ plaintext: some Collection<UInt8>, nonce: [UInt8]? = nil) throws(CryptoError) -> String {
+        switch scheme {
+        case .secretbox:
+            Data(try SecretBox.seal(plaintext, key: keyBytes, nonce: nonce)).base64EncodedString()
+        }
+    }
+
+    public func decrypt(_ encryptedData: String) throws(CryptoError) -> [UInt8] {
+        guard let data = Data(base64Encoded: encryptedData) else {
+            throw CryptoError(.invalidCiphertext, "encrypted_data is not base64")
+        }
+        switch scheme {
+        case .secretbox: return try SecretBox.open(Array(data), key: keyBytes)
+        }
+    }
+}
+
+/// Short fingerprints of secrets and tokens: storable, comparable, not reversible.
+public enum Fingerprint {
+    public static func sha256Hex(_ text: String) -> String {
+        SHA256.hash(data: Array(text.utf8)).map { String(format: "%02x", $0) }.joined()
+    }
+
+    public static func sha256(_ bytes: [UInt8]) -> [UInt8] {
+        Array(SHA256.hash(data: bytes))
+    }
+
+    /// The first 16 hex digits of SHA-256, used to recognise a token without storing it in records.
+    public static func token(_ token: String) -> String {
+        String(sha256Hex(token).prefix(16))
+    }
+}

@@ -1,0 +1,80 @@
+/// The push service a device token belongs to. Records name it so each stage can
+/// pick the right client; new platforms add a case here and a client in Providers.
+public enum Provider: String, Sendable, Codable, CaseIterable {
+    case apns
+    case fcm
+}
+
+/// How a payload is encrypted for a device. Records name the scheme next to the
+/// key id so devices can hold keys of several schemes over time.
+public enum EncryptionScheme: String, Sendable, Codable {
+    /// libsodium `crypto_secretbox_easy` (XSalsa20-Poly1305), key tag byte 0x31.
+    case secretbox
+}
+
+/// A device's push token, with the rules every provider puts on it.
+public struct DeviceToken: Sendable, Hashable {
+    public let provider: Provider
+    public let value: String
+
+    public static let maximumLength = 4096
+
+    /// Validates a token for `provider`: non-empty, at most 4096 characters, hex for APNs.
+    public init(provider: Provider, value: String) throws(PayloadValidationError) {
+        guard !value.isEmpty else { throw PayloadValidationError(field: "token", problem: "must not be empty") }
+        guard value.utf8.count <= Self.maximumLength else {
+            throw PayloadValidationError(field: "token", problem: "must be at most \(Self.maximumLength) characters")
+        }
+        if provider == .apns {
+            guard value.utf8.count % 2 == 0, value.utf8.allSatisfy(\.isHexDigit) else {
+                throw PayloadValidationError(field: "token", problem: "an APNs token must be hexadecimal")
+            }
+        }
+        self.provider = provider
+        // APNs accepts either case; keeping one form makes the token index stable.
+        self.value = provider == .apns ? value.lowercased() : value
+    }
+
+    /// A short, non-reversible form for logs and records: never log a full token.
+    public var redacted: String { Self.redact(value) }
+
+    public static func redact(_ token: String) -> String {
+        guard token.count > 8 else { return "…" }
+        return "\(token.prefix(4))…\(token.suffix(4))"
+    }
+}
+
+extension UInt8 {
+    var isHexDigit: Bool {
+        (0x30...0x39).contains(self) || (0x41...0x46).contains(self) || (0x61...0x66).contains(self)
+    }
+}
+
+/// Delivery settings derived from the notification type, the same for every provider.
+public struct DeliveryClass: Sendable, Equatable, Codable {
+    /// APNs `apns-priority`: 10 alerts now, 5 is the power-conserving priority background pushes require.
+    public var apnsPriority: Int
+    /// APNs `apns-push-type`.
+    public var apnsPushType: String
+    /// FCM `android.priority`.
+    public var fcmPriority: String
+
+    enum CodingKeys: String, CodingKey {
+        case apnsPriority = "apns_priority"
+        case apnsPushType = "apns_push_type"
+        case fcmPriority = "fcm_priority"
+    }
+
+    public init(apnsPriority: Int, apnsPushType: String, fcmPriority: String) {
+        self.apnsPriority = apnsPriority
+        self.apnsPushType = apnsPushType
+        self.fcmPriority = fcmPriority
+    }
+
+    public init(_ type: NotificationType) {
+        self =
+            type.isAlert
+            ? DeliveryClass(apnsPriority: 10, apnsPushType: "alert", fcmPriority: "high")
+            : DeliveryClass(apnsPriority: 5, apnsPushType: "background", fcmPriority: "normal")
+    }
+}

@@ -1,0 +1,289 @@
+/// Topic envelopes. Every value on a topic is compact JSON carrying `schema`, so
+/// operators can read topics with kcat and tools can read older versions.
+/// Notification plaintext never appears here in the clear: native requests carry it
+/// sealed with the pipeline key (`SealedBlob`); pass-through payloads are already
+/// ciphertext encrypted by the realm.
+
+/// Ciphertext sealed with a pipeline key that only ingest and encryptor hold.
+public struct SealedBlob: Sendable, Codable, Equatable {
+    /// Which pipeline key sealed it, so keys can rotate while records are in flight.
+    public var keyID: String
+    /// base64 of nonce(24) || MAC(16) || ciphertext.
+    public var box: String
+
+    enum CodingKeys: String, CodingKey {
+        case keyID = "key_id"
+        case box
+    }
+
+    public init(keyID: String, box: String) {
+        self.keyID = keyID
+        self.box = box
+    }
+}
+
+/// One item of a pass-through (bouncer API) notify: a payload the realm already encrypted.
+public struct PassThroughItem: Sendable, Codable, Equatable {
+    public var deviceID: Int64
+    public var apnsPriority: Int?
+    public var apnsPushType: String?
+    public var fcmPriority: String?
+    /// The provider body as the realm sent it (APNs body, or the FCM data before stringification).
+    public var payload: JSONValue
+
+    enum CodingKeys: String, CodingKey {
+        case deviceID = "device_id"
+        case apnsPriority = "apns_priority"
+        case apnsPushType = "apns_push_type"
+        case fcmPriority = "fcm_priority"
+        case payload
+    }
+
+    public init(
+        deviceID: Int64, apnsPriority: Int? = nil, apnsPushType: String? = nil, fcmPriority: String? = nil,
+        payload: JSONValue
+    ) {
+        self.deviceID = deviceID
+        self.apnsPriority = apnsPriority
+        self.apnsPushType = apnsPushType
+        self.fcmPriority = fcmPriority
+        self.payload = payload
+    }
+}
+
+/// `push.requests`: what ingest accepted, keyed by realm and user so one user's
+/// notifications stay in order.
+public struct PushRequestRecord: Sendable, Codable, Equatable {
+    public static let currentSchema = 1
+
+    public enum Kind: String, Sendable, Codable {
+        /// The relay encrypts with each device's key (native API).
+        case native
+        /// The realm encrypted already; payloads travel unchanged (bouncer API).
+        case passThrough = "pass_through"
+    }
+
+    public var schema: Int
+    public var kind: Kind
+    public var notificationID: String
+    public var serverUUID: String
+    public var realmUUID: String
+    public var userID: Int64?
+    /// Native: the devices asked for, or nil for all the user's active devices.
+    public var deviceIDs: [Int64]?
+    public var notificationType: NotificationType?
+    /// Native: the plaintext notification JSON sealed with the pipeline key.
+    public var sealedPayload: SealedBlob?
+    /// Pass-through: one entry per device.
+    public var items: [PassThroughItem]?
+    /// When ingest accepted it (ms since the epoch), for latency and expiry.
+    public var acceptedAtMs: Int64
+
+    enum CodingKeys: String, CodingKey {
+        case schema, kind, items
+        case notificationID = "notification_id"
+        case serverUUID = "server_uuid"
+        case realmUUID = "realm_uuid"
+        case userID = "user_id"
+        case deviceIDs = "device_ids"
+        case notificationType = "notification_type"
+        case sealedPayload = "sealed_payload"
+        case acceptedAtMs = "accepted_at_ms"
+    }
+
+    public init(
+        kind: Kind, notificationID: String, serverUUID: String, realmUUID: String, userID: Int64? = nil,
+        deviceIDs: [Int64]? = nil, notificationType: NotificationType? = nil, sealedPayload: SealedBlob? = nil,
+        items: [PassThroughItem]? = nil, acceptedAtMs: Int64
+    ) {
+        self.schema = Self.currentSchema
+        self.kind = kind
+        self.notificationID = notificationID
+        self.serverUUID = serverUUID
+        self.realmUUID = realmUUID
+        self.userID = userID
+        self.deviceIDs = deviceIDs
+        self.notificationType = notificationType
+        self.sealedPayload = sealedPayload
+        self.items = items
+        self.acceptedAtMs = acceptedAtMs
+    }
+
+    /// The partition key: one user's notifications (or one realm's pass-through batch) in order.
+    public var partitionKey: String {
+        if let userID { return "\(realmUUID):\(userID)" }
+        return realmUUID
+    }
+}
+
+/// `push.outbound`: one ready-to-send push for one device.
+public struct OutboundRecord: Sendable, Codable, Equatable {
+    public static let currentSchema = 1
+
+    public var schema: Int
+    public var notificationID: String
+    public var deviceID: Int64
+    public var realmUUID: String
+    public var provider: Provider
+    public var token: String
+    /// APNs topic (the app's bundle id); unused for FCM.
+    public var appID: String?
+    public var delivery: DeliveryClass
+    /// APNs body, or the FCM `data` map (all values strings).
+    public var body: JSONValue
+    /// Unix seconds after which the push is useless; nil keeps the provider's default.
+    public var expiresAt: Int64?
+    public var collapseID: String?
+    public var acceptedAtMs: Int64
+    /// When the device's registration was last renewed (ms), to judge APNs 410 timestamps.
+    public var registeredAtMs: Int64?
+
+    enum CodingKeys: String, CodingKey {
+        case schema, provider, token, delivery, body
+        case notificationID = "notification_id"
+        case deviceID = "device_id"
+        case realmUUID = "realm_uuid"
+        case appID = "app_id"
+        case expiresAt = "expires_at"
+        case collapseID = "collapse_id"
+        case acceptedAtMs = "accepted_at_ms"
+        case registeredAtMs = "registered_at_ms"
+    }
+
+    public init(
+        notificationID: String, deviceID: Int64, realmUUID: String, provider: Provider, token: String,
+        appID: String?, delivery: DeliveryClass, body: JSONValue, expiresAt: Int64? = nil,
+        collapseID: String? = nil, acceptedAtMs: Int64, registeredAtMs: Int64? = nil
+    ) {
+        self.schema = Self.currentSchema
+        self.notificationID = notificationID
+        self.deviceID = deviceID
+        self.realmUUID = realmUUID
+        self.provider = provider
+        self.token = token
+        self.appID = appID
+        self.delivery = delivery
+        self.body = body
+        self.expiresAt = expiresAt
+        self.collapseID = collapseID
+        self.acceptedAtMs = acceptedAtMs
+        self.registeredAtMs = registeredAtMs
+    }
+
+    /// Partition key: one device's pushes stay in order.
+    public var partitionKey: String { "\(deviceID)" }
+}
+
+/// `push.feedback`: a provider said a token is dead.
+public struct FeedbackRecord: Sendable, Codable, Equatable {
+    public static let currentSchema = 1
+
+    public var schema: Int
+    public var deviceID: Int64
+    public var realmUUID: String
+    public var provider: Provider
+    /// SHA-256 prefix of the token the provider rejected, so feedback can ignore a
+    /// report about a token the device has since replaced.
+    public var tokenFingerprint: String
+    public var reason: String
+    /// APNs 410 `timestamp` (ms): the token was invalid from then on.
+    public var providerTimestampMs: Int64?
+    public var notificationID: String
+    public var observedAtMs: Int64
+
+    enum CodingKeys: String, CodingKey {
+        case schema, provider, reason
+        case deviceID = "device_id"
+        case realmUUID = "realm_uuid"
+        case tokenFingerprint = "token_fingerprint"
+        case providerTimestampMs = "provider_timestamp_ms"
+        case notificationID = "notification_id"
+        case observedAtMs = "observed_at_ms"
+    }
+
+    public init(
+        deviceID: Int64, realmUUID: String, provider: Provider, tokenFingerprint: String, reason: String,
+        providerTimestampMs: Int64?, notificationID: String, observedAtMs: Int64
+    ) {
+        self.schema = Self.currentSchema
+        self.deviceID = deviceID
+        self.realmUUID = realmUUID
+        self.provider = provider
+        self.tokenFingerprint = tokenFingerprint
+        self.reason = reason
+        self.providerTimestampMs = providerTimestampMs
+        self.notificationID = notificationID
+        self.observedAtMs = observedAtMs
+    }
+}
+
+/// The final outcome of one notification for one device.
+public enum DeliveryOutcome: String, Sendable, Codable, CaseIterable {
+    case sent
+    case invalidToken = "invalid_token"
+    case unknownDevice = "unknown_device"
+    case failed
+    case expired
+}
+
+/// `push.deliveries`: one record per final outcome, for accounting and incident analysis.
+public struct DeliveryRecord: Sendable, Codable, Equatable {
+    public static let currentSchema = 1
+
+    public var schema: Int
+    public var notificationID: String
+    public var realmUUID: String
+    public var deviceID: Int64?
+    public var provider: Provider?
+    public var outcome: DeliveryOutcome
+    /// Provider reason or relay reason (`device_inactive`, `not_in_realm`, …).
+    public var reason: String?
+    public var httpStatus: Int?
+    public var attempts: Int
+    public var acceptedAtMs: Int64
+    public var completedAtMs: Int64
+    /// The provider's id for the push (APNs `apns-id`, FCM message name).
+    public var providerMessageID: String?
+
+    enum CodingKeys: String, CodingKey {
+        case schema, provider, outcome, reason, attempts
+        case notificationID = "notification_id"
+        case realmUUID = "realm_uuid"
+        case deviceID = "device_id"
+        case httpStatus = "http_status"
+        case acceptedAtMs = "accepted_at_ms"
+        case completedAtMs = "completed_at_ms"
+        case providerMessageID = "provider_message_id"
+    }
+
+    public init(
+        notificationID: String, realmUUID: String, deviceID: Int64?, provider: Provider?, outcome: DeliveryOutcome,
+        reason: String?, httpStatus: Int? = nil, attempts: Int, acceptedAtMs: Int64, completedAtMs: Int64,
+        providerMessageID: String? = nil
+    ) {
+        self.schema = Self.currentSchema
+        self.notificationID = notificationID
+        self.realmUUID = realmUUID
+        self.deviceID = deviceID
+        self.provider = provider
+        self.outcome = outcome
+        self.reason = reason
+        self.httpStatus = httpStatus
+        self.attempts = attempts
+        self.acceptedAtMs = acceptedAtMs
+        self.completedAtMs = completedAtMs
+        self.providerMessageID = providerMessageID
+    }
+}
+
+/// Topic names, configurable per deployment; these are the defaults.
+public struct TopicNames: Sendable, Equatable {
+    public var requests = "push.requests"
+    public var outbound = "push.outbound"
+    public var feedback = "push.feedback"
+    public var deliveries = "push.deliveries"
+
+    public init() {}
+
+    public var all: [String] { [requests, outbound, feedback, deliveries] }
+}

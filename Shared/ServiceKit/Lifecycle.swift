@@ -1,0 +1,102 @@
+import Foundation
+import Kafka
+import Logging
+import ServiceLifecycle
+
+/// Exits the process when the process that started it goes away, so a test run or
+/// dev stack never leaves orphans behind. Active only when `PUSHRELAY_EXIT_WITH_PARENT=1`.
+public struct ParentWatch: Service {
+    let logger: Logger
+
+    public init(logger: Logger) {
+        self.logger = logger
+    }
+
+    public static var isEnabled: Bool { ProcessInfo.processInfo.environment["PUSHRELAY_EXIT_WITH_PARENT"] == "1" }
+
+    public func run() async throws {
+        guard Self.isEnabled else {
+            try? await gracefulShutdown()
+            return
+        }
+        let parent = getppid()
+        while !Task.isCancelled && !Task.isShuttingDownGracefully {
+            if getppid() != parent {
+                logger.warning("parent process exited; stopping")
+                exit(0)
+            }
+            try? await Task.sleep(for: .milliseconds(500))
+        }
+    }
+}
+
+/// Runs a unit of infrastructure work (Redis, Kafka) until it succeeds, backing off
+/// exponentially with jitter between attempts. Returns nil only when the task is
+/// cancelled or the service is shutting down, so the caller can leave the record
+/// uncommitted for redelivery instead of losing it.
+public func untilSuccess<T: Sendable>(
+    _ what: String, logger: Logger, maxDelay: Duration = .seconds(5),
+    _ operation: @Sendable () async throws -> T
+) async -> T? {
+    var delay = Duration.milliseconds(50)
+    while true {
+        do {
+            return try await operation()
+        } catch {
+            logger.warning("\(what) failed; retrying", metadata: [LogKey.error: "\(error)"])
+        }
+        if Task.isCancelled || Task.isShuttingDownGracefully { return nil }
+        let jittered = delay * Double.random(in: 0.5...1.0)
+        try? await Task.sleep(for: jittered)
+        if Task.isCancelled || Task.isShuttingDownGracefully { return nil }
+        delay = min(delay * 2, maxDelay)
+    }
+}
+
+/// A service that runs `body`, the pattern each stage uses for its consumer.
+public struct StageService: Service {
+    let body: @Sendable () async throws -> Void
+
+    public init(_ body: @escaping @Sendable () async throws -> Void) {
+        self.body = body
+    }
+
+    public func run() async throws {
+        try await body()
+    }
+}
+
+/// Runs the services of one executable in a ServiceGroup with graceful shutdown on
+/// SIGTERM/SIGINT. Services stop in reverse order: list the HTTP endpoint first and
+/// the consumer last, so the consumer drains before health goes away.
+public func runServices(_ services: [any Service], logger: Logger) async throws {
+    var all = services
+    all.append(ParentWatch(logger: logger))
+    let group = ServiceGroup(
+        configuration: .init(
+            services: all.map { .init(service: $0) },
+            gracefulShutdownSignals: [.sigterm, .sigint],
+            logger: logger))
+    try await group.run()
+}
+
+/// Owns a producer's lifetime in the ServiceGroup: on graceful shutdown it flushes
+/// what is queued. List it before the services that produce, so it stops after them.
+public struct ProducerService: Service {
+    let producer: KafkaProducer
+
+    public init(producer: KafkaProducer) {
+        self.producer = producer
+    }
+
+    public func run() async throws {
+        try? await gracefulShutdown()
+        let producer = self.producer
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            DispatchQueue.global().async {
+                producer.shutdown()
+                continuation.resume()
+            }
+        }
+    }
+}

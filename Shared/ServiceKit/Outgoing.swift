@@ -1,0 +1,37 @@
+import Kafka
+import Metrics
+import PushModels
+
+/// How each record type goes onto its topic: JSON value, partition key, and the
+/// `notification_id` header that lets tools trace a notification across topics.
+extension KafkaOutgoing {
+    public static func outbound(_ record: OutboundRecord, topic: String) throws -> KafkaOutgoing {
+        KafkaOutgoing(
+            topic: topic, key: record.partitionKey, value: try Wire.encode(record),
+            headers: [("notification_id", Array(record.notificationID.utf8))])
+    }
+
+    public static func delivery(_ record: DeliveryRecord, topic: String) throws -> KafkaOutgoing {
+        Counter(
+            label: "pushrelay_deliveries_total",
+            dimensions: [
+                ("outcome", record.outcome.rawValue), ("provider", record.provider?.rawValue ?? "none"),
+                ("reason", record.reason ?? ""),
+            ]
+        ).increment()
+        return KafkaOutgoing(
+            topic: topic, key: record.deviceID.map { "\($0)" } ?? record.realmUUID, value: try Wire.encode(record),
+            headers: [("notification_id", Array(record.notificationID.utf8))])
+    }
+
+    public static func feedback(_ record: FeedbackRecord, topic: String) throws -> KafkaOutgoing {
+        KafkaOutgoing(
+            topic: topic, key: "\(record.deviceID)", value: try Wire.encode(record),
+            headers: [("notification_id", Array(record.notificationID.utf8))])
+    }
+}
+
+/// Counts a consumed record per topic and stage.
+public func countRecordIn(topic: String) {
+    Counter(label: "pushrelay_records_in_total", dimensions: [("topic", topic)]).increment()
+}
