@@ -1,4 +1,5 @@
 import Hummingbird
+import NIOCore
 import PushModels
 
 /// An error answered to a realm: HTTP status, a machine-readable code and a message,
@@ -77,6 +78,8 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
             default:
                 throw APIError(status: error.status, code: "BAD_REQUEST", message: error.body ?? "Bad request")
             }
+        } catch is NIOTooManyBytesError {
+            throw APIError(status: .contentTooLarge, code: "REQUEST_TOO_LARGE", message: "Request body is too large")
         } catch {
             context.logger.error("request failed", metadata: ["error": "\(error)"])
             throw APIError.internalError

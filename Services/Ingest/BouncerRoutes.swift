@@ -68,14 +68,14 @@ extension IngestAPI {
         guard let requests = body.json["push_requests"]?.arrayValue else {
             throw APIError.badRequest("push_requests: must be an array", field: "push_requests")
         }
+        var items: [PassThroughItem] = []
+        for (index, item) in requests.enumerated() {
+            items.append(try Self.passThroughItem(item, path: "push_requests[\(index)]"))
+        }
         guard try await servers.realmOwner(realm) == server else {
             throw APIError(
                 status: .forbidden, code: "MISSING_REMOTE_REALM",
                 message: "Realm \(realm) is not registered to this server")
-        }
-        var items: [PassThroughItem] = []
-        for (index, item) in requests.enumerated() {
-            items.append(try Self.passThroughItem(item, path: "push_requests[\(index)]"))
         }
         let known = try await devices.devices(items.map(\.deviceID))
         var deleteIDs: [Int64] = []

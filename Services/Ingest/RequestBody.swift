@@ -7,6 +7,8 @@ import PushModels
 struct RequestFields {
     let json: JSONValue
     let reader: FieldReader
+    /// Form bodies carry every value as text, so integer fields accept decimal strings.
+    var isForm = false
 
     /// Reads the body (bounded by `limit`) as JSON, or as a form when the content type says so.
     static func read(_ request: Request, limit: Int) async throws -> RequestFields {
@@ -24,7 +26,9 @@ struct RequestFields {
             json = decoded
         }
         guard case .object = json else { throw APIError.badRequest("Request body must be a JSON object") }
-        return RequestFields(json: json, reader: FieldReader(json: json, path: ""))
+        return RequestFields(
+            json: json, reader: FieldReader(json: json, path: ""),
+            isForm: contentType.hasPrefix("application/x-www-form-urlencoded"))
     }
 
     /// Form values are strings; integer fields accept their decimal text.
@@ -52,9 +56,9 @@ struct RequestFields {
         has(key) ? try string(key) : nil
     }
 
-    /// An integer, given as a JSON number or (forms) as decimal text.
+    /// An integer: a JSON number, or decimal text in a form body.
     func int(_ key: String) throws -> Int64 {
-        if case .string(let text)? = json[key], let value = Int64(text) { return value }
+        if isForm, case .string(let text)? = json[key], let value = Int64(text) { return value }
         do { return try reader.int(key) } catch { throw APIError.invalid(error) }
     }
 
