@@ -13,6 +13,7 @@ let package = Package(
         .executable(name: "feedback", targets: ["feedback"]),
         .executable(name: "devbroker", targets: ["devbroker"]),
         .executable(name: "provider-fakes", targets: ["provider-fakes"]),
+        .executable(name: "demo-device", targets: ["demo-device"]),
     ],
     dependencies: [
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
@@ -131,11 +132,18 @@ let package = Package(
             ],
             path: "Services/ProviderFakes", swiftSettings: strict),
 
+        .executableTarget(
+            name: "demo-device",
+            dependencies: [
+                "PushCrypto", "PushModels", .product(name: "AsyncHTTPClient", package: "async-http-client"),
+            ],
+            path: "Tools/DemoDevice", swiftSettings: strict),
+
         .testTarget(name: "PushModelsTests", dependencies: ["PushModels"], swiftSettings: strict),
         .testTarget(
             name: "PushCryptoTests", dependencies: ["PushCrypto", "PushModels"], swiftSettings: strict),
         .testTarget(
-            name: "KafkaTests", dependencies: ["Kafka", "RedisClient", "DeviceState", "PushModels"],
+            name: "KafkaTests", dependencies: ["Kafka", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strict),
         .testTarget(
             name: "PipelineTests",

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Starts the whole pipeline on embedded defaults: Redis (AOF), the dev Kafka broker,
+# the APNs/FCM fakes, ingest, encryptor, dispatcher and feedback; then creates a demo
+# server, realm and two devices, and prints how to send a notification.
+# Everything lives under .run/; `make down` (scripts/dev-down.sh) stops it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+CONFIG="${CONFIG:-debug}"
+swift build -c "$CONFIG"
+BIN="$(swift build -c "$CONFIG" --show-bin-path)"
+
+RUN=.run
+mkdir -p "$RUN/logs" "$RUN/pids" "$RUN/redis" "$RUN/demo"
+scripts/dev-down.sh >/dev/null 2>&1 || true
+
+REDIS_PORT="${PUSHRELAY_REDIS_PORT:-6390}"
+INGEST_PORT="${PUSHRELAY_INGEST_PORT:-8080}"
+export PUSHRELAY_REDIS_PORT="$REDIS_PORT"
+export PUSHRELAY_KAFKA_BROKERS_FILE="$RUN/kafka-bootstrap"
+export PUSHRELAY_PIPELINE_KEYS_FILE="$RUN/pipeline-keys"
+export PUSHRELAY_BOUNCER_KEYS_FILE="$RUN/bouncer-keys"
+
+# Secrets the relay needs, generated once: the pipeline key (ingest ↔ encryptor) and
+# the bouncer X25519 key realms seal registrations to.
+[ -s "$RUN/pipeline-keys" ] || { echo "dev1:$(head -c 32 /dev/urandom | base64)" > "$RUN/pipeline-keys"; chmod 600 "$RUN/pipeline-keys"; }
+[ -s "$RUN/bouncer-keys" ] || { head -c 32 /dev/urandom | base64 > "$RUN/bouncer-keys"; chmod 600 "$RUN/bouncer-keys"; }
+
+start() { # name, command...
+  local name=$1; shift
+  nohup "$@" >"$RUN/logs/$name.log" 2>&1 &
+  echo $! >"$RUN/pids/$name.pid"
+}
+wait_for() { # description, command
+  for _ in $(seq 1 300); do eval "$2" >/dev/null 2>&1 && return 0; sleep 0.2; done
+  echo "timed out waiting for $1 (see $RUN/logs)" >&2; exit 1
+}
+
+start redis "$(command -v redis-server || echo /usr/bin/redis-server)" --port "$REDIS_PORT" --bind 127.0.0.1 \
+  --dir "$PWD/$RUN/redis" --appendonly yes --save ""
+wait_for redis "redis-cli -p $REDIS_PORT ping"
+rm -f "$RUN/kafka-bootstrap"
+start devbroker "$BIN/devbroker"
+wait_for "the dev broker" "test -s $RUN/kafka-bootstrap"
+start provider-fakes env PUSHRELAY_FAKES_DIR="$RUN/fakes" "$BIN/provider-fakes"
+wait_for "the provider fakes" "curl -sf http://127.0.0.1:8445/health"
+
+set -a; . "$RUN/fakes/dispatcher.env"; set +a
+PUSHRELAY_HTTP_PORT=$INGEST_PORT start ingest "$BIN/ingest"
+PUSHRELAY_HTTP_PORT=8081 start encryptor "$BIN/encryptor"
+PUSHRELAY_HTTP_PORT=8082 start dispatcher "$BIN/dispatcher"
+PUSHRELAY_HTTP_PORT=8083 start feedback "$BIN/feedback"
+for port in "$INGEST_PORT" 8081 8082 8083; do
+  wait_for "the service on :$port" "curl -sf http://127.0.0.1:$port/health/ready"
+done
+# The first consumer-group join takes a few seconds on the dev broker.
+for stage in encryptor dispatcher feedback; do
+  wait_for "$stage to join its consumer group" "grep -q 'partitions assigned' $RUN/logs/$stage.log"
+done
+
+# Demo realm host: a server, a realm, and one APNs and one FCM device with a push key.
+API="http://127.0.0.1:$INGEST_PORT"
+SERVER=$(cat /proc/sys/kernel/random/uuid)
+KEY=$(head -c 96 /dev/urandom | base64 -w0 | tr -dc 'a-zA-Z0-9' | head -c 64)
+REALM=$(cat /proc/sys/kernel/random/uuid)
+PUSH_KEY=$( (printf '\x31'; head -c 32 /dev/urandom) | base64 -w0)
+APNS_TOKEN=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+FCM_TOKEN="demo-fcm-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+echo "$PUSH_KEY" > "$RUN/demo/push-key"
+curl -sf -X POST "$API/api/v1/remotes/server/register" \
+  -d "zulip_org_id=$SERVER&zulip_org_key=$KEY&hostname=demo.example.com&contact_email=admin%40demo.example.com" >/dev/null
+for device in "\"token_kind\":\"apns\",\"token\":\"$APNS_TOKEN\",\"ios_app_id\":\"org.zulip.Zulip\"" \
+              "\"token_kind\":\"fcm\",\"token\":\"$FCM_TOKEN\""; do
+  curl -sf -u "$SERVER:$KEY" -H 'content-type: application/json' -X POST "$API/v1/devices" \
+    -d "{\"realm_uuid\":\"$REALM\",\"user_id\":10,$device,\"push_key\":\"$PUSH_KEY\",\"push_key_id\":1}" >/dev/null
+done
+cat > "$RUN/demo/env" <<ENV
+SERVER=$SERVER
+KEY=$KEY
+REALM=$REALM
+APNS_TOKEN=$APNS_TOKEN
+FCM_TOKEN=$FCM_TOKEN
+ENV
+
+cat <<TXT
+
+PushRelay is running (logs in $RUN/logs, stop with: make down).
+  API (ingest):   $API        health/metrics on :$INGEST_PORT, :8081, :8082, :8083
+  Kafka (dev):    $(cat "$RUN/kafka-bootstrap")   Redis: 127.0.0.1:$REDIS_PORT
+  Provider fakes: APNs https://localhost:8443, FCM https://localhost:8444, control http://127.0.0.1:8445
+
+Send a notification to the demo user's two devices:
+
+  curl -s -u '$SERVER:$KEY' -H 'content-type: application/json' $API/v1/notify -d '{"realm_uuid":"$REALM","user_id":10,"payload":{"type":"test","realm_url":"https://chat.example.com","realm_name":"Demo","user_id":10,"time":$(date +%s)}}'
+
+Then see what each phone received, decrypted with its push key:
+
+  $BIN/demo-device http://127.0.0.1:8445 $APNS_TOKEN $RUN/demo/push-key
+  $BIN/demo-device http://127.0.0.1:8445 $FCM_TOKEN $RUN/demo/push-key
+TXT
