@@ -23,7 +23,10 @@ struct ProviderFakesMain {
             return handler
         }
         let logger = Logger(label: "pushrelay.provider-fakes")
-        let fakes = try FakeServers(directory: directory, ports: ports)
+        let fakes = try FakeServers(
+            directory: directory, host: env["PUSHRELAY_FAKES_HOST"] ?? "127.0.0.1",
+            publicHost: env["PUSHRELAY_FAKES_PUBLIC_HOST"] ?? "localhost", ports: ports,
+            apnsTeamID: env["PUSHRELAY_FAKES_APNS_TEAM_ID"], apnsKeyID: env["PUSHRELAY_FAKES_APNS_KEY_ID"])
         let apps = try await fakes.applications(logger: logger)
         logger.info(
             "provider fakes ready",

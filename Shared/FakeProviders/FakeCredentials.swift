@@ -27,8 +27,12 @@ public struct FakeCredentials: Sendable {
     public var apnsKeyFile: String { "\(directory)/apns-key.p8" }
     public var fcmServiceAccountFile: String { "\(directory)/fcm-service-account.json" }
 
-    /// Loads the credentials in `directory`, creating any that are missing.
-    public static func loadOrCreate(directory: String) throws -> FakeCredentials {
+    /// Loads the credentials in `directory`, creating any that are missing. The server
+    /// certificate names localhost, 127.0.0.1 and `hostnames`; `teamID`/`keyID` pin the
+    /// APNs ids (containers set them so the dispatcher can be configured in advance).
+    public static func loadOrCreate(
+        directory: String, hostnames: [String] = [], teamID: String? = nil, keyID: String? = nil
+    ) throws -> FakeCredentials {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let statePath = "\(directory)/fake-state.json"
         if let data = FileManager.default.contents(atPath: statePath),
@@ -36,7 +40,9 @@ public struct FakeCredentials: Sendable {
         {
             return FakeCredentials(directory: directory, stored: stored)
         }
-        let stored = try Stored.generate()
+        var stored = try Stored.generate(hostnames: hostnames)
+        if let teamID { stored.apnsTeamID = teamID }
+        if let keyID { stored.apnsKeyID = keyID }
         let data = try JSONEncoder().encode(stored)
         _ = FileManager.default.createFile(atPath: statePath, contents: data, attributes: [.posixPermissions: 0o600])
         return FakeCredentials(directory: directory, stored: stored)
@@ -103,7 +109,7 @@ public struct FakeCredentials: Sendable {
         var fcmPrivateKeyID: String
         var fcmPrivateKeyPEM: String
 
-        static func generate() throws -> Stored {
+        static func generate(hostnames: [String]) throws -> Stored {
             let now = Date()
             let caKey = P256.Signing.PrivateKey()
             let caName = try DistinguishedName {
@@ -129,9 +135,9 @@ public struct FakeCredentials: Sendable {
                     Critical(BasicConstraints.notCertificateAuthority)
                     Critical(KeyUsage(digitalSignature: true))
                     try ExtendedKeyUsage([.serverAuth])
-                    SubjectAlternativeNames([
-                        .dnsName("localhost"), .ipAddress(ASN1OctetString(contentBytes: [127, 0, 0, 1])),
-                    ])
+                    SubjectAlternativeNames(
+                        [.dnsName("localhost"), .ipAddress(ASN1OctetString(contentBytes: [127, 0, 0, 1]))]
+                            + hostnames.map { .dnsName($0) })
                 },
                 issuerPrivateKey: .init(caKey))
             let rsa = try _RSA.Signing.PrivateKey(keySize: .bits2048)

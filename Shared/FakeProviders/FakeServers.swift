@@ -24,12 +24,20 @@ public struct FakeServers: Sendable {
     public let state: FakeState
     public let ports: Ports
     public let host: String
+    public let publicHost: String
 
-    public var apnsURL: String { "https://localhost:\(ports.apns)" }
-    public var fcmURL: String { "https://localhost:\(ports.fcm)" }
+    public var apnsURL: String { "https://\(publicHost):\(ports.apns)" }
+    public var fcmURL: String { "https://\(publicHost):\(ports.fcm)" }
 
-    public init(directory: String, host: String = "127.0.0.1", ports: Ports) throws {
-        self.credentials = try FakeCredentials.loadOrCreate(directory: directory)
+    /// `publicHost` is the name clients use (it goes into the URLs written for the dispatcher).
+    public init(
+        directory: String, host: String = "127.0.0.1", publicHost: String = "localhost", ports: Ports,
+        apnsTeamID: String? = nil, apnsKeyID: String? = nil
+    ) throws {
+        self.credentials = try FakeCredentials.loadOrCreate(
+            directory: directory, hostnames: publicHost == "localhost" ? [] : [publicHost], teamID: apnsTeamID,
+            keyID: apnsKeyID)
+        self.publicHost = publicHost
         self.state = FakeState()
         self.ports = ports
         self.host = host
