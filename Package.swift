@@ -142,6 +142,7 @@ let package = Package(
         .testTarget(name: "PushModelsTests", dependencies: ["PushModels"], swiftSettings: strict),
         .testTarget(
             name: "PushCryptoTests", dependencies: ["PushCrypto", "PushModels"], swiftSettings: strict),
+        .testTarget(name: "ProvidersTests", dependencies: ["Providers", "PushModels"], swiftSettings: strict),
         .testTarget(
             name: "KafkaTests", dependencies: ["Kafka", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strict),

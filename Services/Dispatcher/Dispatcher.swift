@@ -1,6 +1,5 @@
 import Configuration
 import Foundation
-import Hummingbird
 import Kafka
 import Logging
 import Metrics
@@ -25,11 +24,8 @@ struct DispatcherMain {
         if clients.isEmpty { logger.warning("no provider is configured: every push will be recorded as failed") }
         let producer = try KafkaProducer(configuration: kafka, logger: logger)
         let consumer = try KafkaConsumer(
-            configuration: KafkaConsumerConfiguration(
-                connection: kafka,
-                groupID: config.string(forKey: "pushrelay.dispatcher.group", default: "pushrelay-dispatcher"),
-                topics: [settings.topics.outbound],
-                maxInFlight: config.int(forKey: "pushrelay.dispatcher.concurrency", default: 256)),
+            configuration: try settings.consumer(
+                stage: "dispatcher", topic: settings.topics.outbound, defaultConcurrency: 256, config: config),
             logger: logger)
         let perProvider = config.int(forKey: "pushrelay.dispatcher.provider.concurrency", default: 128)
         let stage = DispatchStage(
@@ -41,12 +37,9 @@ struct DispatcherMain {
                 maxDelay: .seconds(config.int(forKey: "pushrelay.dispatcher.retry.max.seconds", default: 30))),
             logger: logger)
 
-        let router = Router(context: BasicRequestContext.self)
-        router.addOpsRoutes(
-            readiness: Readiness(kafka: { consumer.isConnected() }, redis: nil), registry: observability.registry)
-        let app = Application(
-            router: router,
-            configuration: .init(address: .hostname(settings.httpHost, port: settings.httpPort)), logger: logger)
+        let app = opsApplication(
+            settings: settings, readiness: Readiness(kafka: { consumer.isConnected() }, redis: nil),
+            observability: observability)
         try await runServices(
             [
                 ProducerService(producer: producer), ProviderClientsService(clients: Array(clients.values)), app,
@@ -87,17 +80,7 @@ struct DispatchStage: Sendable {
     let logger: Logger
 
     func handle(_ record: KafkaRecord) async -> RecordDisposition {
-        countRecordIn(topic: record.topic)
-        let outbound: OutboundRecord
-        do {
-            outbound = try Wire.decode(OutboundRecord.self, from: record.value)
-        } catch {
-            Counter(label: "pushrelay_records_rejected_total", dimensions: [("topic", record.topic)]).increment()
-            logger.error(
-                "undecodable outbound record skipped",
-                metadata: [LogKey.topic: "\(record.topic)", LogKey.offset: "\(record.offset)", LogKey.error: "\(error)"])
-            return .done
-        }
+        guard let outbound = decodeRecord(OutboundRecord.self, from: record, logger: logger) else { return .done }
         guard let (result, attempts) = await deliver(outbound) else { return .abandoned }
         let messages: [KafkaOutgoing]
         do {
@@ -143,7 +126,7 @@ struct DispatchStage: Sendable {
                     LogKey.provider: "\(record.provider.rawValue)", LogKey.reason: "\(reason)",
                     "delay_ms": "\(delay.components.seconds * 1000 + delay.components.attoseconds / 1_000_000_000_000_000)",
                 ])
-            try? await Task.sleep(for: delay)
+            try? await cancelWhenGracefulShutdown { try await Task.sleep(for: delay) }
             if Task.isCancelled || Task.isShuttingDownGracefully { return nil }
         }
     }

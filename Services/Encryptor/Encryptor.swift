@@ -1,7 +1,6 @@
 import Configuration
 import DeviceState
 import Foundation
-import Hummingbird
 import Kafka
 import Logging
 import Metrics
@@ -23,11 +22,8 @@ struct EncryptorMain {
         let redis = RedisClient(configuration: settings.redis)
         let producer = try KafkaProducer(configuration: kafka, logger: logger)
         let consumer = try KafkaConsumer(
-            configuration: KafkaConsumerConfiguration(
-                connection: kafka,
-                groupID: config.string(forKey: "pushrelay.encryptor.group", default: "pushrelay-encryptor"),
-                topics: [settings.topics.requests],
-                maxInFlight: config.int(forKey: "pushrelay.encryptor.concurrency", default: 64)),
+            configuration: try settings.consumer(
+                stage: "encryptor", topic: settings.topics.requests, defaultConcurrency: 64, config: config),
             logger: logger)
         let stage = EncryptorStage(
             devices: DeviceStore(redis: redis, keys: RedisKeys(prefix: settings.redisPrefix)),
@@ -37,12 +33,9 @@ struct EncryptorMain {
             ttlSeconds: Int64(config.int(forKey: "pushrelay.notification.ttl.seconds", default: 86400)),
             logger: logger)
 
-        let router = Router(context: BasicRequestContext.self)
-        router.addOpsRoutes(
-            readiness: Readiness(kafka: { consumer.isConnected() }, redis: redis), registry: observability.registry)
-        let app = Application(
-            router: router,
-            configuration: .init(address: .hostname(settings.httpHost, port: settings.httpPort)), logger: logger)
+        let app = opsApplication(
+            settings: settings, readiness: Readiness(kafka: { consumer.isConnected() }, redis: redis),
+            observability: observability)
         try await runServices(
             [ProducerService(producer: producer), app, StageService { try await consumer.run(handler: stage.handle) }],
             logger: logger)
@@ -58,18 +51,7 @@ struct EncryptorStage: Sendable {
     let logger: Logger
 
     func handle(_ record: KafkaRecord) async -> RecordDisposition {
-        countRecordIn(topic: record.topic)
-        let request: PushRequestRecord
-        do {
-            request = try Wire.decode(PushRequestRecord.self, from: record.value)
-        } catch {
-            // Nothing can ever process it: count, log where it is, and move on.
-            Counter(label: "pushrelay_records_rejected_total", dimensions: [("topic", record.topic)]).increment()
-            logger.error(
-                "undecodable request record skipped",
-                metadata: [LogKey.topic: "\(record.topic)", LogKey.offset: "\(record.offset)", LogKey.error: "\(error)"])
-            return .done
-        }
+        guard let request = decodeRecord(PushRequestRecord.self, from: record, logger: logger) else { return .done }
         let start = ContinuousClock.now
         let finished: Bool? = await untilSuccess("encrypt request", logger: logger) {
             let messages = try await self.messages(for: request)

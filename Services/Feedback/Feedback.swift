@@ -1,6 +1,5 @@
 import Configuration
 import DeviceState
-import Hummingbird
 import Kafka
 import Logging
 import Metrics
@@ -21,19 +20,12 @@ struct FeedbackMain {
         let redis = RedisClient(configuration: settings.redis)
         let devices = DeviceStore(redis: redis, keys: RedisKeys(prefix: settings.redisPrefix))
         let consumer = try KafkaConsumer(
-            configuration: KafkaConsumerConfiguration(
-                connection: try settings.kafka(),
-                groupID: config.string(forKey: "pushrelay.feedback.group", default: "pushrelay-feedback"),
-                topics: [settings.topics.feedback],
-                maxInFlight: config.int(forKey: "pushrelay.feedback.concurrency", default: 16)),
+            configuration: try settings.consumer(
+                stage: "feedback", topic: settings.topics.feedback, defaultConcurrency: 16, config: config),
             logger: logger)
-
-        let router = Router(context: BasicRequestContext.self)
-        router.addOpsRoutes(
-            readiness: Readiness(kafka: { consumer.isConnected() }, redis: redis), registry: observability.registry)
-        let app = Application(
-            router: router,
-            configuration: .init(address: .hostname(settings.httpHost, port: settings.httpPort)), logger: logger)
+        let app = opsApplication(
+            settings: settings, readiness: Readiness(kafka: { consumer.isConnected() }, redis: redis),
+            observability: observability)
         try await runServices(
             [
                 app,
@@ -44,14 +36,7 @@ struct FeedbackMain {
     }
 
     static func apply(_ record: KafkaRecord, devices: DeviceStore, logger: Logger) async -> RecordDisposition {
-        countRecordIn(topic: record.topic)
-        guard let report = try? Wire.decode(FeedbackRecord.self, from: record.value) else {
-            Counter(label: "pushrelay_records_rejected_total", dimensions: [("topic", record.topic)]).increment()
-            logger.error(
-                "undecodable feedback record skipped",
-                metadata: [LogKey.topic: "\(record.topic)", LogKey.offset: "\(record.offset)"])
-            return .done
-        }
+        guard let report = decodeRecord(FeedbackRecord.self, from: record, logger: logger) else { return .done }
         let changed = await untilSuccess("invalidate device", logger: logger) {
             try await devices.invalidate(
                 deviceID: report.deviceID, tokenFingerprint: report.tokenFingerprint, reason: report.reason,

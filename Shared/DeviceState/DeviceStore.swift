@@ -89,6 +89,14 @@ public struct DeviceStore: Sendable {
         let id: Int64
         if let existing = try await redis.command("GET", RedisArgument(index)).int {
             id = existing
+            // The same phone now signed in as another user: it leaves the old user's fan-out.
+            if let userID = r.userID,
+                let previous = try await redis.command("HGET", RedisArgument(keys.device(id)), "user_id").int,
+                previous != userID
+            {
+                try await redis.command(
+                    "SREM", RedisArgument(keys.userDevices(realm: r.realmUUID, userID: previous)), RedisArgument(id))
+            }
         } else {
             let candidate = try await redis.command("INCR", RedisArgument(keys.deviceSequence)).int ?? 0
             // Two concurrent registrations of one token: the first SET NX wins, the other adopts its id.

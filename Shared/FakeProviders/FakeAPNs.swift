@@ -77,13 +77,15 @@ public struct FakeAPNs: Sendable {
             state.record(
                 ReceivedPush(
                     provider: "apns", token: rawToken, headers: recorded, body: json, status: Int(response.status.code),
-                    reason: reason, receivedAtMs: Wire.nowMillis()))
+                    reason: reason, httpVersion: httpVersion(request), receivedAtMs: Wire.nowMillis()))
             return response
         }
         func fail(_ status: Int, _ reason: String, timestampMs: Int64? = nil, retryAfter: Int? = nil) -> Response {
             answer(Self.error(status, reason, timestampMs: timestampMs, retryAfter: retryAfter), reason: reason)
         }
 
+        // APNs speaks HTTP/2 only.
+        guard httpVersion(request) == "2" else { return fail(505, "HTTP2Required") }
         // Authentication first, as Apple does.
         guard let authorization = header("authorization") else { return fail(403, "MissingProviderToken") }
         guard authorization.lowercased().hasPrefix("bearer ") else { return fail(403, "InvalidProviderToken") }
@@ -142,4 +144,10 @@ public struct FakeAPNs: Sendable {
         if Date().timeIntervalSince(issuedAt) > 3600 { return "ExpiredProviderToken" }
         return nil
     }
+}
+
+/// Hummingbird hands HTTP/1.1 requests over with scheme "http" (even under TLS) and
+/// HTTP/2 requests with the client's `:scheme` ("https"), which tells the two apart.
+func httpVersion(_ request: Request) -> String {
+    request.head.scheme == "https" ? "2" : "1.1"
 }

@@ -136,7 +136,8 @@ public struct FakeFCM: Sendable {
             state.record(
                 ReceivedPush(
                     provider: "fcm", token: token, headers: headers, body: message?["data"] ?? .null,
-                    status: Int(response.status.code), reason: reason, receivedAtMs: Wire.nowMillis()))
+                    status: Int(response.status.code), reason: reason, httpVersion: httpVersion(request),
+                    receivedAtMs: Wire.nowMillis()))
             return response
         }
 

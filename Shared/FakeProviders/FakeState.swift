@@ -11,10 +11,13 @@ public struct ReceivedPush: Sendable, Codable, Equatable {
     public var body: JSONValue
     public var status: Int
     public var reason: String?
+    /// "2" for HTTP/2 (`:scheme` pseudo-header present), "1.1" otherwise.
+    public var httpVersion: String
     public var receivedAtMs: Int64
 
     enum CodingKeys: String, CodingKey {
         case provider, token, headers, body, status, reason
+        case httpVersion = "http_version"
         case receivedAtMs = "received_at_ms"
     }
 }

@@ -244,11 +244,9 @@ private func pollLoop(
             lastCommit = .now
         }
         // Wait for a free slot; time out regularly so commits and shutdown are not starved.
-        guard shared.capacity.wait(timeout: .now() + .milliseconds(100)) == .success else {
-            // Serve rebalance and heartbeat events even while all slots are busy.
-            rd_kafka_poll(handle, 0)
-            continue
-        }
+        // (Heartbeats continue on librdkafka's own threads meanwhile. rd_kafka_poll must
+        // not be called here: the main queue is redirected to the consumer queue.)
+        guard shared.capacity.wait(timeout: .now() + .milliseconds(100)) == .success else { continue }
         guard let message = rd_kafka_consumer_poll(handle, 100) else {
             shared.capacity.signal()
             continue

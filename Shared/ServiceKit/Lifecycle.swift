@@ -47,7 +47,7 @@ public func untilSuccess<T: Sendable>(
         }
         if Task.isCancelled || Task.isShuttingDownGracefully { return nil }
         let jittered = delay * Double.random(in: 0.5...1.0)
-        try? await Task.sleep(for: jittered)
+        try? await cancelWhenGracefulShutdown { try await Task.sleep(for: jittered) }
         if Task.isCancelled || Task.isShuttingDownGracefully { return nil }
         delay = min(delay * 2, maxDelay)
     }

@@ -34,6 +34,7 @@ extension StackTests {
         let plaintext = Wire.canonical(payload)
         let apnsPush = try #require(apns.first)
         #expect(apnsPush.status == 200)
+        #expect(apnsPush.httpVersion == "2", "APNs is spoken over HTTP/2")
         #expect(apnsPush.headers["apns-topic"] == "org.zulip.Zulip")
         #expect(apnsPush.headers["apns-push-type"] == "alert")
         #expect(apnsPush.headers["apns-priority"] == "10")
@@ -43,6 +44,7 @@ extension StackTests {
 
         let fcmPush = try #require(fcm.first)
         #expect(fcmPush.status == 200)
+        #expect(fcmPush.httpVersion == "2")
         #expect(fcmPush.headers["android.priority"] == "HIGH")
         #expect(fcmPush.body["push_key_id"] == .string("12"))
         #expect(try fcmPush.decrypt(with: fcmKey) == plaintext)

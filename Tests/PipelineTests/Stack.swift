@@ -281,6 +281,12 @@ struct ReceivedPush: Decodable, Sendable {
     var body: JSONValue
     var status: Int
     var reason: String?
+    var httpVersion: String
+
+    enum CodingKeys: String, CodingKey {
+        case provider, token, headers, body, status, reason
+        case httpVersion = "http_version"
+    }
 }
 
 /// A minimal JSON-over-HTTP client for the tests.

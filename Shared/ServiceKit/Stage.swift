@@ -1,0 +1,50 @@
+import Configuration
+import Hummingbird
+import Kafka
+import Logging
+import Metrics
+import PushModels
+import ServiceLifecycle
+
+extension CommonSettings {
+    /// The consumer of one stage: group `pushrelay-<stage>` and `<stage>.concurrency`
+    /// records in flight, both overridable (`PUSHRELAY_<STAGE>_GROUP`, `…_CONCURRENCY`).
+    public func consumer(
+        stage: String, topic: String, defaultConcurrency: Int, config: ConfigReader
+    ) throws -> KafkaConsumerConfiguration {
+        KafkaConsumerConfiguration(
+            connection: try kafka(),
+            groupID: config.string(forKey: ConfigKey("pushrelay.\(stage).group"), default: "pushrelay-\(stage)"),
+            topics: [topic],
+            maxInFlight: config.int(forKey: ConfigKey("pushrelay.\(stage).concurrency"), default: defaultConcurrency))
+    }
+}
+
+/// The HTTP endpoint of a consumer stage: health and metrics only.
+public func opsApplication(
+    settings: CommonSettings, readiness: Readiness, observability: Observability
+) -> some Service {
+    let router = Router(context: BasicRequestContext.self)
+    router.addOpsRoutes(readiness: readiness, registry: observability.registry)
+    return Application(
+        router: router, configuration: .init(address: .hostname(settings.httpHost, port: settings.httpPort)),
+        logger: observability.logger)
+}
+
+/// Decodes a consumed record. A record no stage can ever read is counted, logged
+/// with its position (never its content) and skipped: retrying cannot fix it.
+public func decodeRecord<T: Decodable>(_ type: T.Type, from record: KafkaRecord, logger: Logger) -> T? {
+    countRecordIn(topic: record.topic)
+    do {
+        return try Wire.decode(type, from: record.value)
+    } catch {
+        Counter(label: "pushrelay_records_rejected_total", dimensions: [("topic", record.topic)]).increment()
+        logger.error(
+            "undecodable record skipped",
+            metadata: [
+                LogKey.topic: "\(record.topic)", "partition": "\(record.partition)", LogKey.offset: "\(record.offset)",
+                LogKey.error: "\(error)",
+            ])
+        return nil
+    }
+}

@@ -1,0 +1,99 @@
+import PushModels
+import Testing
+
+@testable import Providers
+
+/// Every provider answer maps to what the dispatcher must do (protocols.md §2, §3).
+@Suite struct ErrorMappingTests {
+    @Test(arguments: ["Unregistered", "ExpiredToken", "BadDeviceToken", "DeviceTokenNotForTopic"])
+    func apnsDeadTokenReasonsInvalidate(_ reason: String) {
+        let result = APNsReason(reason).result(status: reason == "Unregistered" ? 410 : 400, timestampMs: 5, retryAfter: nil)
+        guard case .invalidToken(let name, _, let timestamp) = result else {
+            Issue.record("\(reason) must invalidate, got \(result)")
+            return
+        }
+        #expect(name == reason)
+        #expect(timestamp == 5)
+    }
+
+    @Test(arguments: [
+        ("TooManyRequests", 429), ("InternalServerError", 500), ("ServiceUnavailable", 503), ("Shutdown", 503),
+        ("ExpiredProviderToken", 403), ("InvalidProviderToken", 403),
+    ])
+    func apnsTransientReasonsRetry(_ reason: String, _ status: Int) {
+        let result = APNsReason(reason).result(status: status, timestampMs: nil, retryAfter: .seconds(7))
+        #expect(result == .retry(reason: reason, status: status, retryAfter: .seconds(7)))
+    }
+
+    @Test(arguments: [
+        ("PayloadTooLarge", 413), ("Forbidden", 403), ("BadTopic", 400), ("TopicDisallowed", 400), ("BadPriority", 400),
+        ("MissingTopic", 400),
+    ])
+    func apnsPermanentReasonsFailWithoutTouchingTheToken(_ reason: String, _ status: Int) {
+        #expect(APNsReason(reason).result(status: status, timestampMs: nil, retryAfter: nil) == .failed(reason: reason, status: status))
+    }
+
+    @Test func unknownAPNsReasonsKeepTheirName() {
+        #expect(APNsReason("SomethingNew") == .unknown("SomethingNew"))
+        #expect(APNsReason("SomethingNew").name == "SomethingNew")
+        #expect(APNsReason("Unregistered").name == "Unregistered")
+        #expect(APNsReason("SomethingNew").result(status: 502, timestampMs: nil, retryAfter: nil).isRetry)
+    }
+
+    func fcm(_ status: Int, code: String?, message: String = "", grpc: String = "INVALID_ARGUMENT") -> FCMError {
+        var error: [String: JSONValue] = ["code": .int(Int64(status)), "message": .string(message), "status": .string(grpc)]
+        if let code {
+            error["details"] = [
+                ["@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError", "errorCode": .string(code)]
+            ]
+        }
+        return FCMError(json: ["error": .object(error)])
+    }
+
+    @Test func fcmUnregisteredAndSenderMismatchInvalidate() {
+        #expect(fcm(404, code: "UNREGISTERED").result(status: 404, retryAfter: nil).isInvalidToken)
+        #expect(fcm(403, code: "SENDER_ID_MISMATCH").result(status: 403, retryAfter: nil).isInvalidToken)
+    }
+
+    @Test func fcmInvalidArgumentInvalidatesOnlyForBadTokens() {
+        let token = fcm(400, code: "INVALID_ARGUMENT", message: "The registration token is not a valid FCM registration token")
+        #expect(token.result(status: 400, retryAfter: nil).isInvalidToken)
+        let payload = fcm(400, code: nil, message: "Invalid value at 'message.data[0].value'")
+        #expect(payload.code == "INVALID_ARGUMENT")
+        #expect(payload.result(status: 400, retryAfter: nil) == .failed(reason: "INVALID_ARGUMENT", status: 400))
+    }
+
+    @Test func fcmQuotaBacksOffAtLeastAMinute() {
+        let result = fcm(429, code: "QUOTA_EXCEEDED").result(status: 429, retryAfter: .seconds(3))
+        #expect(result == .retry(reason: "QUOTA_EXCEEDED", status: 429, retryAfter: .seconds(60)))
+    }
+
+    @Test func fcmUnavailableHonoursRetryAfter() {
+        #expect(
+            fcm(503, code: "UNAVAILABLE").result(status: 503, retryAfter: .seconds(9))
+                == .retry(reason: "UNAVAILABLE", status: 503, retryAfter: .seconds(9)))
+        #expect(fcm(500, code: "INTERNAL").result(status: 500, retryAfter: nil).isRetry)
+    }
+
+    @Test func fcmThirdPartyAuthIsACredentialsProblemNotADeadToken() {
+        let result = fcm(401, code: "THIRD_PARTY_AUTH_ERROR").result(status: 401, retryAfter: nil)
+        #expect(!result.isInvalidToken)
+        #expect(result == .failed(reason: "THIRD_PARTY_AUTH_ERROR", status: 401))
+    }
+
+    @Test func apnsIDIsStablePerNotificationAndDevice() {
+        func record(_ device: Int64) -> OutboundRecord {
+            OutboundRecord(
+                notificationID: "6dbcdd60-06da-45b6-8f37-867cf905469a", deviceID: device, realmUUID: "r", provider: .apns,
+                token: "ab", appID: "a", delivery: DeliveryClass(.message), body: [:], acceptedAtMs: 0)
+        }
+        #expect(APNsClient.apnsID(record(1)) == APNsClient.apnsID(record(1)))
+        #expect(APNsClient.apnsID(record(1)) != APNsClient.apnsID(record(2)))
+        #expect(APNsClient.apnsID(record(1)) == APNsClient.apnsID(record(1)).lowercased())
+    }
+}
+
+extension SendResult {
+    var isRetry: Bool { if case .retry = self { true } else { false } }
+    var isInvalidToken: Bool { if case .invalidToken = self { true } else { false } }
+}
