@@ -149,7 +149,7 @@ let package = Package(
         .testTarget(
             name: "PipelineTests",
             dependencies: [
-                "PushModels", "PushCrypto",
+                "PushModels", "PushCrypto", "DeviceState", "RedisClient",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ],

@@ -126,7 +126,8 @@ private func commitFinished(_ handle: OpaquePointer, shared: ConsumerShared, onl
 
 /// A group consumer with manual, at-least-once offset commits.
 ///
-/// `run` hands records to a handler with bounded concurrency. A record's offset is
+/// `run` hands records to a handler with bounded concurrency; records with the same
+/// key are handled in order, one at a time. A record's offset is
 /// committed only after its handler returns `.done`, and each partition commits only
 /// up to its lowest unfinished offset. Polling, commits and close run on a dedicated
 /// thread. On graceful shutdown it stops polling, waits for in-flight records
@@ -180,6 +181,7 @@ public final class KafkaConsumer: Sendable {
         }
         try subscribe()
         let (stream, continuation) = AsyncStream.makeStream(of: KafkaRecord.self)
+        let keyOrder = KeyOrder()
         let closed = DispatchSemaphore(value: 0)
         let thread = Thread { [handle, shared, configuration] in
             pollLoop(handle: handle.pointer, shared: shared, configuration: configuration, output: continuation)
@@ -192,8 +194,12 @@ public final class KafkaConsumer: Sendable {
             await withTaskCancellationHandler {
                 await withDiscardingTaskGroup { group in
                     for await record in stream {
+                        // Records with one key (one user, one device) are handled one after another.
+                        let gate = record.key.map { keyOrder.reserve($0) }
                         group.addTask { [shared] in
+                            await gate?.wait()
                             let disposition = await handler(record)
+                            if let key = record.key { keyOrder.leave(key) }
                             if case .done = disposition {
                                 shared.tracker.withLock { $0.finished(record.topicPartition, offset: record.offset) }
                             }

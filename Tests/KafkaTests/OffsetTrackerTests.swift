@@ -1,3 +1,4 @@
+import Synchronization
 import Testing
 
 @testable import Kafka
@@ -46,4 +47,43 @@ import Testing
         tracker.finished(other, offset: 7)
         #expect(tracker.pendingCommits() == [tp: 3, other: 8])
     }
+}
+
+@Suite struct KeyOrderTests {
+    @Test func sameKeyWaitsForItsPredecessorOtherKeysDoNot() async throws {
+        let order = KeyOrder()
+        let a = Array("user-1".utf8)
+        let first = order.reserve(a)
+        let second = order.reserve(a)
+        let other = order.reserve(Array("user-2".utf8))
+        let log = EventLog()
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                await second.wait()
+                log.append("second")
+                order.leave(a)
+            }
+            group.addTask {
+                await other.wait()
+                log.append("other")
+            }
+            await first.wait()
+            // While the first record of user-1 runs, user-2 is not held up…
+            let deadline = ContinuousClock.now + .seconds(10)
+            while !log.events.contains("other") && ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(10))
+            }
+            // …but the second record of user-1 is.
+            #expect(log.events == ["other"])
+            order.leave(a)
+            try await group.waitForAll()
+        }
+        #expect(log.events == ["other", "second"])
+    }
+}
+
+final class EventLog: Sendable {
+    private let entries = Mutex<[String]>([])
+    func append(_ event: String) { entries.withLock { $0.append(event) } }
+    var events: [String] { entries.withLock { $0 } }
 }

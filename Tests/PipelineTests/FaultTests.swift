@@ -27,7 +27,8 @@ extension StackTests {
             _ = try await realm.device(userID: 40, kind: "fcm", token: token, key: key)
         }
         // The provider is having a bad minute: pushes sit in the dispatcher's retries.
-        try await stack.inject("fcm", status: 503, reason: "UNAVAILABLE", retryAfter: 1, count: 40)
+        // Retry-After 3 s: the first 40 attempts are certainly still waiting when the kill comes.
+        try await stack.inject("fcm", status: 503, reason: "UNAVAILABLE", retryAfter: 3, count: 40)
         let messageIDs = (0..<20).map { Int64(90_000 + $0) }
         for id in messageIDs {
             let reply = try await realm.notify(userID: 40, payload: realm.messagePayload(userID: 40, messageID: id))
@@ -51,6 +52,33 @@ extension StackTests {
         #expect(deliveredBeforeKill.count < expected.count, "the kill must interrupt work in flight")
         let delivered = pushes.filter { $0.status == 200 && tokenSet.contains($0.token) }
         #expect(delivered.count >= expected.count)
+    }
+
+    @Test func encryptorStoppedWithSIGTERMHandsOverEverything() async throws {
+        let stack = try await Stack.get()
+        let realm = try await RealmClient.registered(stack)
+        let key = try RealmClient.pushKey()
+        let tokens = [RealmClient.fcmToken(), RealmClient.fcmToken()]
+        for token in tokens { _ = try await realm.device(userID: 70, kind: "fcm", token: token, key: key) }
+        let messageIDs = (0..<30).map { Int64(70_000 + $0) }
+        for id in messageIDs {
+            #expect(try await realm.notify(userID: 70, payload: realm.messagePayload(userID: 70, messageID: id)).status == 202)
+        }
+        let logBefore = stack.log(.encryptor).utf8.count
+        try await stack.stop(.encryptor, signal: SIGTERM)
+        #expect(stack.exitStatus(.encryptor) == 0, "a graceful stop exits cleanly")
+        let shutdownLog = String(stack.log(.encryptor).utf8.dropFirst(logBefore)) ?? ""
+        #expect(shutdownLog.contains("partitions revoked"), "it left its consumer group")
+        try stack.start(.encryptor)
+        try await stack.waitReady(.encryptor)
+        let expected = Set(tokens.flatMap { token in messageIDs.map { "\(token)#\($0)" } })
+        _ = try await stack.waitForPushes("fcm", timeout: .seconds(120)) { pushes in
+            Set(
+                pushes.filter { $0.status == 200 && tokens.contains($0.token) }.compactMap { push in
+                    push.messageID(with: key).map { "\(push.token)#\($0)" }
+                }
+            ).isSuperset(of: expected)
+        }
     }
 
     @Test func newPushKeyIdIsUsedAndOldKeyKept() async throws {
@@ -88,8 +116,12 @@ extension StackTests {
             json: ["token": .string(token), "timestamp_ms": .int(Wire.nowMillis() - 3_600_000)])
         _ = try await realm.notify(userID: 60, payload: realm.messagePayload(userID: 60, messageID: 1))
         _ = try await stack.waitForPushes("apns") { $0.contains { $0.token == token && $0.status == 410 } }
-        // Give feedback time to apply (or, correctly, ignore) the report.
-        try await Task.sleep(for: .seconds(2))
+        // Wait until feedback has seen the report and (correctly) ignored it.
+        try await Stack.waitFor("feedback to ignore the stale report") {
+            stack.log(.feedback).split(separator: "\n").contains {
+                $0.contains("invalidation ignored") && $0.contains("device_id=\(device) ")
+            }
+        }
         #expect(try await realm.feedback().json["invalidated"] == .array([]))
         let listed = try await HTTP.get(
             "\(stack.ingestURL)/v1/devices?realm_uuid=\(realm.realmUUID)&user_id=60", auth: realm.auth)

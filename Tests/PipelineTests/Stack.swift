@@ -232,6 +232,11 @@ final class Stack: Sendable {
         try await Stack.waitFor("\(service.rawValue) to exit", timeout: .seconds(30)) { !process.isRunning }
     }
 
+    /// The exit status of a service that has stopped.
+    func exitStatus(_ service: Service) -> Int32? {
+        processes.withLock { p in p[service].flatMap { $0.isRunning ? nil : $0.terminationStatus } }
+    }
+
     func isRunning(_ service: Service) -> Bool {
         processes.withLock { $0[service]?.isRunning ?? false }
     }
