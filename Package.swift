@@ -104,7 +104,11 @@ let package = Package(
         // The four stages, each a thin executable that runs one ServiceGroup.
         .executableTarget(
             name: "ingest",
-            dependencies: ["ServiceKit", "DeviceState", "PushCrypto", "PushModels", "Kafka"],
+            dependencies: [
+                "ServiceKit", "DeviceState", "PushCrypto", "PushModels", "Kafka", "RedisClient",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Configuration", package: "swift-configuration"),
+            ],
             path: "Services/Ingest", swiftSettings: strict),
         .executableTarget(
             name: "encryptor",

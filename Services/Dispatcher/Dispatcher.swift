@@ -90,7 +90,7 @@ struct DispatchStage: Sendable {
             return .abandoned
         }
         let recorded: Bool? = await untilSuccess("record outcome", logger: logger) {
-            try await producer.sendAll(messages)
+            try await producer.publish(messages)
             return true
         }
         return recorded == nil ? .abandoned : .done

@@ -55,7 +55,7 @@ struct EncryptorStage: Sendable {
         let start = ContinuousClock.now
         let finished: Bool? = await untilSuccess("encrypt request", logger: logger) {
             let messages = try await self.messages(for: request)
-            try await producer.sendAll(messages)
+            try await producer.publish(messages)
             return true
         }
         Timer(label: "pushrelay_stage_duration_seconds", dimensions: [("stage", "encryptor")])

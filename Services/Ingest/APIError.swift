@@ -1,5 +1,6 @@
 import Hummingbird
 import NIOCore
+import RedisClient
 import PushModels
 
 /// An error answered to a realm: HTTP status, a machine-readable code and a message,
@@ -78,6 +79,9 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
             default:
                 throw APIError(status: error.status, code: "BAD_REQUEST", message: error.body ?? "Bad request")
             }
+        } catch let error as RedisError where error.isRetriable {
+            context.logger.warning("redis unavailable", metadata: ["error": "\(error)"])
+            throw APIError.unavailable
         } catch is NIOTooManyBytesError {
             throw APIError(status: .contentTooLarge, code: "REQUEST_TOO_LARGE", message: "Request body is too large")
         } catch {

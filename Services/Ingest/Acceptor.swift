@@ -3,6 +3,7 @@ import Kafka
 import Logging
 import Metrics
 import PushModels
+import ServiceKit
 
 /// Hands accepted work to `push.requests`. A request is answered only after the
 /// broker acknowledged its record, so an accepted notification is never lost.
@@ -14,10 +15,11 @@ struct Acceptor: Sendable {
     func publish(_ record: PushRequestRecord) async throws {
         let value = try Wire.encode(record)
         do {
-            try await producer.send(
+            try await producer.publish([
                 KafkaOutgoing(
                     topic: topic, key: record.partitionKey, value: value,
-                    headers: [("notification_id", Array(record.notificationID.utf8))]))
+                    headers: [("notification_id", Array(record.notificationID.utf8))])
+            ])
         } catch {
             logger.error(
                 "could not publish accepted notification",
@@ -25,6 +27,5 @@ struct Acceptor: Sendable {
             Counter(label: "pushrelay_ingest_publish_failures_total").increment()
             throw APIError.unavailable
         }
-        Counter(label: "pushrelay_records_out_total", dimensions: [("topic", topic)]).increment()
     }
 }

@@ -35,3 +35,15 @@ extension KafkaOutgoing {
 public func countRecordIn(topic: String) {
     Counter(label: "pushrelay_records_in_total", dimensions: [("topic", topic)]).increment()
 }
+
+extension KafkaProducer {
+    /// Sends records and waits for every acknowledgement, then counts them per topic.
+    public func publish(_ records: [KafkaOutgoing]) async throws {
+        try await sendAll(records)
+        var perTopic: [String: Int] = [:]
+        for record in records { perTopic[record.topic, default: 0] += 1 }
+        for (topic, count) in perTopic {
+            Counter(label: "pushrelay_records_out_total", dimensions: [("topic", topic)]).increment(by: count)
+        }
+    }
+}

@@ -327,12 +327,61 @@ extension StackTests {
         }
     }
 
+    @Test func nativeRegistrationAcceptsASealedToken() async throws {
+        let stack = try await Stack.get()
+        let realm = try await RealmClient.registered(stack)
+        let token = RealmClient.apnsToken()
+        let key = try RealmClient.pushKey()
+        let reply = try await HTTP.send(
+            "POST", "\(stack.ingestURL)/v1/devices",
+            json: [
+                "realm_uuid": .string(realm.realmUUID), "user_id": 80,
+                "encrypted_push_registration": .string(
+                    try realm.sealedRegistration(kind: "apns", token: token, appID: "org.zulip.Zulip")),
+                "bouncer_public_key": .string(stack.bouncerPublicKey), "push_key": .string(key.base64),
+                "push_key_id": 3,
+            ], auth: realm.auth)
+        #expect(reply.status == 201)
+        _ = try await realm.notify(userID: 80, payload: realm.removePayload(userID: 80, messageIDs: [1]))
+        let push = try #require(
+            try await stack.waitForPushes("apns") { $0.contains { $0.token == token } }.first { $0.token == token })
+        #expect(push.headers["apns-topic"] == "org.zulip.Zulip")
+        #expect(try push.decrypt(with: key) == Wire.canonical(realm.removePayload(userID: 80, messageIDs: [1])))
+    }
+
+    @Test func notReadyWithoutRedisButStillLive() async throws {
+        let stack = try await Stack.get()
+        // A second ingest pointed at a port where no Redis listens.
+        var environment = stack.environment(for: .ingest)
+        let port = try Stack.freePort()
+        environment["PUSHRELAY_HTTP_PORT"] = "\(port)"
+        environment["PUSHRELAY_REDIS_PORT"] = "\(try Stack.freePort())"
+        environment["PUSHRELAY_REDIS_TIMEOUT_MS"] = "200"
+        let process = try Stack.launch(
+            "\(stack.binDirectory)/ingest", [], environment: environment, log: "\(stack.directory)/ingest-noredis.log")
+        defer { process.terminate() }
+        try await Stack.waitFor("the second ingest to listen") {
+            (try? await HTTP.get("http://127.0.0.1:\(port)/health/live"))?.status == 200
+        }
+        #expect(try await HTTP.get("http://127.0.0.1:\(port)/health/ready").status == 503)
+        let realm = RealmClient(stack: stack)
+        let register = try await HTTP.send(
+            "POST", "http://127.0.0.1:\(port)/api/v1/remotes/server/register",
+            body: Array("zulip_org_id=\(realm.serverUUID)&zulip_org_key=\(realm.apiKey)&hostname=h&contact_email=a%40b.c".utf8),
+            contentType: "application/x-www-form-urlencoded")
+        #expect(register.status == 503)
+        #expect(register.code == "SERVICE_UNAVAILABLE")
+        #expect(process.isRunning)
+    }
+
     @Test func metricsAreExported() async throws {
         let stack = try await Stack.get()
         let metrics = try await HTTP.get("http://127.0.0.1:\(stack.ports[.dispatcher] ?? 0)/metrics")
         #expect(metrics.status == 200)
         let text = String(decoding: metrics.body, as: UTF8.self)
         #expect(text.contains("pushrelay_records_in_total"))
+        #expect(text.contains("pushrelay_records_out_total"))
+        #expect(text.contains("pushrelay_deliveries_total"))
         #expect(try await HTTP.get("http://127.0.0.1:\(stack.ports[.feedback] ?? 0)/health/live").status == 200)
     }
 }
