@@ -4,7 +4,8 @@ import Hummingbird
 import JWTKit
 import PushModels
 
-/// The claims APNs reads from a provider token.
+/// The claims APNs reads from a provider token (declared apart from the client's, like
+/// the fake FCM's, so the fake checks Apple's contract independently).
 struct APNsProviderClaims: JWTPayload {
     var iss: IssuerClaim
     var iat: IssuedAtClaim

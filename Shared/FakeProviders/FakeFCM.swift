@@ -3,7 +3,9 @@ import Hummingbird
 import JWTKit
 import PushModels
 
-/// The claims of a Google OAuth2 JWT-bearer assertion.
+/// The claims of a Google OAuth2 JWT-bearer assertion. Declared here apart from the
+/// client's own type on purpose: the fake checks Google's contract, not the client's
+/// idea of it, so a mistake in the client cannot be mirrored by the fake.
 struct AssertionClaims: JWTPayload {
     var iss: IssuerClaim
     var scope: String
