@@ -7,4 +7,14 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 swift build
 export PUSHRELAY_BIN_DIR="$(swift build --show-bin-path)"
-swift test "$@"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+status=0
+swift test "$@" 2>&1 | tee "$log" || status=$?
+# One plain summary line from Swift Testing's closing line ("Test run with N tests …").
+total=$(grep -oE 'Test run with [0-9]+ tests?' "$log" | tail -1 | grep -oE '[0-9]+' || true)
+failed=$(grep -oE 'Test run with [0-9]+ tests? .* failed .* with [0-9]+ issues?' "$log" | tail -1 | grep -oE '[0-9]+ issues?' | grep -oE '[0-9]+' || true)
+if [ -n "$total" ]; then
+  if [ "$status" -eq 0 ]; then echo "tests: $total passed, 0 failed"; else echo "tests: run ended with ${failed:-some} issues (exit $status)"; fi
+fi
+exit "$status"
