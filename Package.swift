@@ -155,6 +155,7 @@ let package = Package(
             dependencies: [
                 "PushModels", "PushCrypto", "DeviceState", "RedisClient",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strict),
