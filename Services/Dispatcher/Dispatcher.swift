@@ -42,19 +42,11 @@ struct DispatcherMain {
             observability: observability)
         try await runServices(
             [
-                ProducerService(producer: producer), ProviderClientsService(clients: Array(clients.values)), app,
+                ShutdownHook.flushing(producer), ShutdownHook {
+                    for client in clients.values { await client.shutdown() }
+                }, app,
                 StageService { try await consumer.run(handler: stage.handle) },
             ], logger: logger)
-    }
-}
-
-/// Closes provider connections after the consumer has drained.
-struct ProviderClientsService: Service {
-    let clients: [any PushProviderClient]
-
-    func run() async throws {
-        try? await gracefulShutdown()
-        for client in clients { await client.shutdown() }
     }
 }
 

@@ -37,7 +37,7 @@ struct EncryptorMain {
             settings: settings, readiness: Readiness(kafka: { consumer.isConnected() }, redis: redis),
             observability: observability)
         try await runServices(
-            [ProducerService(producer: producer), app, StageService { try await consumer.run(handler: stage.handle) }],
+            [ShutdownHook.flushing(producer), app, StageService { try await consumer.run(handler: stage.handle) }],
             logger: logger)
     }
 }

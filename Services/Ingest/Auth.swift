@@ -52,8 +52,9 @@ final class ServerAuthenticator: Sendable {
         return uuid
     }
 
-    /// Forgets cached credentials of a server whose key just changed.
-    func forget(server uuid: String) {
+    /// Forgets every cached credential (the cache is keyed by a hash of uuid and key,
+    /// so one server's entries cannot be picked out); called when a key changes.
+    func forgetAll() {
         verified.withLock { $0.removeAll() }
     }
 }

@@ -34,7 +34,7 @@ extension IngestAPI {
         do {
             let created = try await servers.register(
                 uuid: uuid, apiKey: key, hostname: hostname, contactEmail: email, newAPIKey: newKey)
-            if newKey != nil { authenticator.forget(server: uuid) }
+            if newKey != nil { authenticator.forgetAll() }
             return success(["created": .bool(created)])
         } catch ServerRegistrationError.keyMismatch {
             throw APIError.invalidServer

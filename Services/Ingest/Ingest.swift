@@ -66,6 +66,6 @@ struct Ingest {
             configuration: .init(address: .hostname(settings.httpHost, port: settings.httpPort), serverName: "pushrelay"),
             logger: logger)
         logger.info("ingest listening", metadata: ["address": "\(settings.httpHost):\(settings.httpPort)"])
-        try await runServices([ProducerService(producer: producer), app], logger: logger)
+        try await runServices([ShutdownHook.flushing(producer), app], logger: logger)
     }
 }

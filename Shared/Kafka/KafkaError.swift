@@ -8,10 +8,8 @@ public struct KafkaError: Error, Sendable, CustomStringConvertible {
         public var description: String { name }
 
         public static let queueFull = Code(name: "_QUEUE_FULL")
-        public static let messageTimedOut = Code(name: "_MSG_TIMED_OUT")
         public static let configuration = Code(name: "CONFIGURATION")
         public static let closed = Code(name: "CLOSED")
-        public static let shutdown = Code(name: "SHUTDOWN")
     }
 
     public var code: Code

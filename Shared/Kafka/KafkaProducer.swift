@@ -222,8 +222,9 @@ public final class KafkaProducer: Sendable {
     }
 }
 
-/// The rd_kafka_t pointer, immutable after creation. librdkafka handles are
-/// thread-safe, so sharing the pointer is sound; its owner destroys it once.
+/// A librdkafka handle (rd_kafka_t, mock cluster), immutable after creation.
+/// librdkafka handles are thread-safe, so sharing the pointer is sound; its owner
+/// destroys it once.
 final class HandleBox: @unchecked Sendable {
     let pointer: OpaquePointer
     init(_ pointer: OpaquePointer) { self.pointer = pointer }

@@ -4,7 +4,7 @@ import CRdKafka
 /// loopback ports, memory only. Used by the dev broker; see protocols.md §7 for its limits.
 public final class MockCluster: Sendable {
     private let handle: HandleBox
-    private let cluster: ClusterBox
+    private let cluster: HandleBox
 
     /// The `bootstrap.servers` string clients connect to.
     public let bootstrapServers: String
@@ -17,7 +17,7 @@ public final class MockCluster: Sendable {
             throw KafkaError(code: .configuration, message: "rd_kafka_mock_cluster_new failed")
         }
         self.handle = HandleBox(handle)
-        self.cluster = ClusterBox(cluster)
+        self.cluster = HandleBox(cluster)
         self.bootstrapServers = String(cString: rd_kafka_mock_cluster_bootstraps(cluster))
     }
 
@@ -31,9 +31,4 @@ public final class MockCluster: Sendable {
         let rc = rd_kafka_mock_topic_create(cluster.pointer, name, Int32(partitions), Int32(replicationFactor))
         guard rc == RD_KAFKA_RESP_ERR_NO_ERROR else { throw KafkaError.from(rc) }
     }
-}
-
-final class ClusterBox: @unchecked Sendable {
-    let pointer: OpaquePointer
-    init(_ pointer: OpaquePointer) { self.pointer = pointer }
 }

@@ -80,22 +80,28 @@ public func runServices(_ services: [any Service], logger: Logger) async throws 
     try await group.run()
 }
 
-/// Owns a producer's lifetime in the ServiceGroup: on graceful shutdown it flushes
-/// what is queued. List it before the services that produce, so it stops after them.
-public struct ProducerService: Service {
-    let producer: KafkaProducer
+/// Runs `cleanup` once graceful shutdown begins: closing clients after the services
+/// listed after it have stopped (ServiceGroup stops services in reverse order).
+public struct ShutdownHook: Service {
+    let cleanup: @Sendable () async -> Void
 
-    public init(producer: KafkaProducer) {
-        self.producer = producer
+    public init(_ cleanup: @escaping @Sendable () async -> Void) {
+        self.cleanup = cleanup
     }
 
     public func run() async throws {
         try? await gracefulShutdown()
-        let producer = self.producer
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            DispatchQueue.global().async {
-                producer.shutdown()
-                continuation.resume()
+        await cleanup()
+    }
+
+    /// Flushes a producer's queued records (a blocking librdkafka call, so off the pool).
+    public static func flushing(_ producer: KafkaProducer) -> ShutdownHook {
+        ShutdownHook {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                DispatchQueue.global().async {
+                    producer.shutdown()
+                    continuation.resume()
+                }
             }
         }
     }

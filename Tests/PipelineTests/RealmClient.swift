@@ -44,12 +44,11 @@ struct RealmClient: Sendable {
 
     /// `encrypted_push_registration`: the registration JSON sealed to the relay's bouncer key.
     func sealedRegistration(kind: String, token: String, appID: String?, timestamp: Int64? = nil) throws -> String {
-        var fields: [String: JSONValue] = [
+        let fields: [String: JSONValue] = [
             "token": .string(token), "token_kind": .string(kind),
             "timestamp": .int(timestamp ?? Int64(Date().timeIntervalSince1970)),
             "ios_app_id": appID.map { .string($0) } ?? .null,
         ]
-        fields["ios_app_id"] = appID.map { .string($0) } ?? .null
         let publicKey = Array(Data(base64Encoded: stack.bouncerPublicKey) ?? Data())
         return Data(try SealedBox.seal(Wire.canonical(.object(fields)), to: publicKey)).base64EncodedString()
     }
