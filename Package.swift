@@ -14,6 +14,8 @@ let package = Package(
         .executable(name: "devbroker", targets: ["devbroker"]),
         .executable(name: "provider-fakes", targets: ["provider-fakes"]),
         .executable(name: "demo-device", targets: ["demo-device"]),
+        .executable(name: "chaos", targets: ["chaos"]),
+        .executable(name: "pushrelay-replay", targets: ["pushrelay-replay"]),
     ],
     dependencies: [
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
@@ -29,6 +31,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
         .package(url: "https://github.com/apple/swift-configuration", from: "1.4.0"),
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
     ],
     targets: [
         // C libraries from Debian, each used by exactly one Swift wrapper module.
@@ -101,6 +104,15 @@ let package = Package(
             ],
             path: "Shared/FakeProviders", swiftSettings: strict),
 
+        // The whole stack as child processes, for the integration tests and the chaos and load tools.
+        .target(
+            name: "DevStack",
+            dependencies: [
+                "PushModels", "PushCrypto", "Kafka", .product(name: "Logging", package: "swift-log"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+            ],
+            path: "Shared/DevStack", swiftSettings: strict),
+
         // The four stages, each a thin executable that runs one ServiceGroup.
         .executableTarget(
             name: "ingest",
@@ -117,7 +129,7 @@ let package = Package(
         .executableTarget(
             name: "dispatcher",
             dependencies: [
-                "ServiceKit", "Providers", "PushModels", "PushCrypto", "Kafka",
+                "ServiceKit", "Providers", "PushModels", "PushCrypto", "Kafka", "DeviceState", "RedisClient",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             path: "Services/Dispatcher", swiftSettings: strict),
@@ -143,7 +155,24 @@ let package = Package(
             ],
             path: "Tools/DemoDevice", swiftSettings: strict),
 
-        .testTarget(name: "PushModelsTests", dependencies: ["PushModels"], swiftSettings: strict),
+        .executableTarget(
+            name: "chaos",
+            dependencies: [
+                "DevStack", "PushModels", "Kafka", "ReplayKit", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            path: "Tools/Chaos", swiftSettings: strict),
+
+        .target(name: "ReplayKit", dependencies: ["Kafka", "PushModels"], path: "Tools/ReplayKit", swiftSettings: strict),
+        .executableTarget(
+            name: "pushrelay-replay",
+            dependencies: [
+                "ReplayKit", "Kafka", "PushModels", "DeviceState", "RedisClient",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Tools/Replay", swiftSettings: strict),
+
+        .testTarget(name: "PushModelsTests", dependencies: ["PushModels", "ReplayKit"], swiftSettings: strict),
         .testTarget(
             name: "PushCryptoTests", dependencies: ["PushCrypto", "PushModels"], swiftSettings: strict),
         .testTarget(name: "ProvidersTests", dependencies: ["Providers", "PushModels"], swiftSettings: strict),
@@ -153,7 +182,7 @@ let package = Package(
         .testTarget(
             name: "PipelineTests",
             dependencies: [
-                "PushModels", "PushCrypto", "DeviceState", "RedisClient",
+                "DevStack", "PushModels", "Kafka", "ReplayKit", "PushCrypto", "DeviceState", "RedisClient",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Crypto", package: "swift-crypto"),

@@ -16,7 +16,7 @@ struct DevBroker {
         let file = env["PUSHRELAY_KAFKA_BROKERS_FILE"] ?? ".run/kafka-bootstrap"
         let topics =
             (env["PUSHRELAY_DEVBROKER_TOPICS"]
-            ?? "push.requests,push.outbound,push.feedback,push.deliveries")
+            ?? "push.requests,push.outbound,push.feedback,push.deliveries,push.deadletter,push.retry.1,push.retry.2,push.retry.3")
             .split(separator: ",").map { String($0).trimmingCharacters(in: .whitespaces) }
         let logger = Observability.bootstrap(service: "devbroker", level: .info).logger
 

@@ -1,4 +1,5 @@
 import Configuration
+import DeviceState
 import Foundation
 import Kafka
 import Logging
@@ -6,12 +7,17 @@ import Metrics
 import Providers
 import PushCrypto
 import PushModels
+import RedisClient
 import ServiceKit
 import ServiceLifecycle
 
-/// dispatcher: sends each `push.outbound` record to its provider and records the
-/// outcome. A record's offset is committed only after its outcome is on
-/// `push.deliveries` (and, for dead tokens, on `push.feedback`).
+/// dispatcher: sends each `push.outbound` record to its provider, once, and records
+/// the outcome. A record's offset is committed only after everything it caused is
+/// acknowledged on its topics: the outcome on `push.deliveries` (and `push.feedback`
+/// for dead tokens), or the push itself on a retry topic or the dead-letter topic.
+///
+/// Two consumers: the main one on `push.outbound` never waits for a retry; the retry
+/// consumer reads `push.retry.<n>` with each partition paused until its next record is due.
 @main
 struct DispatcherMain {
     static func main() async throws {
@@ -21,62 +27,78 @@ struct DispatcherMain {
         let logger = observability.logger
         let kafka = try settings.kafka()
         let clients = try ProviderSettings(config: config).makeClients(logger: logger)
-        if clients.isEmpty { logger.warning("no provider is configured: every push will be recorded as failed") }
+        if clients.isEmpty { logger.warning("no provider is configured: every push will be dead-lettered") }
+        let redis = RedisClient(configuration: settings.redis)
         let producer = try KafkaProducer(configuration: kafka, logger: logger)
-        let consumer = try KafkaConsumer(
+        let main = try KafkaConsumer(
             configuration: try settings.consumer(
                 stage: "dispatcher", topic: settings.topics.outbound, defaultConcurrency: 256, config: config),
             logger: logger)
+        var retryConfiguration = try settings.consumer(
+            stage: "dispatcher.retry", topic: settings.topics.retry(1), defaultConcurrency: 64, config: config)
+        retryConfiguration.topics = (1...settings.retry.delays.count).map(settings.topics.retry)
+        retryConfiguration.dueHeader = RecordHeader.due
+        let retries = try KafkaConsumer(configuration: retryConfiguration, logger: logger)
+
+        // The dedupe marker must outlive every redelivery and replay that may still come.
+        let minimumTTL = settings.retry.horizon + .seconds(3600)
+        var dedupeTTL = Duration.seconds(config.int(forKey: "pushrelay.dispatcher.dedupe.ttl.seconds", default: 172_800))
+        if dedupeTTL < minimumTTL {
+            logger.warning("dedupe TTL is shorter than the retry horizon; using the horizon plus an hour")
+            dedupeTTL = minimumTTL
+        }
         let perProvider = config.int(forKey: "pushrelay.dispatcher.provider.concurrency", default: 128)
         let stage = DispatchStage(
             clients: clients, limiters: clients.mapValues { _ in ConcurrencyLimiter(limit: perProvider) },
-            producer: producer, topics: settings.topics,
-            retry: RetryPolicy(
-                maxAttempts: config.int(forKey: "pushrelay.dispatcher.max.attempts", default: 5),
-                baseDelay: .milliseconds(config.int(forKey: "pushrelay.dispatcher.retry.base.ms", default: 250)),
-                maxDelay: .seconds(config.int(forKey: "pushrelay.dispatcher.retry.max.seconds", default: 30))),
+            rates: AdaptiveRateLimiter(
+                settings: .init(
+                    ceiling: config.double(forKey: "pushrelay.dispatcher.rate.ceiling", default: 5000),
+                    floor: config.double(forKey: "pushrelay.dispatcher.rate.floor", default: 1))),
+            ledger: DeliveryLedger(redis: redis, keys: RedisKeys(prefix: settings.redisPrefix), ttl: dedupeTTL),
+            producer: producer, topics: settings.topics, schedule: settings.retry,
             logger: logger)
+        let mainWait = Duration.milliseconds(config.int(forKey: "pushrelay.dispatcher.rate.max.wait.ms", default: 200))
 
         let app = opsApplication(
-            settings: settings, readiness: Readiness(kafka: { consumer.isConnected() }, redis: nil),
+            settings: settings,
+            readiness: Readiness(kafka: { main.isConnected() && retries.isConnected() }, redis: redis),
             observability: observability)
         try await runServices(
             [
                 ShutdownHook.flushing(producer), ShutdownHook {
                     for client in clients.values { await client.shutdown() }
                 }, app,
-                StageService { try await consumer.run(handler: stage.handle) },
+                StageService { try await main.run { await stage.handle($0, maxRateWait: mainWait) } },
+                StageService { try await retries.run { await stage.handle($0, maxRateWait: .seconds(2)) } },
             ], logger: logger)
-    }
-}
-
-/// Bounded retries with exponential backoff and full jitter; `Retry-After` is a floor.
-struct RetryPolicy: Sendable {
-    var maxAttempts: Int
-    var baseDelay: Duration
-    var maxDelay: Duration
-
-    func delay(afterAttempt attempt: Int, retryAfter: Duration?) -> Duration {
-        let exponential = baseDelay * (1 << min(attempt - 1, 16))
-        let jittered = min(exponential, maxDelay) * Double.random(in: 0.5...1.0)
-        return max(jittered, retryAfter ?? .zero)
     }
 }
 
 struct DispatchStage: Sendable {
     let clients: [Provider: any PushProviderClient]
     let limiters: [Provider: ConcurrencyLimiter]
+    let rates: AdaptiveRateLimiter
+    let ledger: DeliveryLedger
     let producer: KafkaProducer
     let topics: TopicNames
-    let retry: RetryPolicy
+    let schedule: RetrySchedule
     let logger: Logger
 
-    func handle(_ record: KafkaRecord) async -> RecordDisposition {
+    /// What one record leads to, before it is published.
+    enum Step {
+        case outcome(SendResult, attempts: Int)
+        case alreadySent(DeliveryLedger.Marker)
+        case retry(OutboundRecord, stage: Int, dueAtMs: Int64)
+        case dead(DeadLetterRecord.Cause, SendResult, attempts: Int)
+    }
+
+    func handle(_ record: KafkaRecord, maxRateWait: Duration) async -> RecordDisposition {
         guard let outbound = decodeRecord(OutboundRecord.self, from: record, logger: logger) else { return .done }
-        guard let (result, attempts) = await deliver(outbound) else { return .abandoned }
+        let force = record.header(RecordHeader.replay).map { String(decoding: $0, as: UTF8.self) } == "force"
+        guard let step = await step(for: outbound, force: force, maxRateWait: maxRateWait) else { return .abandoned }
         let messages: [KafkaOutgoing]
         do {
-            messages = try outcomeMessages(outbound, result: result, attempts: attempts)
+            messages = try self.messages(outbound, step: step)
         } catch {
             logger.error("cannot encode outcome", metadata: [LogKey.error: "\(error)"])
             return .abandoned
@@ -88,39 +110,73 @@ struct DispatchStage: Sendable {
         return recorded == nil ? .abandoned : .done
     }
 
-    /// Sends with bounded retries. Nil when shutdown interrupted the retries: the record
-    /// is left uncommitted and will be delivered by the next consumer.
-    func deliver(_ record: OutboundRecord) async -> (SendResult, Int)? {
-        guard let client = clients[record.provider], let limiter = limiters[record.provider] else {
-            return (.failed(reason: "provider_not_configured", status: nil), 0)
-        }
-        var attempt = 0
-        while true {
-            if let expiresAt = record.expiresAt, Int64(Date().timeIntervalSince1970) > expiresAt {
-                return (.failed(reason: "expired", status: nil), attempt)
+    /// Decides and (when it is time) sends. Nil when shutdown interrupted waiting for
+    /// Redis: the record stays uncommitted and the next consumer takes it.
+    func step(for record: OutboundRecord, force: Bool, maxRateWait: Duration) async -> Step? {
+        let attemptsSoFar = record.attempts ?? 0
+        if !force {
+            let marker: DeliveryLedger.Marker?? = await untilSuccess("check the delivery ledger", logger: logger) {
+                try await ledger.marker(notificationID: record.notificationID, deviceID: record.deviceID)
             }
-            attempt += 1
-            let start = ContinuousClock.now
-            let result = await limiter.withSlot { await client.send(record) }
-            Timer(label: "pushrelay_send_duration_seconds", dimensions: [("provider", record.provider.rawValue)])
-                .record(duration: ContinuousClock.now - start)
-            Counter(
-                label: "pushrelay_send_attempts_total",
-                dimensions: [("provider", record.provider.rawValue), ("result", Self.label(result))]
-            ).increment()
-            guard case .retry(let reason, _, let retryAfter) = result else { return (result, attempt) }
-            if attempt >= retry.maxAttempts { return (result, attempt) }
-            let delay = retry.delay(afterAttempt: attempt, retryAfter: retryAfter)
-            logger.info(
-                "provider asked to retry",
-                metadata: [
-                    LogKey.notificationID: "\(record.notificationID)", LogKey.deviceID: "\(record.deviceID)",
-                    LogKey.provider: "\(record.provider.rawValue)", LogKey.reason: "\(reason)",
-                    "delay_ms": "\(delay.components.seconds * 1000 + delay.components.attoseconds / 1_000_000_000_000_000)",
-                ])
-            try? await cancelWhenGracefulShutdown { try await Task.sleep(for: delay) }
-            if Task.isCancelled || Task.isShuttingDownGracefully { return nil }
+            guard let marker else { return nil }
+            if let marker { return .alreadySent(marker) }
         }
+        if record.isExpired(atMs: Wire.nowMillis()) {
+            return .dead(.expired, .failed(reason: record.lastError ?? "expired", status: nil), attempts: attemptsSoFar)
+        }
+        guard let client = clients[record.provider], let limiter = limiters[record.provider] else {
+            return .dead(.rejected, .failed(reason: "provider_not_configured", status: nil), attempts: attemptsSoFar)
+        }
+        let target = AdaptiveRateLimiter.target(of: record)
+        guard await rates.acquire(target, maxWait: maxRateWait) else {
+            // The provider asked us to slow down: park the push rather than hold the stream.
+            Counter(label: "pushrelay_rate_deferred_total", dimensions: [("target", target)]).increment()
+            return plannedRetry(record, attempts: attemptsSoFar, result: .retry(reason: "rate_limited", status: nil, retryAfter: nil))
+        }
+        let start = ContinuousClock.now
+        let result = await limiter.withSlot { await client.send(record) }
+        rates.observe(target, result: result)
+        Timer(label: "pushrelay_send_duration_seconds", dimensions: [("provider", record.provider.rawValue)])
+            .record(duration: ContinuousClock.now - start)
+        Counter(
+            label: "pushrelay_send_attempts_total",
+            dimensions: [("provider", record.provider.rawValue), ("result", Self.label(result))]
+        ).increment()
+        let attempts = attemptsSoFar + 1
+        switch result {
+        case .sent(_, let id):
+            // Recorded before the outcome is published: a crash from here on never re-sends.
+            let noted: Bool? = await untilSuccess("record the send in the delivery ledger", logger: logger) {
+                try await ledger.recordSent(
+                    notificationID: record.notificationID, deviceID: record.deviceID, providerMessageID: id,
+                    nowMs: Wire.nowMillis())
+            }
+            if noted == nil { return nil }
+            return .outcome(result, attempts: attempts)
+        case .invalidToken:
+            return .outcome(result, attempts: attempts)
+        case .failed:
+            return .dead(.rejected, result, attempts: attempts)
+        case .retry:
+            if attempts >= schedule.maxAttempts { return .dead(.attemptsExhausted, result, attempts: attempts) }
+            return plannedRetry(record, attempts: attempts, result: result)
+        }
+    }
+
+    private func plannedRetry(_ record: OutboundRecord, attempts: Int, result: SendResult) -> Step {
+        guard case .retry(let reason, _, let retryAfter) = result else { return .outcome(result, attempts: attempts) }
+        let plan = schedule.plan(
+            afterAttempt: max(attempts, 1), retryAfter: retryAfter, nowMs: Wire.nowMillis(),
+            random: Double.random(in: 0...1))
+        if let expiresAt = record.expiresAt, plan.dueAtMs / 1000 > expiresAt {
+            return .dead(.expired, result, attempts: attempts)
+        }
+        var next = record
+        next.schema = OutboundRecord.currentSchema
+        next.attempts = attempts
+        next.lastError = reason
+        next.notBeforeMs = plan.dueAtMs
+        return .retry(next, stage: plan.stage, dueAtMs: plan.dueAtMs)
     }
 
     static func label(_ result: SendResult) -> String {
@@ -132,9 +188,11 @@ struct DispatchStage: Sendable {
         }
     }
 
-    func outcomeMessages(_ record: OutboundRecord, result: SendResult, attempts: Int) throws -> [KafkaOutgoing] {
+    func messages(_ record: OutboundRecord, step: Step) throws -> [KafkaOutgoing] {
         let now = Wire.nowMillis()
-        func delivery(_ outcome: DeliveryOutcome, reason: String?, status: Int?, id: String? = nil) -> DeliveryRecord {
+        func delivery(
+            _ outcome: DeliveryOutcome, reason: String?, status: Int?, attempts: Int, id: String? = nil
+        ) -> DeliveryRecord {
             DeliveryRecord(
                 notificationID: record.notificationID, realmUUID: record.realmUUID, deviceID: record.deviceID,
                 provider: record.provider, outcome: outcome, reason: reason, httpStatus: status, attempts: attempts,
@@ -144,31 +202,67 @@ struct DispatchStage: Sendable {
             LogKey.notificationID: "\(record.notificationID)", LogKey.deviceID: "\(record.deviceID)",
             LogKey.provider: "\(record.provider.rawValue)", LogKey.token: "\(DeviceToken.redact(record.token))",
         ]
-        switch result {
-        case .sent(let status, let id):
-            Timer(label: "pushrelay_end_to_end_seconds", dimensions: [("provider", record.provider.rawValue)])
-                .recordMilliseconds(max(0, now - record.acceptedAtMs))
-            return [try .delivery(delivery(.sent, reason: nil, status: status, id: id), topic: topics.deliveries)]
-        case .invalidToken(let reason, let status, let timestamp):
-            metadata[LogKey.reason] = "\(reason)"
-            logger.info("provider reports a dead token", metadata: metadata)
-            let feedback = FeedbackRecord(
-                deviceID: record.deviceID, realmUUID: record.realmUUID, provider: record.provider,
-                tokenFingerprint: Fingerprint.token(record.token), reason: reason, providerTimestampMs: timestamp,
-                notificationID: record.notificationID, observedAtMs: now)
+        switch step {
+        case .alreadySent(let marker):
+            logger.info("already sent; not sending again", metadata: metadata)
             return [
-                try .feedback(feedback, topic: topics.feedback),
-                try .delivery(delivery(.invalidToken, reason: reason, status: status), topic: topics.deliveries),
+                try .delivery(
+                    delivery(.alreadySent, reason: nil, status: nil, attempts: record.attempts ?? 0, id: marker.providerMessageID),
+                    topic: topics.deliveries)
             ]
-        case .retry(let reason, let status, _):
+        case .retry(let next, let stage, let due):
+            metadata[LogKey.reason] = "\(next.lastError ?? "")"
+            metadata["retry_stage"] = "\(stage)"
+            metadata["due_in_ms"] = "\(due - now)"
+            logger.info("push parked for retry", metadata: metadata)
+            var message = try KafkaOutgoing.outbound(next, topic: topics.retry(stage))
+            message.headers.append((RecordHeader.due, Array("\(due)".utf8)))
+            return [message]
+        case .dead(let cause, let result, let attempts):
+            let (reason, status) = Self.reasonAndStatus(result)
             metadata[LogKey.reason] = "\(reason)"
-            logger.warning("giving up after retries", metadata: metadata)
-            return [try .delivery(delivery(.failed, reason: reason, status: status), topic: topics.deliveries)]
-        case .failed(let reason, let status):
-            metadata[LogKey.reason] = "\(reason)"
-            logger.warning("push failed permanently", metadata: metadata)
-            let outcome: DeliveryOutcome = reason == "expired" ? .expired : .failed
-            return [try .delivery(delivery(outcome, reason: reason, status: status), topic: topics.deliveries)]
+            metadata["cause"] = "\(cause.rawValue)"
+            logger.warning("push dead-lettered", metadata: metadata)
+            let dead = DeadLetterRecord(
+                cause: cause, lastError: reason, httpStatus: status, attempts: attempts, deadAtMs: now, record: record)
+            return [
+                try .deadLetter(dead, topic: topics.deadLetter),
+                try .delivery(
+                    delivery(cause == .expired ? .expired : .failed, reason: reason, status: status, attempts: attempts),
+                    topic: topics.deliveries),
+            ]
+        case .outcome(let result, let attempts):
+            switch result {
+            case .sent(let status, let id):
+                Timer(label: "pushrelay_end_to_end_seconds", dimensions: [("provider", record.provider.rawValue)])
+                    .recordMilliseconds(max(0, now - record.acceptedAtMs))
+                return [
+                    try .delivery(delivery(.sent, reason: nil, status: status, attempts: attempts, id: id), topic: topics.deliveries)
+                ]
+            case .invalidToken(let reason, let status, let timestamp):
+                metadata[LogKey.reason] = "\(reason)"
+                logger.info("provider reports a dead token", metadata: metadata)
+                let feedback = FeedbackRecord(
+                    deviceID: record.deviceID, realmUUID: record.realmUUID, provider: record.provider,
+                    tokenFingerprint: Fingerprint.token(record.token), reason: reason, providerTimestampMs: timestamp,
+                    notificationID: record.notificationID, observedAtMs: now)
+                return [
+                    try .feedback(feedback, topic: topics.feedback),
+                    try .delivery(delivery(.invalidToken, reason: reason, status: status, attempts: attempts), topic: topics.deliveries),
+                ]
+            case .retry, .failed:
+                let (reason, status) = Self.reasonAndStatus(result)
+                return [try .delivery(delivery(.failed, reason: reason, status: status, attempts: attempts), topic: topics.deliveries)]
+            }
+        }
+    }
+
+    static func reasonAndStatus(_ result: SendResult) -> (String, Int?) {
+        switch result {
+        case .sent(let status, _): ("sent", status)
+        case .invalidToken(let reason, let status, _): (reason, status)
+        case .retry(let reason, let status, _): (reason, status)
+        case .failed(let reason, let status): (reason, status)
         }
     }
 }

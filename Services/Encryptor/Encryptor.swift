@@ -53,8 +53,13 @@ struct EncryptorStage: Sendable {
     func handle(_ record: KafkaRecord) async -> RecordDisposition {
         guard let request = decodeRecord(PushRequestRecord.self, from: record, logger: logger) else { return .done }
         let start = ContinuousClock.now
+        let replay = record.header(RecordHeader.replay)
         let finished: Bool? = await untilSuccess("encrypt request", logger: logger) {
-            let messages = try await self.messages(for: request)
+            var messages = try await self.messages(for: request)
+            if let replay {
+                // A re-driven request stays marked, so the dispatcher's dedupe knows it.
+                for i in messages.indices { messages[i].headers.append((RecordHeader.replay, replay)) }
+            }
             try await producer.publish(messages)
             return true
         }

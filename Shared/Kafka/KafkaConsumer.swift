@@ -41,10 +41,14 @@ public struct KafkaConsumerConfiguration: Sendable {
     public var commitInterval: Duration
     /// How long shutdown waits for in-flight records before leaving them uncommitted.
     public var drainTimeout: Duration
+    /// For delay topics: a header holding the time (ms since the epoch, decimal) before
+    /// which a record must not be handled. A partition whose next record is not due is
+    /// paused and resumed when it is, so waiting holds no handler and no memory.
+    public var dueHeader: String?
 
     public init(
         connection: KafkaConfiguration, groupID: String, topics: [String], maxInFlight: Int = 256,
-        commitInterval: Duration = .milliseconds(200), drainTimeout: Duration = .seconds(10)
+        commitInterval: Duration = .milliseconds(200), drainTimeout: Duration = .seconds(10), dueHeader: String? = nil
     ) {
         self.connection = connection
         self.groupID = groupID
@@ -52,6 +56,7 @@ public struct KafkaConsumerConfiguration: Sendable {
         self.maxInFlight = max(1, maxInFlight)
         self.commitInterval = commitInterval
         self.drainTimeout = drainTimeout
+        self.dueHeader = dueHeader
     }
 }
 
@@ -244,11 +249,13 @@ private func pollLoop(
 ) {
     let commitEvery = configuration.commitInterval
     var lastCommit = ContinuousClock.now
+    var paused = PausedPartitions()
     while !shared.stopping.withLock({ $0 }) {
         if ContinuousClock.now - lastCommit >= commitEvery {
             commitFinished(handle, shared: shared)
             lastCommit = .now
         }
+        paused.resumeDue(handle, nowMs: currentMillis(), logger: shared.logger)
         // Wait for a free slot; time out regularly so commits and shutdown are not starved.
         // (Heartbeats continue on librdkafka's own threads meanwhile. rd_kafka_poll must
         // not be called here: the main queue is redirected to the consumer queue.)
@@ -261,6 +268,12 @@ private func pollLoop(
         rd_kafka_message_destroy(message)
         switch record {
         case .success(let record):
+            if let header = configuration.dueHeader, let due = dueTime(record, header: header), due > currentMillis() {
+                // Not due: rewind to this record and stop fetching the partition until it is.
+                shared.capacity.signal()
+                paused.pause(handle, record: record, dueMs: due, logger: shared.logger)
+                continue
+            }
             shared.tracker.withLock { $0.started(record.topicPartition, offset: record.offset) }
             output.yield(record)
         case .failure(let error):
@@ -286,7 +299,7 @@ private func pollLoop(
     rd_kafka_consumer_close(handle)
 }
 
-private func copyRecord(_ message: UnsafeMutablePointer<rd_kafka_message_t>) -> Result<KafkaRecord, KafkaError> {
+func copyRecord(_ message: UnsafeMutablePointer<rd_kafka_message_t>) -> Result<KafkaRecord, KafkaError> {
     let m = message.pointee
     guard m.err == RD_KAFKA_RESP_ERR_NO_ERROR else { return .failure(KafkaError.from(m.err)) }
     let topic = m.rkt.map { String(cString: rd_kafka_topic_name($0)) } ?? ""
@@ -313,4 +326,40 @@ private func copyRecord(_ message: UnsafeMutablePointer<rd_kafka_message_t>) -> 
         KafkaRecord(
             topic: topic, partition: m.partition, offset: m.offset, key: key, value: value, headers: headers,
             timestampMs: timestamp))
+}
+
+private func currentMillis() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
+
+private func dueTime(_ record: KafkaRecord, header: String) -> Int64? {
+    record.header(header).flatMap { Int64(String(decoding: $0, as: UTF8.self)) }
+}
+
+/// Partitions of a delay topic waiting for their next record to come due.
+private struct PausedPartitions {
+    var due: [TopicPartition: Int64] = [:]
+
+    mutating func pause(_ handle: OpaquePointer, record: KafkaRecord, dueMs: Int64, logger: Logger) {
+        guard let list = rd_kafka_topic_partition_list_new(1) else { return }
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        let element = rd_kafka_topic_partition_list_add(list, record.topic, record.partition)
+        element?.pointee.offset = record.offset
+        rd_kafka_pause_partitions(handle, list)
+        // The seek discards what was fetched past this record; fetching restarts here on resume.
+        if let error = rd_kafka_seek_partitions(handle, list, 5000) {
+            logger.warning("seek failed", metadata: ["error": "\(String(cString: rd_kafka_error_string(error)))"])
+            rd_kafka_error_destroy(error)
+        }
+        due[record.topicPartition] = dueMs
+    }
+
+    mutating func resumeDue(_ handle: OpaquePointer, nowMs: Int64, logger: Logger) {
+        let ready = due.filter { $0.value <= nowMs }.map(\.key)
+        guard !ready.isEmpty, let list = rd_kafka_topic_partition_list_new(Int32(ready.count)) else { return }
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        for tp in ready {
+            rd_kafka_topic_partition_list_add(list, tp.topic, tp.partition)
+            due[tp] = nil
+        }
+        rd_kafka_resume_partitions(handle, list)
+    }
 }

@@ -10,6 +10,7 @@ public struct KafkaError: Error, Sendable, CustomStringConvertible {
         public static let queueFull = Code(name: "_QUEUE_FULL")
         public static let configuration = Code(name: "CONFIGURATION")
         public static let closed = Code(name: "CLOSED")
+        public static let timedOut = Code(name: "_TIMED_OUT")
     }
 
     public var code: Code

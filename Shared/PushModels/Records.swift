@@ -116,9 +116,11 @@ public struct PushRequestRecord: Sendable, Codable, Equatable {
     }
 }
 
-/// `push.outbound`: one ready-to-send push for one device.
+/// `push.outbound` (and the retry and dead-letter topics): one ready-to-send push for
+/// one device. Schema 2 added `attempts`, `last_error` and `not_before_ms`; schema 1
+/// records decode with those absent.
 public struct OutboundRecord: Sendable, Codable, Equatable {
-    public static let currentSchema = 1
+    public static let currentSchema = 2
 
     public var schema: Int
     public var notificationID: String
@@ -137,9 +139,17 @@ public struct OutboundRecord: Sendable, Codable, Equatable {
     public var acceptedAtMs: Int64
     /// When the device's registration was last renewed (ms), to judge APNs 410 timestamps.
     public var registeredAtMs: Int64?
+    /// Provider attempts made so far (nil: none yet).
+    public var attempts: Int?
+    /// The reason of the last retryable answer, carried to the dead-letter topic.
+    public var lastError: String?
+    /// On a retry topic: not to be sent before this time (ms since the epoch).
+    public var notBeforeMs: Int64?
 
     enum CodingKeys: String, CodingKey {
-        case schema, provider, token, delivery, body
+        case schema, provider, token, delivery, body, attempts
+        case lastError = "last_error"
+        case notBeforeMs = "not_before_ms"
         case notificationID = "notification_id"
         case deviceID = "device_id"
         case realmUUID = "realm_uuid"
@@ -172,6 +182,56 @@ public struct OutboundRecord: Sendable, Codable, Equatable {
 
     /// Partition key: one device's pushes stay in order.
     public var partitionKey: String { "\(deviceID)" }
+
+    /// The identity the dispatcher deduplicates on: one notification, one device.
+    public var deliveryKey: String { "\(notificationID):\(deviceID)" }
+
+    /// True when the push is useless at `nowMs` (its expiry has passed).
+    public func isExpired(atMs nowMs: Int64) -> Bool {
+        guard let expiresAt else { return false }
+        return nowMs / 1000 > expiresAt
+    }
+}
+
+/// `push.deadletter`: a push the relay gave up on, with its last error, so an operator
+/// can inspect it and re-drive it once the cause is fixed.
+public struct DeadLetterRecord: Sendable, Codable, Equatable {
+    public static let currentSchema = 1
+
+    public enum Cause: String, Sendable, Codable {
+        /// Retryable errors until the attempts ran out.
+        case attemptsExhausted = "attempts_exhausted"
+        /// Its expiry passed before it could be sent.
+        case expired
+        /// The provider refused it for good (bad payload, topic, credentials, no provider).
+        case rejected
+    }
+
+    public var schema: Int
+    public var cause: Cause
+    public var lastError: String?
+    public var httpStatus: Int?
+    public var attempts: Int
+    public var deadAtMs: Int64
+    /// The push as it was last tried, token and ciphertext included, so it can be re-driven.
+    public var record: OutboundRecord
+
+    enum CodingKeys: String, CodingKey {
+        case schema, cause, attempts, record
+        case lastError = "last_error"
+        case httpStatus = "http_status"
+        case deadAtMs = "dead_at_ms"
+    }
+
+    public init(cause: Cause, lastError: String?, httpStatus: Int?, attempts: Int, deadAtMs: Int64, record: OutboundRecord) {
+        self.schema = Self.currentSchema
+        self.cause = cause
+        self.lastError = lastError
+        self.httpStatus = httpStatus
+        self.attempts = attempts
+        self.deadAtMs = deadAtMs
+        self.record = record
+    }
 }
 
 /// `push.feedback`: a provider said a token is dead.
@@ -224,6 +284,8 @@ public enum DeliveryOutcome: String, Sendable, Codable, CaseIterable {
     case unknownDevice = "unknown_device"
     case failed
     case expired
+    /// A redelivered or replayed push whose pair the provider had already accepted: not sent again.
+    case alreadySent = "already_sent"
 }
 
 /// `push.deliveries`: one record per final outcome, for accounting and incident analysis.
@@ -282,8 +344,28 @@ public struct TopicNames: Sendable, Equatable {
     public var outbound = "push.outbound"
     public var feedback = "push.feedback"
     public var deliveries = "push.deliveries"
+    public var deadLetter = "push.deadletter"
+    /// Retry topic names start with this and end with the retry stage: `push.retry.1`, `push.retry.2`, …
+    public var retryPrefix = "push.retry."
 
     public init() {}
 
-    public var all: [String] { [requests, outbound, feedback, deliveries] }
+    /// The retry topic of stage `stage` (1-based): named by stage, not by delay, so
+    /// changing the delays never strands records in a topic nobody reads.
+    public func retry(_ stage: Int) -> String { "\(retryPrefix)\(stage)" }
+
+    public func all(retryStages: Int) -> [String] {
+        [requests, outbound, feedback, deliveries, deadLetter] + (1...max(1, retryStages)).map(retry)
+    }
+}
+
+/// Kafka header names the stages and tools share.
+public enum RecordHeader {
+    /// The notification a record belongs to, on every topic, for tracing.
+    public static let notificationID = "notification_id"
+    /// On retry topics: ms since the epoch before which the record is not handled.
+    public static let due = "pushrelay-due-ms"
+    /// Set by the replay tool on re-driven records (its value: when, or `force` to
+    /// re-send pairs already delivered); carried from `push.requests` to `push.outbound`.
+    public static let replay = "pushrelay-replay"
 }

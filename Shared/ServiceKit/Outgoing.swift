@@ -8,7 +8,7 @@ extension KafkaOutgoing {
     public static func outbound(_ record: OutboundRecord, topic: String) throws -> KafkaOutgoing {
         KafkaOutgoing(
             topic: topic, key: record.partitionKey, value: try Wire.encode(record),
-            headers: [("notification_id", Array(record.notificationID.utf8))])
+            headers: [(RecordHeader.notificationID, Array(record.notificationID.utf8))])
     }
 
     public static func delivery(_ record: DeliveryRecord, topic: String) throws -> KafkaOutgoing {
@@ -21,13 +21,20 @@ extension KafkaOutgoing {
         ).increment()
         return KafkaOutgoing(
             topic: topic, key: record.deviceID.map { "\($0)" } ?? record.realmUUID, value: try Wire.encode(record),
-            headers: [("notification_id", Array(record.notificationID.utf8))])
+            headers: [(RecordHeader.notificationID, Array(record.notificationID.utf8))])
+    }
+
+    public static func deadLetter(_ record: DeadLetterRecord, topic: String) throws -> KafkaOutgoing {
+        Counter(label: "pushrelay_dead_letters_total", dimensions: [("cause", record.cause.rawValue)]).increment()
+        return KafkaOutgoing(
+            topic: topic, key: record.record.partitionKey, value: try Wire.encode(record),
+            headers: [(RecordHeader.notificationID, Array(record.record.notificationID.utf8))])
     }
 
     public static func feedback(_ record: FeedbackRecord, topic: String) throws -> KafkaOutgoing {
         KafkaOutgoing(
             topic: topic, key: "\(record.deviceID)", value: try Wire.encode(record),
-            headers: [("notification_id", Array(record.notificationID.utf8))])
+            headers: [(RecordHeader.notificationID, Array(record.notificationID.utf8))])
     }
 }
 

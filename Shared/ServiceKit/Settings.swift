@@ -16,6 +16,8 @@ public struct CommonSettings: Sendable {
     public var redis: RedisConfiguration
     public var redisPrefix: String
     public var topics: TopicNames
+    /// Retry stages (`PUSHRELAY_RETRY_DELAYS`, e.g. `5s,1m,10m`) and attempts before dead-lettering.
+    public var retry: RetrySchedule
     /// Address of the service's HTTP endpoint (health, metrics, and for ingest the API).
     public var httpHost: String
     public var httpPort: Int
@@ -36,7 +38,14 @@ public struct CommonSettings: Sendable {
         topics.outbound = config.string(forKey: "pushrelay.topic.outbound", default: topics.outbound)
         topics.feedback = config.string(forKey: "pushrelay.topic.feedback", default: topics.feedback)
         topics.deliveries = config.string(forKey: "pushrelay.topic.deliveries", default: topics.deliveries)
+        topics.deadLetter = config.string(forKey: "pushrelay.topic.deadletter", default: topics.deadLetter)
+        topics.retryPrefix = config.string(forKey: "pushrelay.topic.retry.prefix", default: topics.retryPrefix)
         self.topics = topics
+        let delays = config.string(forKey: "pushrelay.retry.delays", default: "5s,1m,10m")
+        retry = RetrySchedule(
+            delays: (try? RetrySchedule.parseDelays(delays)) ?? RetrySchedule.standard.delays,
+            maxAttempts: config.int(forKey: "pushrelay.retry.max.attempts", default: RetrySchedule.standard.maxAttempts),
+            jitter: config.double(forKey: "pushrelay.retry.jitter", default: 0.2))
         httpHost = config.string(forKey: "pushrelay.http.host", default: "127.0.0.1")
         httpPort = config.int(forKey: "pushrelay.http.port", default: defaultPort)
         logLevel = Logger.Level(rawValue: config.string(forKey: "pushrelay.log.level", default: "info")) ?? .info

@@ -1,3 +1,4 @@
+import DevStack
 import AsyncHTTPClient
 import Foundation
 import NIOCore

@@ -1,3 +1,4 @@
+import DevStack
 import Foundation
 import PushCrypto
 import PushModels

@@ -1,3 +1,4 @@
+import DevStack
 import Testing
 
 /// Every test that drives the shared stack, one at a time: they share the provider

@@ -4,10 +4,9 @@ import NIOCore
 import PushCrypto
 import PushModels
 import Synchronization
-import Testing
 
 /// Child processes started by the tests, killed when the test process exits.
-let children = Mutex<[Int32]>([])
+public let children = Mutex<[Int32]>([])
 
 private func killChildrenAtExit() {
     atexit {
@@ -15,46 +14,65 @@ private func killChildrenAtExit() {
     }
 }
 
-struct StackError: Error, CustomStringConvertible {
-    var description: String
-    init(_ description: String) { self.description = description }
+public struct StackError: Error, CustomStringConvertible {
+    public var description: String
+    public init(_ description: String) { self.description = description }
 }
 
 /// The whole pipeline for integration tests: a real Redis, the dev broker (librdkafka's
 /// Kafka-protocol mock cluster), the provider fakes and the four real service binaries,
 /// each on free loopback ports in a private directory.
-final class Stack: Sendable {
-    enum Service: String, CaseIterable, Sendable {
+public final class Stack: Sendable {
+    public enum Service: String, CaseIterable, Sendable {
         case ingest, encryptor, dispatcher, feedback
     }
 
-    let directory: String
-    let binDirectory: String
-    let redisPort: Int
-    let kafkaBrokers: String
-    let ports: [Service: Int]
-    let controlPort: Int
-    let dispatcherEnvironment: [String: String]
-    let bouncerPublicKey: String
-    let processes = Mutex<[Service: Process]>([:])
+    public let directory: String
+    public let binDirectory: String
+    public let redisPort: Int
+    public let kafkaBrokers: String
+    public let ports: [Service: Int]
+    public let controlPort: Int
+    public let dispatcherEnvironment: [String: String]
+    public let bouncerPublicKey: String
+    public let options: Options
+    public let processes = Mutex<[Service: Process]>([:])
+    let redis = Mutex<Process?>(nil)
 
-    var ingestURL: String { "http://127.0.0.1:\(ports[.ingest] ?? 0)" }
-    var controlURL: String { "http://127.0.0.1:\(controlPort)" }
+    /// How to start a stack: extra environment for every service, broker partitions.
+    public struct Options: Sendable {
+        public var environment: [String: String]
+        public var partitions: Int
+        public init(environment: [String: String] = [:], partitions: Int = 6) {
+            self.environment = environment
+            self.partitions = partitions
+        }
+
+        /// What the integration tests run with: short retry delays so retries finish within a test.
+        public static let tests = Options(environment: [
+            "PUSHRELAY_RATELIMIT_REQUESTS": "300",
+            "PUSHRELAY_RETRY_DELAYS": "1s,2s,3s",
+            "PUSHRELAY_RETRY_MAX_ATTEMPTS": "8",
+        ])
+    }
+
+    public var ingestURL: String { "http://127.0.0.1:\(ports[.ingest] ?? 0)" }
+    public var controlURL: String { "http://127.0.0.1:\(controlPort)" }
 
     private static let shared = Mutex<Task<Stack, any Error>?>(nil)
 
     /// One stack per test process, started on first use.
-    static func get() async throws -> Stack {
+    public static func get() async throws -> Stack {
         let task = shared.withLock { task in
             if let task { return task }
-            let new = Task { try await Stack.start() }
+            let new = Task { try await Stack.start(options: .tests) }
             task = new
             return new
         }
         return try await task.value
     }
 
-    static func binDirectory() throws -> String {
+    public static func binDirectory() throws -> String {
         if let dir = ProcessInfo.processInfo.environment["PUSHRELAY_BIN_DIR"], !dir.isEmpty { return dir }
         // `swift test` runs the test bundle from the build directory that holds the executables.
         let candidates = [
@@ -67,7 +85,7 @@ final class Stack: Sendable {
         throw StackError("service binaries not found; run `swift build` first or set PUSHRELAY_BIN_DIR")
     }
 
-    static func freePort() throws -> Int {
+    public static func freePort() throws -> Int {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(fd) }
         var address = sockaddr_in()
@@ -84,7 +102,7 @@ final class Stack: Sendable {
         return Int(UInt16(bigEndian: address.sin_port))
     }
 
-    static func which(_ name: String) -> String? {
+    public static func which(_ name: String) -> String? {
         for dir in (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin").split(separator: ":")
         where FileManager.default.isExecutableFile(atPath: "\(dir)/\(name)") {
             return "\(dir)/\(name)"
@@ -97,7 +115,7 @@ final class Stack: Sendable {
     }
 
     @discardableResult
-    static func launch(_ path: String, _ arguments: [String], environment: [String: String], log: String) throws
+    public static func launch(_ path: String, _ arguments: [String], environment: [String: String], log: String) throws
         -> Process
     {
         let process = Process()
@@ -118,7 +136,7 @@ final class Stack: Sendable {
         return process
     }
 
-    static func waitFor(_ what: String, timeout: Duration = .seconds(60), _ check: () async -> Bool) async throws {
+    public static func waitFor(_ what: String, timeout: Duration = .seconds(60), _ check: () async -> Bool) async throws {
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
             if await check() { return }
@@ -127,25 +145,22 @@ final class Stack: Sendable {
         throw StackError("timed out waiting for \(what)")
     }
 
-    static func start() async throws -> Stack {
+    public static func start(options: Options) async throws -> Stack {
         killChildrenAtExit()
         let bin = try binDirectory()
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("pushrelay-test-\(getpid())").path
         try? FileManager.default.removeItem(atPath: dir)
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
 
-        guard let redisServer = which("redis-server") else { throw StackError("redis-server is not installed") }
         let redisPort = try freePort()
-        try launch(
-            redisServer,
-            [
-                "--port", "\(redisPort)", "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes", "--dir", dir,
-                "--daemonize", "no",
-            ], environment: [:], log: "\(dir)/redis.log")
+        let redis = try launchRedis(port: redisPort, directory: dir)
 
         let brokersFile = "\(dir)/kafka-bootstrap"
         try launch(
-            "\(bin)/devbroker", [], environment: ["PUSHRELAY_KAFKA_BROKERS_FILE": brokersFile],
+            "\(bin)/devbroker", [],
+            environment: [
+                "PUSHRELAY_KAFKA_BROKERS_FILE": brokersFile, "PUSHRELAY_DEVBROKER_PARTITIONS": "\(options.partitions)",
+            ],
             log: "\(dir)/devbroker.log")
         try await waitFor("the dev broker") { FileManager.default.fileExists(atPath: brokersFile) }
         let brokers = try String(contentsOfFile: brokersFile, encoding: .utf8)
@@ -178,7 +193,8 @@ final class Stack: Sendable {
         let stack = Stack(
             directory: dir, binDirectory: bin, redisPort: redisPort, kafkaBrokers: brokers, ports: ports,
             controlPort: fakePorts.control, dispatcherEnvironment: dispatcherEnvironment,
-            bouncerPublicKey: bouncerKey)
+            bouncerPublicKey: bouncerKey, options: options)
+        stack.redis.withLock { $0 = redis }
         for service in Service.allCases { try stack.start(service) }
         for service in Service.allCases { try await stack.waitReady(service) }
         return stack
@@ -186,8 +202,9 @@ final class Stack: Sendable {
 
     private init(
         directory: String, binDirectory: String, redisPort: Int, kafkaBrokers: String, ports: [Service: Int],
-        controlPort: Int, dispatcherEnvironment: [String: String], bouncerPublicKey: String
+        controlPort: Int, dispatcherEnvironment: [String: String], bouncerPublicKey: String, options: Options
     ) {
+        self.options = options
         self.directory = directory
         self.binDirectory = binDirectory
         self.redisPort = redisPort
@@ -198,72 +215,113 @@ final class Stack: Sendable {
         self.bouncerPublicKey = bouncerPublicKey
     }
 
-    func environment(for service: Service) -> [String: String] {
+    public func environment(for service: Service) -> [String: String] {
         var env: [String: String] = [
             "PUSHRELAY_KAFKA_BROKERS": kafkaBrokers,
             "PUSHRELAY_REDIS_PORT": "\(redisPort)",
             "PUSHRELAY_HTTP_PORT": "\(ports[service] ?? 0)",
             "PUSHRELAY_PIPELINE_KEYS_FILE": "\(directory)/pipeline-keys",
             "PUSHRELAY_BOUNCER_KEYS_FILE": "\(directory)/bouncer-keys",
-            "PUSHRELAY_RATELIMIT_REQUESTS": "300",
-            "PUSHRELAY_DISPATCHER_RETRY_BASE_MS": "100",
-            "PUSHRELAY_DISPATCHER_MAX_ATTEMPTS": "8",
         ]
+        env.merge(options.environment) { _, new in new }
         if service == .dispatcher { env.merge(dispatcherEnvironment) { _, new in new } }
         return env
     }
 
-    func start(_ service: Service) throws {
+    public func start(_ service: Service) throws {
         let process = try Stack.launch(
             "\(binDirectory)/\(service.rawValue)", [], environment: environment(for: service),
             log: "\(directory)/\(service.rawValue).log")
         processes.withLock { $0[service] = process }
     }
 
-    func waitReady(_ service: Service) async throws {
+    public func waitReady(_ service: Service) async throws {
         let url = "http://127.0.0.1:\(ports[service] ?? 0)/health/ready"
         try await Stack.waitFor("\(service.rawValue) to be ready") { (try? await HTTP.get(url))?.status == 200 }
     }
 
     /// Sends `signal` to a service and waits for it to exit.
-    func stop(_ service: Service, signal: Int32) async throws {
+    public func stop(_ service: Service, signal: Int32) async throws {
         guard let process = processes.withLock({ $0[service] }) else { return }
         kill(process.processIdentifier, signal)
         try await Stack.waitFor("\(service.rawValue) to exit", timeout: .seconds(30)) { !process.isRunning }
     }
 
+    /// Redis with AOF persistence (`appendfsync everysec`) in the stack's directory.
+    static func launchRedis(port: Int, directory: String) throws -> Process {
+        guard let redisServer = which("redis-server") else { throw StackError("redis-server is not installed") }
+        return try launch(
+            redisServer,
+            [
+                "--port", "\(port)", "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes",
+                "--appendfsync", "everysec", "--dir", directory, "--daemonize", "no",
+            ], environment: [:], log: "\(directory)/redis.log")
+    }
+
+    /// Stops Redis with `signal` and starts it again on the same port and data directory.
+    public func restartRedis(signal: Int32 = SIGTERM, downFor: Duration = .seconds(1)) async throws {
+        if let process = redis.withLock({ $0 }) {
+            kill(process.processIdentifier, signal)
+            try await Stack.waitFor("redis to exit", timeout: .seconds(30)) { !process.isRunning }
+        }
+        try await Task.sleep(for: downFor)
+        let process = try Stack.launchRedis(port: redisPort, directory: directory)
+        redis.withLock { $0 = process }
+        try await Stack.waitFor("redis to answer") { Stack.redisAnswers(port: self.redisPort) }
+    }
+
+    static func redisAnswers(port: Int) -> Bool {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
+            }
+        }
+        guard connected else { return false }
+        let ping = Array("PING\r\n".utf8)
+        guard write(fd, ping, ping.count) == ping.count else { return false }
+        var buffer = [UInt8](repeating: 0, count: 64)
+        let n = read(fd, &buffer, buffer.count)
+        return n > 0 && String(decoding: buffer[..<n], as: UTF8.self).hasPrefix("+PONG")
+    }
+
     /// The exit status of a service that has stopped.
-    func exitStatus(_ service: Service) -> Int32? {
+    public func exitStatus(_ service: Service) -> Int32? {
         processes.withLock { p in p[service].flatMap { $0.isRunning ? nil : $0.terminationStatus } }
     }
 
-    func isRunning(_ service: Service) -> Bool {
+    public func isRunning(_ service: Service) -> Bool {
         processes.withLock { $0[service]?.isRunning ?? false }
     }
 
-    func log(_ service: Service) -> String {
+    public func log(_ service: Service) -> String {
         (try? String(contentsOfFile: "\(directory)/\(service.rawValue).log", encoding: .utf8)) ?? ""
     }
 
     // MARK: Fake providers
 
-    func received(_ provider: String) async throws -> [ReceivedPush] {
+    public func received(_ provider: String) async throws -> [ReceivedPush] {
         let response = try await HTTP.get("\(controlURL)/\(provider)/received")
         return try JSONDecoder().decode([ReceivedPush].self, from: Data(response.body))
     }
 
-    func unregister(_ provider: String, token: String) async throws {
+    public func unregister(_ provider: String, token: String) async throws {
         _ = try await HTTP.send("POST", "\(controlURL)/\(provider)/unregistered", json: ["token": .string(token)])
     }
 
-    func inject(_ provider: String, status: Int, reason: String, retryAfter: Int?, count: Int) async throws {
+    public func inject(_ provider: String, status: Int, reason: String, retryAfter: Int?, count: Int) async throws {
         var body: [String: JSONValue] = ["status": .int(Int64(status)), "reason": .string(reason), "count": .int(Int64(count))]
         if let retryAfter { body["retry_after"] = .int(Int64(retryAfter)) }
         _ = try await HTTP.send("POST", "\(controlURL)/\(provider)/inject", json: .object(body))
     }
 
     /// Waits until `condition` holds for the pushes a fake received.
-    func waitForPushes(
+    public func waitForPushes(
         _ provider: String, timeout: Duration = .seconds(60), _ condition: ([ReceivedPush]) -> Bool
     ) async throws -> [ReceivedPush] {
         let deadline = ContinuousClock.now + timeout
@@ -279,43 +337,51 @@ final class Stack: Sendable {
 }
 
 /// A push as the fakes' control API reports it.
-struct ReceivedPush: Decodable, Sendable {
-    var provider: String
-    var token: String
-    var headers: [String: String]
-    var body: JSONValue
-    var status: Int
-    var reason: String?
-    var httpVersion: String
+public struct ReceivedPush: Decodable, Sendable {
+    public var provider: String
+    public var token: String
+    public var headers: [String: String]
+    public var body: JSONValue
+    public var status: Int
+    public var reason: String?
+    public var httpVersion: String
+    public var receivedAtMs: Int64?
 
     enum CodingKeys: String, CodingKey {
         case provider, token, headers, body, status, reason
         case httpVersion = "http_version"
+        case receivedAtMs = "received_at_ms"
     }
 }
 
 /// A minimal JSON-over-HTTP client for the tests.
-enum HTTP {
-    struct Reply: Sendable {
-        var status: Int
-        var body: [UInt8]
-        var headers: [(String, String)]
+public enum HTTP {
+    public struct Reply: Sendable {
+        public var status: Int
+        public var body: [UInt8]
+        public var headers: [(String, String)]
 
-        var json: JSONValue { (try? JSONDecoder().decode(JSONValue.self, from: Data(body))) ?? .null }
-        var code: String? { json["code"]?.stringValue }
+        public init(status: Int, body: [UInt8], headers: [(String, String)]) {
+            self.status = status
+            self.body = body
+            self.headers = headers
+        }
+
+        public var json: JSONValue { (try? JSONDecoder().decode(JSONValue.self, from: Data(body))) ?? .null }
+        public var code: String? { json["code"]?.stringValue }
     }
 
-    static func get(_ url: String, auth: (String, String)? = nil) async throws -> Reply {
+    public static func get(_ url: String, auth: (String, String)? = nil) async throws -> Reply {
         try await send("GET", url, body: nil, auth: auth)
     }
 
-    static func send(
+    public static func send(
         _ method: String, _ url: String, json: JSONValue, auth: (String, String)? = nil
     ) async throws -> Reply {
         try await send(method, url, body: Wire.canonical(json), contentType: "application/json", auth: auth)
     }
 
-    static func send(
+    public static func send(
         _ method: String, _ url: String, body: [UInt8]?, contentType: String = "application/json",
         auth: (String, String)? = nil
     ) async throws -> Reply {

@@ -4,29 +4,29 @@ import PushModels
 
 /// A realm host (e.g. a self-hosted Zulip server) as the tests drive it: its own
 /// server credentials and realm, so each test is isolated from the others.
-struct RealmClient: Sendable {
-    let stack: Stack
-    let serverUUID: String
-    let apiKey: String
-    let realmUUID: String
+public struct RealmClient: Sendable {
+    public let stack: Stack
+    public let serverUUID: String
+    public let apiKey: String
+    public let realmUUID: String
 
-    init(stack: Stack, serverUUID: String = UUID().uuidString.lowercased()) {
+    public init(stack: Stack, serverUUID: String = UUID().uuidString.lowercased()) {
         self.stack = stack
         self.serverUUID = serverUUID
         self.apiKey = (0..<64).map { _ in String("abcdefghijklmnopqrstuvwxyz0123456789".randomElement()!) }.joined()
         self.realmUUID = UUID().uuidString.lowercased()
     }
 
-    var auth: (String, String) { (serverUUID, apiKey) }
+    public var auth: (String, String) { (serverUUID, apiKey) }
 
-    static func registered(_ stack: Stack) async throws -> RealmClient {
+    public static func registered(_ stack: Stack) async throws -> RealmClient {
         let client = RealmClient(stack: stack)
         let reply = try await client.registerServer()
         guard reply.status == 200 else { throw StackError("server registration failed: \(reply.status)") }
         return client
     }
 
-    func registerServer() async throws -> HTTP.Reply {
+    public func registerServer() async throws -> HTTP.Reply {
         let form =
             "zulip_org_id=\(serverUUID)&zulip_org_key=\(apiKey)&hostname=zulip.example.com&contact_email=admin%40example.com"
         return try await HTTP.send(
@@ -34,16 +34,16 @@ struct RealmClient: Sendable {
             contentType: "application/x-www-form-urlencoded")
     }
 
-    static func apnsToken() -> String { (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined() }
-    static func fcmToken() -> String { "fcm:" + UUID().uuidString + UUID().uuidString }
+    public static func apnsToken() -> String { (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined() }
+    public static func fcmToken() -> String { "fcm:" + UUID().uuidString + UUID().uuidString }
 
     /// A fresh device push key (33-byte tagged secretbox key).
-    static func pushKey() throws -> PushKey {
+    public static func pushKey() throws -> PushKey {
         try PushKey(tagged: [0x31] + (0..<32).map { _ in UInt8.random(in: 0...255) })
     }
 
     /// `encrypted_push_registration`: the registration JSON sealed to the relay's bouncer key.
-    func sealedRegistration(kind: String, token: String, appID: String?, timestamp: Int64? = nil) throws -> String {
+    public func sealedRegistration(kind: String, token: String, appID: String?, timestamp: Int64? = nil) throws -> String {
         let fields: [String: JSONValue] = [
             "token": .string(token), "token_kind": .string(kind),
             "timestamp": .int(timestamp ?? Int64(Date().timeIntervalSince1970)),
@@ -53,7 +53,7 @@ struct RealmClient: Sendable {
         return Data(try SealedBox.seal(Wire.canonical(.object(fields)), to: publicKey)).base64EncodedString()
     }
 
-    func bouncerRegister(kind: String, token: String, appID: String?, pushAccountID: Int64) async throws -> HTTP.Reply {
+    public func bouncerRegister(kind: String, token: String, appID: String?, pushAccountID: Int64) async throws -> HTTP.Reply {
         try await HTTP.send(
             "POST", "\(stack.ingestURL)/api/v1/remotes/push/e2ee/register",
             json: [
@@ -63,7 +63,7 @@ struct RealmClient: Sendable {
             ], auth: auth)
     }
 
-    func registerDevice(
+    public func registerDevice(
         userID: Int64, kind: String, token: String, appID: String? = nil, key: PushKey, keyID: Int64
     ) async throws -> HTTP.Reply {
         var body: [String: JSONValue] = [
@@ -75,7 +75,7 @@ struct RealmClient: Sendable {
     }
 
     /// Registers a device through the native API and returns its id.
-    func device(userID: Int64, kind: String, token: String, key: PushKey, keyID: Int64 = 1) async throws -> Int64 {
+    public func device(userID: Int64, kind: String, token: String, key: PushKey, keyID: Int64 = 1) async throws -> Int64 {
         let reply = try await registerDevice(
             userID: userID, kind: kind, token: token, appID: kind == "apns" ? "org.zulip.Zulip" : nil, key: key,
             keyID: keyID)
@@ -85,19 +85,19 @@ struct RealmClient: Sendable {
         return id
     }
 
-    func notify(userID: Int64, payload: JSONValue, deviceIDs: [Int64]? = nil) async throws -> HTTP.Reply {
+    public func notify(userID: Int64, payload: JSONValue, deviceIDs: [Int64]? = nil) async throws -> HTTP.Reply {
         var body: [String: JSONValue] = ["realm_uuid": .string(realmUUID), "user_id": .int(userID), "payload": payload]
         if let deviceIDs { body["device_ids"] = .array(deviceIDs.map { .int($0) }) }
         return try await HTTP.send("POST", "\(stack.ingestURL)/v1/notify", json: .object(body), auth: auth)
     }
 
-    func feedback(after cursor: String? = nil) async throws -> HTTP.Reply {
+    public func feedback(after cursor: String? = nil) async throws -> HTTP.Reply {
         var url = "\(stack.ingestURL)/v1/feedback?realm_uuid=\(realmUUID)"
         if let cursor { url += "&after=\(cursor)" }
         return try await HTTP.get(url, auth: auth)
     }
 
-    func messagePayload(userID: Int64, messageID: Int64, content: String = "hello") -> JSONValue {
+    public func messagePayload(userID: Int64, messageID: Int64, content: String = "hello") -> JSONValue {
         [
             "channel_id": 10, "channel_name": "Denmark", "content": .string(content), "message_id": .int(messageID),
             "realm_name": "Zulip Dev", "realm_url": "http://zulip.testserver", "recipient_type": "channel",
@@ -107,7 +107,7 @@ struct RealmClient: Sendable {
         ]
     }
 
-    func removePayload(userID: Int64, messageIDs: [Int64]) -> JSONValue {
+    public func removePayload(userID: Int64, messageIDs: [Int64]) -> JSONValue {
         [
             "message_ids": .array(messageIDs.map { .int($0) }), "realm_name": "Zulip Dev",
             "realm_url": "http://zulip.testserver", "type": "remove", "user_id": .int(userID),
@@ -117,7 +117,7 @@ struct RealmClient: Sendable {
 
 extension ReceivedPush {
     /// Decrypts `encrypted_data` with the device's key.
-    func decrypt(with key: PushKey) throws -> [UInt8] {
+    public func decrypt(with key: PushKey) throws -> [UInt8] {
         guard let encrypted = body["encrypted_data"]?.stringValue else { throw StackError("no encrypted_data") }
         return try key.decrypt(encrypted)
     }

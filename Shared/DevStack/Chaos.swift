@@ -1,0 +1,291 @@
+import Foundation
+import Kafka
+import Logging
+import PushCrypto
+import PushModels
+import Synchronization
+
+/// A fault drill: pushes notifications through a running stack while killing and
+/// restarting stages, then accounts for every accepted notification per device from
+/// the provider fakes (what reached a "phone") and `push.deliveries` (what the relay says).
+public struct ChaosRun: Sendable {
+    public struct Settings: Sendable {
+        public var notifications = 20_000
+        public var users = 500
+        /// Devices per user, alternating APNs and FCM.
+        public var devicesPerUser = 2
+        /// Notifications per second offered (0: as fast as the workers go).
+        public var rate = 400
+        public var concurrency = 32
+        /// Share of devices whose token the fake provider reports dead.
+        public var deadTokenShare = 0.02
+        /// Faults, each at a share of the notifications sent.
+        public var faults: [Fault] = Fault.standard
+        /// How long to wait after the load for outcomes to settle.
+        public var settleTimeout: Duration = .seconds(300)
+        public init() {}
+    }
+
+    public enum Fault: Sendable, CustomStringConvertible {
+        case kill(Stack.Service, at: Double)
+        case restartRedis(at: Double)
+
+        public static let standard: [Fault] = [
+            .kill(.ingest, at: 0.15), .kill(.encryptor, at: 0.30), .kill(.dispatcher, at: 0.45),
+            .kill(.feedback, at: 0.60), .restartRedis(at: 0.75),
+        ]
+
+        var at: Double {
+            switch self {
+            case .kill(_, let at), .restartRedis(let at): at
+            }
+        }
+
+        public var description: String {
+            switch self {
+            case .kill(let service, _): "SIGKILL \(service.rawValue), restart"
+            case .restartRedis: "restart Redis"
+            }
+        }
+    }
+
+    /// The accounting, per (notification, device) pair unless named otherwise.
+    public struct Report: Sendable, Codable {
+        public var notificationsOffered = 0
+        /// Notifications ingest answered 202.
+        public var notificationsAccepted = 0
+        /// Refused or unanswered (ingest down, Redis down): the realm would retry these.
+        public var notificationsNotAccepted = 0
+        public var pairsExpected = 0
+        public var delivered = 0
+        public var invalid = 0
+        public var failed = 0
+        public var lost = 0
+        /// Extra 200s at the providers for a pair already delivered.
+        public var duplicates = 0
+        /// Delivered pairs with no sent/already_sent record on `push.deliveries`.
+        public var deliveredUnrecorded = 0
+        /// Pairs of notifications the client saw fail that reached a device anyway.
+        public var deliveredUnacknowledged = 0
+        public var faults: [String] = []
+        public var loadSeconds = 0.0
+        public var settleSeconds = 0.0
+        public var lostSamples: [String] = []
+
+        public var table: String {
+            let rows: [(String, String)] = [
+                ("notifications offered", "\(notificationsOffered)"),
+                ("notifications accepted (202)", "\(notificationsAccepted)"),
+                ("notifications not accepted", "\(notificationsNotAccepted)"),
+                ("pairs expected (accepted × devices)", "\(pairsExpected)"),
+                ("delivered", "\(delivered)"),
+                ("invalid token", "\(invalid)"),
+                ("failed / expired", "\(failed)"),
+                ("lost", "\(lost)"),
+                ("duplicates at providers", "\(duplicates)"),
+                ("delivered, not on push.deliveries", "\(deliveredUnrecorded)"),
+                ("delivered, not acknowledged to client", "\(deliveredUnacknowledged)"),
+                ("load time (s)", String(format: "%.1f", loadSeconds)),
+                ("settle time (s)", String(format: "%.1f", settleSeconds)),
+            ]
+            let width = rows.map(\.0.count).max() ?? 0
+            var text = rows.map { $0.0.padding(toLength: width, withPad: " ", startingAt: 0) + "  " + $0.1 }
+                .joined(separator: "\n")
+            text += "\nfaults: " + faults.joined(separator: "; ")
+            return text
+        }
+    }
+
+    /// Shared by the load workers and the fault task.
+    final class LoadState: Sendable {
+        let accepted = Mutex<[Int64: Accepted]>([:])  // message id → user, notification id
+        let refused = Mutex<[Int64: Int64]>([:])
+        let sent = Atomic<Int>(0)
+        let next = Atomic<Int>(0)
+        let faultLog = Mutex<[String]>([])
+    }
+
+    struct Accepted: Sendable {
+        var user: Int64
+        var notificationID: String
+    }
+
+    struct Device: Sendable {
+        var id: Int64
+        var token: String
+        var provider: String
+        var key: PushKey
+    }
+
+    let stack: Stack
+    let settings: Settings
+    let log: @Sendable (String) -> Void
+
+    public init(stack: Stack, settings: Settings, log: @escaping @Sendable (String) -> Void = { print($0) }) {
+        self.stack = stack
+        self.settings = settings
+        self.log = log
+    }
+
+    public func run() async throws -> Report {
+        let realm = try await RealmClient.registered(stack)
+        log("registering \(settings.users * settings.devicesPerUser) devices")
+        var devices: [Int64: [Device]] = [:]
+        for user in 1...Int64(settings.users) {
+            for n in 0..<settings.devicesPerUser {
+                let apns = n % 2 == 0
+                let token = apns ? RealmClient.apnsToken() : RealmClient.fcmToken()
+                let key = try RealmClient.pushKey()
+                let id = try await realm.device(userID: user, kind: apns ? "apns" : "fcm", token: token, key: key)
+                devices[user, default: []].append(Device(id: id, token: token, provider: apns ? "apns" : "fcm", key: key))
+            }
+        }
+        let all = devices.values.flatMap { $0 }
+        let deadCount = Int(Double(all.count) * settings.deadTokenShare)
+        for device in all.shuffled().prefix(deadCount) { try await stack.unregister(device.provider, token: device.token) }
+
+        // The load, with faults injected as the sent count passes each mark.
+        let state = LoadState()
+        let loadStart = ContinuousClock.now
+        let interval: Duration? = settings.rate > 0 ? .seconds(1) / settings.rate : nil
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                for fault in settings.faults.sorted(by: { $0.at < $1.at }) {
+                    let mark = Int(Double(settings.notifications) * fault.at)
+                    while state.sent.load(ordering: .relaxed) < mark { try await Task.sleep(for: .milliseconds(20)) }
+                    log("fault at \(mark): \(fault)")
+                    let started = ContinuousClock.now
+                    switch fault {
+                    case .kill(let service, _):
+                        try await stack.stop(service, signal: SIGKILL)
+                        try stack.start(service)
+                        try await stack.waitReady(service)
+                    case .restartRedis:
+                        try await stack.restartRedis()
+                    }
+                    let seconds = Double((ContinuousClock.now - started).components.seconds)
+                    state.faultLog.withLock { $0.append("\(fault) at #\(mark), back in ~\(Int(seconds)) s") }
+                }
+            }
+            for _ in 0..<settings.concurrency {
+                group.addTask {
+                    while true {
+                        let n = state.next.add(1, ordering: .relaxed).oldValue
+                        if n >= settings.notifications { return }
+                        if let interval {
+                            let due = loadStart + interval * n
+                            if due > .now { try await Task.sleep(until: due) }
+                        }
+                        let messageID = Int64(1_000_000 + n)
+                        let user = Int64(n % settings.users) + 1
+                        let payload = realm.messagePayload(userID: user, messageID: messageID, content: "chaos \(n)")
+                        let reply = try? await realm.notify(userID: user, payload: payload)
+                        if let reply, reply.status == 202, let id = reply.json["notification_id"]?.stringValue {
+                            state.accepted.withLock { $0[messageID] = Accepted(user: user, notificationID: id) }
+                        } else {
+                            state.refused.withLock { $0[messageID] = user }
+                        }
+                        state.sent.add(1, ordering: .relaxed)
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        let loadSeconds = seconds(ContinuousClock.now - loadStart)
+        let acceptedNow = state.accepted.withLock { $0 }
+        log("load done in \(String(format: "%.1f", loadSeconds)) s: \(acceptedNow.count) accepted; settling")
+
+        // Settle: until every expected pair has an outcome, or no progress for a while.
+        let settleStart = ContinuousClock.now
+        var report = Report()
+        var lastProgress = ContinuousClock.now
+        var lastResolved = -1
+        while true {
+            report = try await account(realm: realm, devices: devices, accepted: acceptedNow, refused: state.refused.withLock { $0 })
+            let resolved = report.pairsExpected - report.lost
+            if report.lost == 0 { break }
+            if resolved != lastResolved {
+                lastResolved = resolved
+                lastProgress = .now
+            }
+            if ContinuousClock.now - lastProgress > .seconds(60) || ContinuousClock.now - settleStart > settings.settleTimeout {
+                break
+            }
+            log("settling: \(report.lost) pairs without an outcome yet")
+            try await Task.sleep(for: .seconds(2))
+        }
+        // Let late duplicates (if any) show up before the final count.
+        try await Task.sleep(for: .seconds(3))
+        report = try await account(realm: realm, devices: devices, accepted: acceptedNow, refused: state.refused.withLock { $0 })
+        report.notificationsOffered = settings.notifications
+        report.faults = state.faultLog.withLock { $0 }
+        report.loadSeconds = loadSeconds
+        report.settleSeconds = seconds(ContinuousClock.now - settleStart)
+        return report
+    }
+
+    private func account(
+        realm: RealmClient, devices: [Int64: [Device]], accepted: [Int64: Accepted], refused: [Int64: Int64]
+    ) async throws -> Report {
+        var byToken: [String: Device] = [:]
+        for device in devices.values.flatMap({ $0 }) { byToken[device.token] = device }
+
+        // What reached the "phones": 200s at the fakes, decrypted to find the message id.
+        var received: [String: Int] = [:]  // "message:device" → 200 count
+        for provider in ["apns", "fcm"] {
+            for push in try await stack.received(provider) where push.status == 200 {
+                guard let device = byToken[push.token], let plaintext = try? push.decrypt(with: device.key),
+                    let json = try? JSONDecoder().decode(JSONValue.self, from: Data(plaintext)),
+                    let messageID = json["message_id"]?.intValue
+                else { continue }
+                received["\(messageID):\(device.id)", default: 0] += 1
+            }
+        }
+        // What the relay recorded.
+        var outcomes: [String: Set<DeliveryOutcome>] = [:]  // "notification id:device" → outcomes
+        let reader = try KafkaTopicReader(
+            configuration: KafkaConfiguration(bootstrapServers: stack.kafkaBrokers, clientID: "chaos"),
+            logger: Logger(label: "chaos"))
+        try reader.read(TopicRange(topic: "push.deliveries")) { record in
+            if let delivery = try? Wire.decode(DeliveryRecord.self, from: record.value),
+                delivery.realmUUID == realm.realmUUID, let device = delivery.deviceID
+            {
+                outcomes["\(delivery.notificationID):\(device)", default: []].insert(delivery.outcome)
+            }
+            return true
+        }
+        var report = Report()
+        report.notificationsAccepted = accepted.count
+        report.notificationsNotAccepted = refused.count
+        for (messageID, notification) in accepted {
+            for device in devices[notification.user] ?? [] {
+                report.pairsExpected += 1
+                let pair = "\(messageID):\(device.id)"
+                let count = received[pair] ?? 0
+                let recorded = outcomes["\(notification.notificationID):\(device.id)"] ?? []
+                if count > 0 {
+                    report.delivered += 1
+                    report.duplicates += count - 1
+                    if recorded.isDisjoint(with: [.sent, .alreadySent]) { report.deliveredUnrecorded += 1 }
+                } else if recorded.contains(.invalidToken) {
+                    report.invalid += 1
+                } else if !recorded.isDisjoint(with: [.failed, .expired, .unknownDevice]) {
+                    report.failed += 1
+                } else {
+                    report.lost += 1
+                    if report.lostSamples.count < 10 { report.lostSamples.append(pair) }
+                }
+            }
+        }
+        for (messageID, user) in refused {
+            for device in devices[user] ?? [] where (received["\(messageID):\(device.id)"] ?? 0) > 0 {
+                report.deliveredUnacknowledged += 1
+            }
+        }
+        return report
+    }
+
+    private func seconds(_ d: Duration) -> Double {
+        Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18
+    }
+}
