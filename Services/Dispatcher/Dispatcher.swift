@@ -87,18 +87,40 @@ struct DispatchStage: Sendable {
     /// What one record leads to, before it is published.
     enum Step {
         case outcome(SendResult, attempts: Int)
-        case alreadySent(DeliveryLedger.Marker)
+        case alreadySent(providerMessageID: String?)
         case retry(OutboundRecord, stage: Int, dueAtMs: Int64)
         case dead(DeadLetterRecord.Cause, SendResult, attempts: Int)
+
+        var isSent: Bool {
+            if case .outcome(.sent, _) = self { return true }
+            return false
+        }
+    }
+
+    /// A step, and what the delivery ledger knew before it.
+    struct Decision {
+        var step: Step
+        /// This handler claimed the pair (and must release it unless it was sent).
+        var claimed: Bool
+        /// An earlier send of the pair was interrupted: the provider may already have it.
+        var ambiguous: Bool
     }
 
     func handle(_ record: KafkaRecord, maxRateWait: Duration) async -> RecordDisposition {
         guard let outbound = decodeRecord(OutboundRecord.self, from: record, logger: logger) else { return .done }
         let force = record.header(RecordHeader.replay).map { String(decoding: $0, as: UTF8.self) } == "force"
-        guard let step = await step(for: outbound, force: force, maxRateWait: maxRateWait) else { return .abandoned }
+        guard let decision = await decide(outbound, force: force, maxRateWait: maxRateWait) else { return .abandoned }
+        if decision.claimed && !decision.step.isSent {
+            // Refused, parked or dead: nothing reached the phone, so a later send is not a duplicate.
+            let released: Bool? = await untilSuccess("release the ledger claim", logger: logger) {
+                try await ledger.release(notificationID: outbound.notificationID, deviceID: outbound.deviceID)
+                return true
+            }
+            if released == nil { return .abandoned }
+        }
         let messages: [KafkaOutgoing]
         do {
-            messages = try self.messages(outbound, step: step)
+            messages = try self.messages(outbound, step: decision.step, ambiguous: decision.ambiguous)
         } catch {
             logger.error("cannot encode outcome", metadata: [LogKey.error: "\(error)"])
             return .abandoned
@@ -110,17 +132,49 @@ struct DispatchStage: Sendable {
         return recorded == nil ? .abandoned : .done
     }
 
-    /// Decides and (when it is time) sends. Nil when shutdown interrupted waiting for
-    /// Redis: the record stays uncommitted and the next consumer takes it.
-    func step(for record: OutboundRecord, force: Bool, maxRateWait: Duration) async -> Step? {
-        let attemptsSoFar = record.attempts ?? 0
+    /// Claims, decides and (when it is time) sends. Nil when shutdown interrupted waiting
+    /// for Redis: the record stays uncommitted and the next consumer takes it.
+    func decide(_ record: OutboundRecord, force: Bool, maxRateWait: Duration) async -> Decision? {
+        var ambiguous = false
         if !force {
-            let marker: DeliveryLedger.Marker?? = await untilSuccess("check the delivery ledger", logger: logger) {
-                try await ledger.marker(notificationID: record.notificationID, deviceID: record.deviceID)
+            let state: DeliveryLedger.State? = await untilSuccess("claim the pair in the delivery ledger", logger: logger) {
+                try await ledger.claim(
+                    notificationID: record.notificationID, deviceID: record.deviceID, nowMs: Wire.nowMillis())
             }
-            guard let marker else { return nil }
-            if let marker { return .alreadySent(marker) }
+            switch state {
+            case nil: return nil
+            case .sent(_, let id)?: return Decision(step: .alreadySent(providerMessageID: id), claimed: false, ambiguous: false)
+            case .claimed(let at)?:
+                ambiguous = true
+                Counter(label: "pushrelay_ambiguous_resends_total", dimensions: [("provider", record.provider.rawValue)])
+                    .increment()
+                logger.warning(
+                    "an earlier send was interrupted before the provider answered; sending again",
+                    metadata: [
+                        LogKey.notificationID: "\(record.notificationID)", LogKey.deviceID: "\(record.deviceID)",
+                        "claimed_ms_ago": "\(Wire.nowMillis() - at)",
+                    ])
+            case .unknown?: break
+            }
         }
+        guard let step = await step(for: record, maxRateWait: maxRateWait) else { return nil }
+        if step.isSent {
+            // Recorded before the outcome is published: a crash from here on never re-sends.
+            guard case .outcome(.sent(_, let id), _) = step else { return nil }
+            let noted: Bool? = await untilSuccess("record the send in the delivery ledger", logger: logger) {
+                try await ledger.recordSent(
+                    notificationID: record.notificationID, deviceID: record.deviceID, providerMessageID: id,
+                    nowMs: Wire.nowMillis())
+                return true
+            }
+            if noted == nil { return nil }
+        }
+        return Decision(step: step, claimed: !force, ambiguous: ambiguous)
+    }
+
+    /// Expiry, rate limit, one provider attempt, and what follows from its answer.
+    func step(for record: OutboundRecord, maxRateWait: Duration) async -> Step? {
+        let attemptsSoFar = record.attempts ?? 0
         if record.isExpired(atMs: Wire.nowMillis()) {
             return .dead(.expired, .failed(reason: record.lastError ?? "expired", status: nil), attempts: attemptsSoFar)
         }
@@ -144,16 +198,7 @@ struct DispatchStage: Sendable {
         ).increment()
         let attempts = attemptsSoFar + 1
         switch result {
-        case .sent(_, let id):
-            // Recorded before the outcome is published: a crash from here on never re-sends.
-            let noted: Bool? = await untilSuccess("record the send in the delivery ledger", logger: logger) {
-                try await ledger.recordSent(
-                    notificationID: record.notificationID, deviceID: record.deviceID, providerMessageID: id,
-                    nowMs: Wire.nowMillis())
-            }
-            if noted == nil { return nil }
-            return .outcome(result, attempts: attempts)
-        case .invalidToken:
+        case .sent, .invalidToken:
             return .outcome(result, attempts: attempts)
         case .failed:
             return .dead(.rejected, result, attempts: attempts)
@@ -188,7 +233,7 @@ struct DispatchStage: Sendable {
         }
     }
 
-    func messages(_ record: OutboundRecord, step: Step) throws -> [KafkaOutgoing] {
+    func messages(_ record: OutboundRecord, step: Step, ambiguous: Bool = false) throws -> [KafkaOutgoing] {
         let now = Wire.nowMillis()
         func delivery(
             _ outcome: DeliveryOutcome, reason: String?, status: Int?, attempts: Int, id: String? = nil
@@ -203,11 +248,11 @@ struct DispatchStage: Sendable {
             LogKey.provider: "\(record.provider.rawValue)", LogKey.token: "\(DeviceToken.redact(record.token))",
         ]
         switch step {
-        case .alreadySent(let marker):
+        case .alreadySent(let providerMessageID):
             logger.info("already sent; not sending again", metadata: metadata)
             return [
                 try .delivery(
-                    delivery(.alreadySent, reason: nil, status: nil, attempts: record.attempts ?? 0, id: marker.providerMessageID),
+                    delivery(.alreadySent, reason: nil, status: nil, attempts: record.attempts ?? 0, id: providerMessageID),
                     topic: topics.deliveries)
             ]
         case .retry(let next, let stage, let due):
@@ -236,8 +281,10 @@ struct DispatchStage: Sendable {
             case .sent(let status, let id):
                 Timer(label: "pushrelay_end_to_end_seconds", dimensions: [("provider", record.provider.rawValue)])
                     .recordMilliseconds(max(0, now - record.acceptedAtMs))
+                // An ambiguous re-send is marked, so accounting can tell a possible duplicate from a bug.
+                let reason = ambiguous ? "resent_after_interrupted_send" : nil
                 return [
-                    try .delivery(delivery(.sent, reason: nil, status: status, attempts: attempts, id: id), topic: topics.deliveries)
+                    try .delivery(delivery(.sent, reason: reason, status: status, attempts: attempts, id: id), topic: topics.deliveries)
                 ]
             case .invalidToken(let reason, let status, let timestamp):
                 metadata[LogKey.reason] = "\(reason)"

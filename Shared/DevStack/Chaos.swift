@@ -12,6 +12,8 @@ public struct ChaosRun: Sendable {
     public struct Settings: Sendable {
         public var notifications = 20_000
         public var users = 500
+        /// Realms (each with its own server credentials) the users are spread over.
+        public var realms = 1
         /// Devices per user, alternating APNs and FCM.
         public var devicesPerUser = 2
         /// Notifications per second offered (0: as fast as the workers go).
@@ -63,6 +65,15 @@ public struct ChaosRun: Sendable {
         public var lost = 0
         /// Extra 200s at the providers for a pair already delivered.
         public var duplicates = 0
+        /// Of those, re-sends of a send interrupted by a SIGKILL between the request and
+        /// the provider's answer (the relay cannot know whether the provider had it; APNs
+        /// collapses them on the phone by apns-collapse-id).
+        public var duplicatesAfterInterruptedSend = 0
+        /// Pairs the dispatcher re-sent because an earlier send was interrupted.
+        public var interruptedSendsResent = 0
+        public var unexplainedDuplicates: Int { duplicates - duplicatesAfterInterruptedSend }
+        /// Duplicates per provider (APNs ones carry one apns-collapse-id: the phone shows one).
+        public var duplicatesByProvider: [String: Int] = [:]
         /// Delivered pairs with no sent/already_sent record on `push.deliveries`.
         public var deliveredUnrecorded = 0
         /// Pairs of notifications the client saw fail that reached a device anyway.
@@ -71,6 +82,8 @@ public struct ChaosRun: Sendable {
         public var loadSeconds = 0.0
         public var settleSeconds = 0.0
         public var lostSamples: [String] = []
+        /// Some duplicated pairs with the times (ms) the provider saw each copy.
+        public var duplicateSamples: [String] = []
 
         public var table: String {
             let rows: [(String, String)] = [
@@ -83,6 +96,10 @@ public struct ChaosRun: Sendable {
                 ("failed / expired", "\(failed)"),
                 ("lost", "\(lost)"),
                 ("duplicates at providers", "\(duplicates)"),
+                ("  of which re-sends after an interrupted send", "\(duplicatesAfterInterruptedSend)"),
+                ("  unexplained", "\(unexplainedDuplicates)"),
+                ("  at APNs / at FCM", "\(duplicatesByProvider["apns"] ?? 0) / \(duplicatesByProvider["fcm"] ?? 0)"),
+                ("interrupted sends re-sent", "\(interruptedSendsResent)"),
                 ("delivered, not on push.deliveries", "\(deliveredUnrecorded)"),
                 ("delivered, not acknowledged to client", "\(deliveredUnacknowledged)"),
                 ("load time (s)", String(format: "%.1f", loadSeconds)),
@@ -128,7 +145,9 @@ public struct ChaosRun: Sendable {
     }
 
     public func run() async throws -> Report {
-        let realm = try await RealmClient.registered(stack)
+        var realms: [RealmClient] = []
+        for _ in 0..<max(1, settings.realms) { realms.append(try await RealmClient.registered(stack)) }
+        let realmOf: @Sendable (Int64) -> RealmClient = { [realms] user in realms[Int(user) % realms.count] }
         log("registering \(settings.users * settings.devicesPerUser) devices")
         var devices: [Int64: [Device]] = [:]
         for user in 1...Int64(settings.users) {
@@ -136,7 +155,7 @@ public struct ChaosRun: Sendable {
                 let apns = n % 2 == 0
                 let token = apns ? RealmClient.apnsToken() : RealmClient.fcmToken()
                 let key = try RealmClient.pushKey()
-                let id = try await realm.device(userID: user, kind: apns ? "apns" : "fcm", token: token, key: key)
+                let id = try await realmOf(user).device(userID: user, kind: apns ? "apns" : "fcm", token: token, key: key)
                 devices[user, default: []].append(Device(id: id, token: token, provider: apns ? "apns" : "fcm", key: key))
             }
         }
@@ -155,6 +174,7 @@ public struct ChaosRun: Sendable {
                     while state.sent.load(ordering: .relaxed) < mark { try await Task.sleep(for: .milliseconds(20)) }
                     log("fault at \(mark): \(fault)")
                     let started = ContinuousClock.now
+                    let startedMs = Wire.nowMillis()
                     switch fault {
                     case .kill(let service, _):
                         try await stack.stop(service, signal: SIGKILL)
@@ -164,7 +184,7 @@ public struct ChaosRun: Sendable {
                         try await stack.restartRedis()
                     }
                     let seconds = Double((ContinuousClock.now - started).components.seconds)
-                    state.faultLog.withLock { $0.append("\(fault) at #\(mark), back in ~\(Int(seconds)) s") }
+                    state.faultLog.withLock { $0.append("\(fault) at #\(mark) (t=\(startedMs)), back in ~\(Int(seconds)) s") }
                 }
             }
             for _ in 0..<settings.concurrency {
@@ -178,6 +198,7 @@ public struct ChaosRun: Sendable {
                         }
                         let messageID = Int64(1_000_000 + n)
                         let user = Int64(n % settings.users) + 1
+                        let realm = realmOf(user)
                         let payload = realm.messagePayload(userID: user, messageID: messageID, content: "chaos \(n)")
                         let reply = try? await realm.notify(userID: user, payload: payload)
                         if let reply, reply.status == 202, let id = reply.json["notification_id"]?.stringValue {
@@ -201,7 +222,7 @@ public struct ChaosRun: Sendable {
         var lastProgress = ContinuousClock.now
         var lastResolved = -1
         while true {
-            report = try await account(realm: realm, devices: devices, accepted: acceptedNow, refused: state.refused.withLock { $0 })
+            report = try await account(realms: Set(realms.map(\.realmUUID)), devices: devices, accepted: acceptedNow, refused: state.refused.withLock { $0 })
             let resolved = report.pairsExpected - report.lost
             if report.lost == 0 { break }
             if resolved != lastResolved {
@@ -216,7 +237,7 @@ public struct ChaosRun: Sendable {
         }
         // Let late duplicates (if any) show up before the final count.
         try await Task.sleep(for: .seconds(3))
-        report = try await account(realm: realm, devices: devices, accepted: acceptedNow, refused: state.refused.withLock { $0 })
+        report = try await account(realms: Set(realms.map(\.realmUUID)), devices: devices, accepted: acceptedNow, refused: state.refused.withLock { $0 })
         report.notificationsOffered = settings.notifications
         report.faults = state.faultLog.withLock { $0 }
         report.loadSeconds = loadSeconds
@@ -225,13 +246,14 @@ public struct ChaosRun: Sendable {
     }
 
     private func account(
-        realm: RealmClient, devices: [Int64: [Device]], accepted: [Int64: Accepted], refused: [Int64: Int64]
+        realms: Set<String>, devices: [Int64: [Device]], accepted: [Int64: Accepted], refused: [Int64: Int64]
     ) async throws -> Report {
         var byToken: [String: Device] = [:]
         for device in devices.values.flatMap({ $0 }) { byToken[device.token] = device }
 
         // What reached the "phones": 200s at the fakes, decrypted to find the message id.
         var received: [String: Int] = [:]  // "message:device" → 200 count
+        var seenAt: [String: [Int64]] = [:]
         for provider in ["apns", "fcm"] {
             for push in try await stack.received(provider) where push.status == 200 {
                 guard let device = byToken[push.token], let plaintext = try? push.decrypt(with: device.key),
@@ -239,24 +261,28 @@ public struct ChaosRun: Sendable {
                     let messageID = json["message_id"]?.intValue
                 else { continue }
                 received["\(messageID):\(device.id)", default: 0] += 1
+                seenAt["\(messageID):\(device.id)", default: []].append(push.receivedAtMs ?? 0)
             }
         }
         // What the relay recorded.
         var outcomes: [String: Set<DeliveryOutcome>] = [:]  // "notification id:device" → outcomes
+        var resent: Set<String> = []
         let reader = try KafkaTopicReader(
             configuration: KafkaConfiguration(bootstrapServers: stack.kafkaBrokers, clientID: "chaos"),
             logger: Logger(label: "chaos"))
         try reader.read(TopicRange(topic: "push.deliveries")) { record in
             if let delivery = try? Wire.decode(DeliveryRecord.self, from: record.value),
-                delivery.realmUUID == realm.realmUUID, let device = delivery.deviceID
+                realms.contains(delivery.realmUUID), let device = delivery.deviceID
             {
                 outcomes["\(delivery.notificationID):\(device)", default: []].insert(delivery.outcome)
+                if delivery.reason == "resent_after_interrupted_send" { resent.insert("\(delivery.notificationID):\(device)") }
             }
             return true
         }
         var report = Report()
         report.notificationsAccepted = accepted.count
         report.notificationsNotAccepted = refused.count
+        report.interruptedSendsResent = resent.count
         for (messageID, notification) in accepted {
             for device in devices[notification.user] ?? [] {
                 report.pairsExpected += 1
@@ -266,6 +292,13 @@ public struct ChaosRun: Sendable {
                 if count > 0 {
                     report.delivered += 1
                     report.duplicates += count - 1
+                    if count > 1 { report.duplicatesByProvider[device.provider, default: 0] += count - 1 }
+                    if resent.contains("\(notification.notificationID):\(device.id)") {
+                        report.duplicatesAfterInterruptedSend += count - 1
+                    }
+                    if count > 1 && report.duplicateSamples.count < 10 {
+                        report.duplicateSamples.append("\(pair) at \(seenAt[pair] ?? [])")
+                    }
                     if recorded.isDisjoint(with: [.sent, .alreadySent]) { report.deliveredUnrecorded += 1 }
                 } else if recorded.contains(.invalidToken) {
                     report.invalid += 1

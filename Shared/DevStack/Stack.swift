@@ -1,4 +1,6 @@
 import AsyncHTTPClient
+import Kafka
+import Logging
 import Foundation
 import NIOCore
 import PushCrypto
@@ -52,7 +54,7 @@ public final class Stack: Sendable {
         public static let tests = Options(environment: [
             "PUSHRELAY_RATELIMIT_REQUESTS": "300",
             "PUSHRELAY_RETRY_DELAYS": "1s,2s,3s",
-            "PUSHRELAY_RETRY_MAX_ATTEMPTS": "8",
+            "PUSHRELAY_RETRY_MAX_ATTEMPTS": "4",
         ])
     }
 
@@ -261,8 +263,19 @@ public final class Stack: Sendable {
     /// Stops Redis with `signal` and starts it again on the same port and data directory.
     public func restartRedis(signal: Int32 = SIGTERM, downFor: Duration = .seconds(1)) async throws {
         if let process = redis.withLock({ $0 }) {
-            kill(process.processIdentifier, signal)
-            try await Stack.waitFor("redis to exit", timeout: .seconds(30)) { !process.isRunning }
+            if signal == SIGTERM {
+                // The graceful path operators use (fsyncs the AOF); a signal sent to a child
+                // started from a test thread may arrive blocked.
+                _ = Stack.redisCommand(port: redisPort, "SHUTDOWN")
+            } else {
+                kill(process.processIdentifier, signal)
+            }
+            do {
+                try await Stack.waitFor("redis to exit", timeout: .seconds(10)) { !process.isRunning }
+            } catch {
+                kill(process.processIdentifier, SIGKILL)
+                try await Stack.waitFor("redis to exit", timeout: .seconds(10)) { !process.isRunning }
+            }
         }
         try await Task.sleep(for: downFor)
         let process = try Stack.launchRedis(port: redisPort, directory: directory)
@@ -271,6 +284,11 @@ public final class Stack: Sendable {
     }
 
     static func redisAnswers(port: Int) -> Bool {
+        redisCommand(port: port, "PING")?.hasPrefix("+PONG") ?? false
+    }
+
+    /// Sends one inline command and returns the first reply bytes (nil: no connection).
+    static func redisCommand(port: Int, _ command: String) -> String? {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(fd) }
         var address = sockaddr_in()
@@ -282,12 +300,12 @@ public final class Stack: Sendable {
                 connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
             }
         }
-        guard connected else { return false }
-        let ping = Array("PING\r\n".utf8)
-        guard write(fd, ping, ping.count) == ping.count else { return false }
+        guard connected else { return nil }
+        let line = Array("\(command)\r\n".utf8)
+        guard write(fd, line, line.count) == line.count else { return nil }
         var buffer = [UInt8](repeating: 0, count: 64)
         let n = read(fd, &buffer, buffer.count)
-        return n > 0 && String(decoding: buffer[..<n], as: UTF8.self).hasPrefix("+PONG")
+        return n > 0 ? String(decoding: buffer[..<n], as: UTF8.self) : ""
     }
 
     /// The exit status of a service that has stopped.
@@ -400,5 +418,55 @@ public enum HTTP {
         return Reply(
             status: Int(response.status.code), body: Array(bytes.readableBytesView),
             headers: response.headers.map { ($0.name, $0.value) })
+    }
+}
+
+extension Stack {
+    /// Every record of `topic` as it stands now, read without joining a consumer group.
+    public func records(_ topic: String) throws -> [KafkaRecord] {
+        let reader = try KafkaTopicReader(
+            configuration: KafkaConfiguration(bootstrapServers: kafkaBrokers, clientID: "pushrelay-tests"),
+            logger: Logger(label: "pushrelay-tests"))
+        var records: [KafkaRecord] = []
+        try reader.read(TopicRange(topic: topic)) {
+            records.append($0)
+            return true
+        }
+        return records
+    }
+
+    /// Waits until `topic` holds records satisfying `condition` (re-reading the topic).
+    public func waitForRecords(
+        _ topic: String, timeout: Duration = .seconds(60), _ condition: ([KafkaRecord]) -> Bool
+    ) async throws -> [KafkaRecord] {
+        let deadline = ContinuousClock.now + timeout
+        while true {
+            let records = try self.records(topic)
+            if condition(records) { return records }
+            if ContinuousClock.now > deadline { throw StackError("timed out waiting for records on \(topic)") }
+            try await Task.sleep(for: .milliseconds(250))
+        }
+    }
+
+    /// Runs one of the built tools (e.g. `pushrelay-replay`) against this stack.
+    public func runTool(_ name: String, _ arguments: [String]) async throws -> (status: Int32, output: String, errors: String) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "\(binDirectory)/\(name)")
+        process.arguments = arguments
+        var env = ProcessInfo.processInfo.environment
+        env["PUSHRELAY_KAFKA_BROKERS"] = kafkaBrokers
+        env["PUSHRELAY_REDIS_PORT"] = "\(redisPort)"
+        process.environment = env
+        let out = Pipe()
+        let err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        try process.run()
+        // Read while it runs, so a large output never blocks it on a full pipe.
+        async let output = Task.detached { out.fileHandleForReading.readDataToEndOfFile() }.value
+        async let errors = Task.detached { err.fileHandleForReading.readDataToEndOfFile() }.value
+        let (o, e) = await (output, errors)
+        process.waitUntilExit()
+        return (process.terminationStatus, String(decoding: o, as: UTF8.self), String(decoding: e, as: UTF8.self))
     }
 }

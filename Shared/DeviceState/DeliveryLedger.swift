@@ -4,8 +4,15 @@ import RedisClient
 /// Which (notification, device) pairs a provider has already accepted, so a push
 /// redelivered after a crash, a rebalance or a replay is not sent twice.
 ///
-/// The dispatcher checks before sending and records right after the provider
-/// accepts. A marker lives for `ttl`, which must cover the retry horizon.
+/// Before sending, the dispatcher claims the pair (`claimed {ms}`, set only if absent);
+/// right after the provider accepts, it records `sent {ms} {provider message id}`; when
+/// the provider refuses, it releases the claim. So on redelivery a pair is either
+/// - unknown: never tried, or refused: send it;
+/// - `sent`: delivered: do not send again;
+/// - `claimed`: a send was interrupted between the request and the provider's answer
+///   (the process died): the provider may or may not have it. Such a pair is re-sent
+///   (losing a notification is worse than showing it twice) and reported as ambiguous.
+/// Markers live for `ttl`, which must cover the retry horizon.
 public struct DeliveryLedger: Sendable {
     let redis: RedisClient
     let keys: RedisKeys
@@ -17,41 +24,66 @@ public struct DeliveryLedger: Sendable {
         self.ttl = ttl
     }
 
-    /// The marker of a pair already sent: when (ms) and the provider's message id.
-    public struct Marker: Sendable, Equatable {
-        public var sentAtMs: Int64
-        public var providerMessageID: String?
+    public enum State: Sendable, Equatable {
+        case unknown
+        /// A send began at this time and never finished.
+        case claimed(atMs: Int64)
+        case sent(atMs: Int64, providerMessageID: String?)
+
+        init(_ value: RedisValue) {
+            guard let text = value.string else {
+                self = .unknown
+                return
+            }
+            let parts = text.split(separator: " ", maxSplits: 2).map(String.init)
+            let ms = parts.count > 1 ? Int64(parts[1]) ?? 0 : 0
+            switch parts.first {
+            case "sent": self = .sent(atMs: ms, providerMessageID: parts.count > 2 ? parts[2] : nil)
+            case "claimed": self = .claimed(atMs: ms)
+            default: self = .unknown
+            }
+        }
     }
 
-    public func marker(notificationID: String, deviceID: Int64) async throws -> Marker? {
-        let value = try await redis.command("GET", .init(keys.sent(notificationID: notificationID, deviceID: deviceID)))
-        guard let text = value.string else { return nil }
-        let parts = text.split(separator: " ", maxSplits: 1).map(String.init)
-        return Marker(sentAtMs: Int64(parts.first ?? "") ?? 0, providerMessageID: parts.count > 1 ? parts[1] : nil)
+    private var ttlMs: RedisArgument { .init(RetrySchedule.milliseconds(ttl)) }
+
+    private func key(_ notificationID: String, _ deviceID: Int64) -> RedisArgument {
+        .init(keys.sent(notificationID: notificationID, deviceID: deviceID))
     }
 
-    /// Which of `pairs` are already sent, in one round trip.
+    /// Claims the pair for sending, in one round trip; returns what was there before
+    /// (`.unknown` means the claim is ours).
+    public func claim(notificationID: String, deviceID: Int64, nowMs: Int64) async throws -> State {
+        State(
+            try await redis.command(
+                "SET", key(notificationID, deviceID), .init("claimed \(nowMs)"), "NX", "PX", ttlMs, "GET"))
+    }
+
+    /// Records that the provider accepted the pair.
+    public func recordSent(notificationID: String, deviceID: Int64, providerMessageID: String?, nowMs: Int64)
+        async throws
+    {
+        let value = "sent \(nowMs)" + (providerMessageID.map { " \($0)" } ?? "")
+        try await redis.command("SET", key(notificationID, deviceID), .init(value), "PX", ttlMs)
+    }
+
+    /// The provider refused the pair (it will be retried, dead-lettered or dropped): not sent.
+    public func release(notificationID: String, deviceID: Int64) async throws {
+        try await redis.command("DEL", key(notificationID, deviceID))
+    }
+
+    public func state(notificationID: String, deviceID: Int64) async throws -> State {
+        State(try await redis.command("GET", key(notificationID, deviceID)))
+    }
+
+    /// Which of `pairs` are recorded as sent (`notification:device`), in one round trip.
     public func sentPairs(_ pairs: [(notificationID: String, deviceID: Int64)]) async throws -> Set<String> {
         guard !pairs.isEmpty else { return [] }
-        let names = pairs.map { keys.sent(notificationID: $0.notificationID, deviceID: $0.deviceID) }
-        let reply = try await redis.command(["MGET"] + names.map { RedisArgument($0) })
-        guard case .array(let values) = reply else { return [] }
+        let reply = try await redis.command(["MGET"] + pairs.map { key($0.notificationID, $0.deviceID) })
         var sent: Set<String> = []
-        for (pair, value) in zip(pairs, values) where value != .null {
-            sent.insert("\(pair.notificationID):\(pair.deviceID)")
+        for (pair, value) in zip(pairs, reply.array) {
+            if case .sent = State(value) { sent.insert("\(pair.notificationID):\(pair.deviceID)") }
         }
         return sent
-    }
-
-    /// Records that the provider accepted the pair. False when it was already recorded.
-    @discardableResult
-    public func recordSent(notificationID: String, deviceID: Int64, providerMessageID: String?, nowMs: Int64)
-        async throws -> Bool
-    {
-        let value = providerMessageID.map { "\(nowMs) \($0)" } ?? "\(nowMs)"
-        let reply = try await redis.command(
-            "SET", .init(keys.sent(notificationID: notificationID, deviceID: deviceID)), .init(value), "NX", "PX",
-            .init(RetrySchedule.milliseconds(ttl)))
-        return reply != .null
     }
 }

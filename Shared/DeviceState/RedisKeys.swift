@@ -15,7 +15,7 @@ import PushModels
 /// | `{p}tok:{realm}:{provider}:{sha256(token)}:{push_account_id}` | string | device id (same token + account → same device) |
 /// | `{p}fb:{realm}` | stream | invalidations: `device_id`, `reason`, `at_ms`; entry id = feedback cursor |
 /// | `{p}rl:{server}:{window}` | string | requests in the current rate-limit window (expires) |
-/// | `{p}sent:{notification_id}:{device_id}` | string | the provider accepted this push: `{ms}` `{provider message id}`; expires after the retry horizon |
+/// | `{p}sent:{notification_id}:{device_id}` | string | send ledger: `claimed {ms}` while a send is under way, `sent {ms} {provider message id}` once accepted; expires after the retry horizon |
 public struct RedisKeys: Sendable {
     public let prefix: String
 

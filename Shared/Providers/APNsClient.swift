@@ -127,10 +127,15 @@ public final class APNsClient: PushProviderClient {
         request.headers.add(name: "apns-topic", value: topic)
         request.headers.add(name: "apns-push-type", value: record.delivery.apnsPushType)
         request.headers.add(name: "apns-priority", value: String(record.delivery.apnsPriority))
-        request.headers.add(name: "apns-id", value: Self.apnsID(record))
+        let apnsID = Self.apnsID(record)
+        request.headers.add(name: "apns-id", value: apnsID)
         if let expiresAt = record.expiresAt { request.headers.add(name: "apns-expiration", value: String(expiresAt)) }
+        // Without a realm-chosen collapse id, the per-(notification, device) id: it collapses
+        // nothing but a re-send of this very push, which the phone then shows once.
         if let collapse = record.collapseID, collapse.utf8.count <= 64 {
             request.headers.add(name: "apns-collapse-id", value: collapse)
+        } else {
+            request.headers.add(name: "apns-collapse-id", value: apnsID)
         }
         request.headers.add(name: "content-type", value: "application/json")
         request.body = .bytes(ByteBuffer(bytes: body))
@@ -147,7 +152,7 @@ public final class APNsClient: PushProviderClient {
             return reason.result(
                 status: status, timestampMs: error?.timestamp, retryAfter: retryAfter(response.headers))
         } catch {
-            return .retry(reason: "TransportError", status: nil, retryAfter: nil)
+            return transportFailure(error, token: record.token, logger: logger)
         }
     }
 

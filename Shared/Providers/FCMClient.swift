@@ -181,7 +181,7 @@ public final class FCMClient: PushProviderClient {
             if status == 401 && error.code != "THIRD_PARTY_AUTH_ERROR" { await tokens.invalidate() }
             return error.result(status: status, retryAfter: retryAfter(response.headers))
         } catch {
-            return .retry(reason: "TransportError", status: nil, retryAfter: nil)
+            return transportFailure(error, token: record.token, logger: logger)
         }
     }
 

@@ -1,5 +1,7 @@
 import AsyncHTTPClient
 import Foundation
+import Logging
+import PushModels
 import NIOCore
 import NIOHTTP1
 import NIOSSL
@@ -30,4 +32,12 @@ func retryAfter(_ headers: HTTPHeaders) -> Duration? {
     guard let value = headers.first(name: "retry-after"), let seconds = Int(value.trimmingCharacters(in: .whitespaces))
     else { return nil }
     return .seconds(max(0, seconds))
+}
+
+/// A request that failed below HTTP (connection, TLS, timeout): retryable. Logged with
+/// the error's description, the token masked in case the error quotes the URL.
+func transportFailure(_ error: any Error, token: String, logger: Logger) -> SendResult {
+    let text = "\(error)".replacingOccurrences(of: token, with: DeviceToken.redact(token))
+    logger.warning("provider request failed in transport", metadata: ["error": "\(text)"])
+    return .retry(reason: "TransportError", status: nil, retryAfter: nil)
 }
