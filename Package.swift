@@ -108,7 +108,7 @@ let package = Package(
         .target(
             name: "DevStack",
             dependencies: [
-                "PushModels", "PushCrypto", "Kafka", .product(name: "Logging", package: "swift-log"),
+                "PushModels", "PushCrypto", "Kafka", "FakeProviders", .product(name: "Logging", package: "swift-log"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
             ],
             path: "Shared/DevStack", swiftSettings: strict),

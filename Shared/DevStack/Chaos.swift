@@ -261,7 +261,7 @@ public struct ChaosRun: Sendable {
                     let messageID = json["message_id"]?.intValue
                 else { continue }
                 received["\(messageID):\(device.id)", default: 0] += 1
-                seenAt["\(messageID):\(device.id)", default: []].append(push.receivedAtMs ?? 0)
+                seenAt["\(messageID):\(device.id)", default: []].append(push.receivedAtMs)
             }
         }
         // What the relay recorded.

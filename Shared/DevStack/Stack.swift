@@ -1,4 +1,5 @@
 import AsyncHTTPClient
+import FakeProviders
 import Kafka
 import Logging
 import Foundation
@@ -324,7 +325,7 @@ public final class Stack: Sendable {
     // MARK: Fake providers
 
     public func received(_ provider: String) async throws -> [ReceivedPush] {
-        let response = try await HTTP.get("\(controlURL)/\(provider)/received")
+        let response = try await HTTP.send("GET", "\(controlURL)/\(provider)/received", body: nil, maxBytes: 1 << 30)
         return try JSONDecoder().decode([ReceivedPush].self, from: Data(response.body))
     }
 
@@ -355,22 +356,7 @@ public final class Stack: Sendable {
 }
 
 /// A push as the fakes' control API reports it.
-public struct ReceivedPush: Decodable, Sendable {
-    public var provider: String
-    public var token: String
-    public var headers: [String: String]
-    public var body: JSONValue
-    public var status: Int
-    public var reason: String?
-    public var httpVersion: String
-    public var receivedAtMs: Int64?
-
-    enum CodingKeys: String, CodingKey {
-        case provider, token, headers, body, status, reason
-        case httpVersion = "http_version"
-        case receivedAtMs = "received_at_ms"
-    }
-}
+public typealias ReceivedPush = FakeProviders.ReceivedPush
 
 /// A minimal JSON-over-HTTP client for the tests.
 public enum HTTP {
@@ -401,7 +387,7 @@ public enum HTTP {
 
     public static func send(
         _ method: String, _ url: String, body: [UInt8]?, contentType: String = "application/json",
-        auth: (String, String)? = nil
+        auth: (String, String)? = nil, maxBytes: Int = 16 << 20
     ) async throws -> Reply {
         var request = HTTPClientRequest(url: url)
         request.method = .init(rawValue: method)
@@ -414,7 +400,7 @@ public enum HTTP {
                 name: "authorization", value: "Basic \(Data("\(user):\(password)".utf8).base64EncodedString())")
         }
         let response = try await HTTPClient.shared.execute(request, timeout: .seconds(30))
-        let bytes = try await response.body.collect(upTo: 16 << 20)
+        let bytes = try await response.body.collect(upTo: maxBytes)
         return Reply(
             status: Int(response.status.code), body: Array(bytes.readableBytesView),
             headers: response.headers.map { ($0.name, $0.value) })

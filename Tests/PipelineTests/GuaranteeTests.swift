@@ -43,8 +43,8 @@ extension StackTests {
         let apns = try await stack.waitForPushes("apns") { $0.filter { $0.token == slowToken && $0.status == 200 }.count == 2 }
         let fcm = try await stack.received("fcm").filter { $0.token == fcmToken && $0.status == 200 }
         let other = apns.filter { $0.token == otherAPNs && $0.status == 200 }
-        let firstRetried = try #require(apns.filter { $0.token == slowToken && $0.status == 200 }.compactMap(\.receivedAtMs).min())
-        let firstRefused = try #require(apns.filter { $0.token == slowToken && $0.status == 429 }.compactMap(\.receivedAtMs).min())
+        let firstRetried = try #require(apns.filter { $0.token == slowToken && $0.status == 200 }.map(\.receivedAtMs).min())
+        let firstRefused = try #require(apns.filter { $0.token == slowToken && $0.status == 429 }.map(\.receivedAtMs).min())
         #expect(fcm.count == 1 && other.count == 1)
         #expect(try #require(fcm.first?.receivedAtMs) < firstRetried, "FCM never waits for APNs retries")
         #expect(try #require(other.first?.receivedAtMs) < firstRetried, "the main stream never waits for a retry")
