@@ -141,7 +141,7 @@ public final class KafkaTopicReader {
             if let to = range.toTimeMs, record.timestampMs >= to { continue }
             if try !each(record) { return }
         }
-        progress?(ReadProgress(read: read, total: total))
+        if read >= 5000 { progress?(ReadProgress(read: read, total: total)) }
     }
 
     /// Moves each start to the first offset at or after `timeMs`, where the broker can say.
