@@ -42,6 +42,12 @@ import Testing
         #expect(dead.kind == .deadLetter)
         #expect(dead.deviceID == 31 && dead.notificationID == "n1" && dead.provider == "apns")
         #expect(dead.outcome == "dead_letter" && dead.reason == "TooManyRequests")
+        // A schema 1 push (before retry fields existed) reads the same way.
+        var v1 = outbound().objectValue ?? [:]
+        v1["schema"] = 1
+        let old = TopicEntry(topic: "push.outbound", timestampMs: 0, value: .object(v1))
+        #expect(old.kind == .outbound && old.deviceID == 31 && old.reason == nil)
+        #expect(EntryFilter(device: 31, provider: "apns").matches(old))
     }
 
     @Test func filtersMatchEveryCriterion() {
