@@ -15,6 +15,7 @@ let package = Package(
         .executable(name: "provider-fakes", targets: ["provider-fakes"]),
         .executable(name: "demo-device", targets: ["demo-device"]),
         .executable(name: "chaos", targets: ["chaos"]),
+        .executable(name: "loadgen", targets: ["loadgen"]),
         .executable(name: "pushrelay-replay", targets: ["pushrelay-replay"]),
     ],
     dependencies: [
@@ -162,6 +163,10 @@ let package = Package(
             ],
             path: "Tools/Chaos", swiftSettings: strict),
 
+        .executableTarget(
+            name: "loadgen",
+            dependencies: ["DevStack", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            path: "Tools/LoadGen", swiftSettings: strict),
         .target(name: "ReplayKit", dependencies: ["Kafka", "PushModels"], path: "Tools/ReplayKit", swiftSettings: strict),
         .executableTarget(
             name: "pushrelay-replay",

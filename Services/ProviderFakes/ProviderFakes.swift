@@ -26,7 +26,8 @@ struct ProviderFakesMain {
         let fakes = try FakeServers(
             directory: directory, host: env["PUSHRELAY_FAKES_HOST"] ?? "127.0.0.1",
             publicHost: env["PUSHRELAY_FAKES_PUBLIC_HOST"] ?? "localhost", ports: ports,
-            apnsTeamID: env["PUSHRELAY_FAKES_APNS_TEAM_ID"], apnsKeyID: env["PUSHRELAY_FAKES_APNS_KEY_ID"])
+            apnsTeamID: env["PUSHRELAY_FAKES_APNS_TEAM_ID"], apnsKeyID: env["PUSHRELAY_FAKES_APNS_KEY_ID"],
+            maxRecorded: Int(env["PUSHRELAY_FAKES_MAX_RECORDED"] ?? "") ?? 0)
         let apps = try await fakes.applications(logger: logger)
         logger.info(
             "provider fakes ready",

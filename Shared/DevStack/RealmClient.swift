@@ -1,3 +1,4 @@
+import AsyncHTTPClient
 import Foundation
 import PushCrypto
 import PushModels
@@ -9,9 +10,12 @@ public struct RealmClient: Sendable {
     public let serverUUID: String
     public let apiKey: String
     public let realmUUID: String
+    /// The HTTP client its requests go through (load runs pass one with a large pool).
+    public let client: HTTPClient
 
-    public init(stack: Stack, serverUUID: String = UUID().uuidString.lowercased()) {
+    public init(stack: Stack, serverUUID: String = UUID().uuidString.lowercased(), client: HTTPClient = .shared) {
         self.stack = stack
+        self.client = client
         self.serverUUID = serverUUID
         self.apiKey = (0..<64).map { _ in String("abcdefghijklmnopqrstuvwxyz0123456789".randomElement()!) }.joined()
         self.realmUUID = UUID().uuidString.lowercased()
@@ -19,8 +23,8 @@ public struct RealmClient: Sendable {
 
     public var auth: (String, String) { (serverUUID, apiKey) }
 
-    public static func registered(_ stack: Stack) async throws -> RealmClient {
-        let client = RealmClient(stack: stack)
+    public static func registered(_ stack: Stack, client http: HTTPClient = .shared) async throws -> RealmClient {
+        let client = RealmClient(stack: stack, client: http)
         let reply = try await client.registerServer()
         guard reply.status == 200 else { throw StackError("server registration failed: \(reply.status)") }
         return client
@@ -88,7 +92,7 @@ public struct RealmClient: Sendable {
     public func notify(userID: Int64, payload: JSONValue, deviceIDs: [Int64]? = nil) async throws -> HTTP.Reply {
         var body: [String: JSONValue] = ["realm_uuid": .string(realmUUID), "user_id": .int(userID), "payload": payload]
         if let deviceIDs { body["device_ids"] = .array(deviceIDs.map { .int($0) }) }
-        return try await HTTP.send("POST", "\(stack.ingestURL)/v1/notify", json: .object(body), auth: auth)
+        return try await HTTP.send("POST", "\(stack.ingestURL)/v1/notify", json: .object(body), auth: auth, client: client)
     }
 
     public func feedback(after cursor: String? = nil) async throws -> HTTP.Reply {

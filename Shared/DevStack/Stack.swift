@@ -41,14 +41,29 @@ public final class Stack: Sendable {
     public let options: Options
     public let processes = Mutex<[Service: Process]>([:])
     let redis = Mutex<Process?>(nil)
+    /// Processes besides the services, by name (for resource sampling).
+    let helpers = Mutex<[String: Process]>([:])
+
+    /// Every running process of the stack by name: the four services, Redis, the fakes.
+    public func pids() -> [String: Int32] {
+        var result: [String: Int32] = [:]
+        for (service, process) in processes.withLock({ $0 }) where process.isRunning {
+            result[service.rawValue] = process.processIdentifier
+        }
+        for (name, process) in helpers.withLock({ $0 }) where process.isRunning { result[name] = process.processIdentifier }
+        return result
+    }
 
     /// How to start a stack: extra environment for every service, broker partitions.
     public struct Options: Sendable {
         public var environment: [String: String]
         public var partitions: Int
-        public init(environment: [String: String] = [:], partitions: Int = 6) {
+        /// Extra environment for the provider fakes.
+        public var fakesEnvironment: [String: String]
+        public init(environment: [String: String] = [:], partitions: Int = 6, fakesEnvironment: [String: String] = [:]) {
             self.environment = environment
             self.partitions = partitions
+            self.fakesEnvironment = fakesEnvironment
         }
 
         /// What the integration tests run with: short retry delays so retries finish within a test.
@@ -159,7 +174,7 @@ public final class Stack: Sendable {
         let redis = try launchRedis(port: redisPort, directory: dir)
 
         let brokersFile = "\(dir)/kafka-bootstrap"
-        try launch(
+        let broker = try launch(
             "\(bin)/devbroker", [],
             environment: [
                 "PUSHRELAY_KAFKA_BROKERS_FILE": brokersFile, "PUSHRELAY_DEVBROKER_PARTITIONS": "\(options.partitions)",
@@ -170,12 +185,12 @@ public final class Stack: Sendable {
             .trimmingCharacters(in: .whitespacesAndNewlines)
 
         let fakePorts = (apns: try freePort(), fcm: try freePort(), control: try freePort())
-        try launch(
+        let fakes = try launch(
             "\(bin)/provider-fakes", [],
             environment: [
                 "PUSHRELAY_FAKES_DIR": "\(dir)/fakes", "PUSHRELAY_FAKES_APNS_PORT": "\(fakePorts.apns)",
                 "PUSHRELAY_FAKES_FCM_PORT": "\(fakePorts.fcm)", "PUSHRELAY_FAKES_CONTROL_PORT": "\(fakePorts.control)",
-            ], log: "\(dir)/fakes.log")
+            ].merging(options.fakesEnvironment) { _, new in new }, log: "\(dir)/fakes.log")
         try await waitFor("the provider fakes") {
             (try? await HTTP.get("http://127.0.0.1:\(fakePorts.control)/health"))?.status == 200
         }
@@ -198,6 +213,7 @@ public final class Stack: Sendable {
             controlPort: fakePorts.control, dispatcherEnvironment: dispatcherEnvironment,
             bouncerPublicKey: bouncerKey, options: options)
         stack.redis.withLock { $0 = redis }
+        stack.helpers.withLock { $0 = ["redis": redis, "provider-fakes": fakes, "devbroker": broker] }
         for service in Service.allCases { try stack.start(service) }
         for service in Service.allCases { try await stack.waitReady(service) }
         return stack
@@ -281,6 +297,7 @@ public final class Stack: Sendable {
         try await Task.sleep(for: downFor)
         let process = try Stack.launchRedis(port: redisPort, directory: directory)
         redis.withLock { $0 = process }
+        helpers.withLock { $0["redis"] = process }
         try await Stack.waitFor("redis to answer") { Stack.redisAnswers(port: self.redisPort) }
     }
 
@@ -380,14 +397,14 @@ public enum HTTP {
     }
 
     public static func send(
-        _ method: String, _ url: String, json: JSONValue, auth: (String, String)? = nil
+        _ method: String, _ url: String, json: JSONValue, auth: (String, String)? = nil, client: HTTPClient = .shared
     ) async throws -> Reply {
-        try await send(method, url, body: Wire.canonical(json), contentType: "application/json", auth: auth)
+        try await send(method, url, body: Wire.canonical(json), contentType: "application/json", auth: auth, client: client)
     }
 
     public static func send(
         _ method: String, _ url: String, body: [UInt8]?, contentType: String = "application/json",
-        auth: (String, String)? = nil, maxBytes: Int = 16 << 20
+        auth: (String, String)? = nil, maxBytes: Int = 16 << 20, client: HTTPClient = .shared
     ) async throws -> Reply {
         var request = HTTPClientRequest(url: url)
         request.method = .init(rawValue: method)
@@ -399,7 +416,7 @@ public enum HTTP {
             request.headers.add(
                 name: "authorization", value: "Basic \(Data("\(user):\(password)".utf8).base64EncodedString())")
         }
-        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(30))
+        let response = try await client.execute(request, timeout: .seconds(30))
         let bytes = try await response.body.collect(upTo: maxBytes)
         return Reply(
             status: Int(response.status.code), body: Array(bytes.readableBytesView),

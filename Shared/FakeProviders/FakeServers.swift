@@ -32,13 +32,13 @@ public struct FakeServers: Sendable {
     /// `publicHost` is the name clients use (it goes into the URLs written for the dispatcher).
     public init(
         directory: String, host: String = "127.0.0.1", publicHost: String = "localhost", ports: Ports,
-        apnsTeamID: String? = nil, apnsKeyID: String? = nil
+        apnsTeamID: String? = nil, apnsKeyID: String? = nil, maxRecorded: Int = 0
     ) throws {
         self.credentials = try FakeCredentials.loadOrCreate(
             directory: directory, hostnames: publicHost == "localhost" ? [] : [publicHost], teamID: apnsTeamID,
             keyID: apnsKeyID)
         self.publicHost = publicHost
-        self.state = FakeState()
+        self.state = FakeState(maxRecorded: maxRecorded)
         self.ports = ports
         self.host = host
         try credentials.writeClientFiles(apnsURL: apnsURL, fcmURL: fcmURL)
@@ -86,6 +86,7 @@ public struct FakeServers: Sendable {
                 "fcm_project_id": credentials.fcmProjectID,
             ])
         }
+        router.get("/stats") { _, _ in try FakeServers.json(state.counts()) }
         router.get("/:provider/received") { request, context in
             let provider = context.parameters.get("provider") ?? ""
             var pushes = state.received(provider: provider)

@@ -41,6 +41,8 @@ public struct InjectedFailure: Sendable, Codable, Equatable {
 public final class FakeState: Sendable {
     struct State {
         var received: [ReceivedPush] = []
+        /// Answers per provider and status, never trimmed.
+        var counts: [String: [Int: Int]] = [:]
         var unregisteredAPNs: [String: Int64] = [:]
         var unregisteredFCM: Set<String> = []
         var injected: [String: [InjectedFailure]] = [:]
@@ -49,11 +51,29 @@ public final class FakeState: Sendable {
     }
 
     private let state = Mutex(State())
+    /// How many recent pushes to keep for the control API (0: all). Load runs keep few,
+    /// so the fake's memory stays flat; counts are kept regardless.
+    let maxRecorded: Int
 
-    public init() {}
+    public init(maxRecorded: Int = 0) {
+        self.maxRecorded = max(0, maxRecorded)
+    }
 
     func record(_ push: ReceivedPush) {
-        state.withLock { $0.received.append(push) }
+        state.withLock { s in
+            s.counts[push.provider, default: [:]][push.status, default: 0] += 1
+            s.received.append(push)
+            if maxRecorded > 0 && s.received.count > maxRecorded * 2 {
+                s.received.removeFirst(s.received.count - maxRecorded)
+            }
+        }
+    }
+
+    /// Answers so far: provider → HTTP status → count.
+    public func counts() -> [String: [String: Int]] {
+        state.withLock { s in s.counts.mapValues { byStatus in
+            Dictionary(uniqueKeysWithValues: byStatus.map { ("\($0.key)", $0.value) })
+        } }
     }
 
     public func received(provider: String? = nil) -> [ReceivedPush] {
@@ -106,6 +126,7 @@ public final class FakeState: Sendable {
     public func reset() {
         state.withLock { s in
             s.received = []
+            s.counts = [:]
             s.unregisteredAPNs = [:]
             s.unregisteredFCM = []
             s.injected = [:]

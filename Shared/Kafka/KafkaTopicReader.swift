@@ -11,11 +11,14 @@ public struct TopicRange: Sendable {
     public var toOffset: Int64?
     public var fromTimeMs: Int64?
     public var toTimeMs: Int64?
+    /// Per-partition start offsets (for following a topic); overrides `fromOffset`.
+    public var startOffsets: [Int32: Int64]?
 
     public init(
         topic: String, partitions: [Int32]? = nil, fromOffset: Int64? = nil, toOffset: Int64? = nil,
-        fromTimeMs: Int64? = nil, toTimeMs: Int64? = nil
+        fromTimeMs: Int64? = nil, toTimeMs: Int64? = nil, startOffsets: [Int32: Int64]? = nil
     ) {
+        self.startOffsets = startOffsets
         self.topic = topic
         self.partitions = partitions
         self.fromOffset = fromOffset
@@ -74,12 +77,28 @@ public final class KafkaTopicReader {
         return (0..<Int(t.partition_cnt)).map { t.partitions[$0].id }.sorted()
     }
 
+    /// Each partition's end (high watermark) now.
+    public func endOffsets(of topic: String) throws -> [Int32: Int64] {
+        var ends: [Int32: Int64] = [:]
+        for p in try partitions(of: topic) {
+            var low: Int64 = 0
+            var high: Int64 = 0
+            let rc = rd_kafka_query_watermark_offsets(handle, topic, p, &low, &high, 5000)
+            guard rc == RD_KAFKA_RESP_ERR_NO_ERROR else { throw KafkaError.from(rc) }
+            ends[p] = high
+        }
+        return ends
+    }
+
     /// Reads every record of `range`, in order per partition, calling `each` until it
     /// returns false. `progress` is called every few thousand records.
+    /// Returns, per partition, the offset after the last record considered (where a
+    /// follow-up read should start).
+    @discardableResult
     public func read(
         _ range: TopicRange, timeout: Duration = .seconds(30), progress: ((ReadProgress) -> Void)? = nil,
         each: (KafkaRecord) throws -> Bool
-    ) throws {
+    ) throws -> [Int32: Int64] {
         let partitions = try range.partitions ?? partitions(of: range.topic)
         var start: [Int32: Int64] = [:]
         var end: [Int32: Int64] = [:]
@@ -88,15 +107,16 @@ public final class KafkaTopicReader {
             var high: Int64 = 0
             let rc = rd_kafka_query_watermark_offsets(handle, range.topic, p, &low, &high, 5000)
             guard rc == RD_KAFKA_RESP_ERR_NO_ERROR else { throw KafkaError.from(rc) }
-            start[p] = max(low, range.fromOffset ?? low)
+            start[p] = max(low, range.startOffsets?[p] ?? range.fromOffset ?? low)
             end[p] = min(high, range.toOffset ?? high)
         }
         if let from = range.fromTimeMs { try seekToTime(range.topic, from, start: &start) }
         var remaining = Set(partitions.filter { (start[$0] ?? 0) < (end[$0] ?? 0) })
         let total = partitions.reduce(Int64(0)) { $0 + max(0, (end[$1] ?? 0) - (start[$1] ?? 0)) }
-        guard !remaining.isEmpty else { return }
+        var position = start.merging(end) { s, e in max(s, e) }
+        guard !remaining.isEmpty else { return position }
 
-        guard let list = rd_kafka_topic_partition_list_new(Int32(remaining.count)) else { return }
+        guard let list = rd_kafka_topic_partition_list_new(Int32(remaining.count)) else { return position }
         for p in remaining {
             rd_kafka_topic_partition_list_add(list, range.topic, p)?.pointee.offset = start[p] ?? 0
         }
@@ -139,9 +159,13 @@ public final class KafkaTopicReader {
             if record.offset + 1 >= (end[partition] ?? 0) { remaining.remove(partition) }
             if let from = range.fromTimeMs, record.timestampMs < from { continue }
             if let to = range.toTimeMs, record.timestampMs >= to { continue }
-            if try !each(record) { return }
+            if try !each(record) {
+                position[partition] = record.offset + 1
+                return position
+            }
         }
         if read >= 5000 { progress?(ReadProgress(read: read, total: total)) }
+        return position
     }
 
     /// Moves each start to the first offset at or after `timeMs`, where the broker can say.
@@ -159,5 +183,42 @@ public final class KafkaTopicReader {
                 start[e.partition] = max(current, e.offset)
             }
         }
+    }
+}
+
+/// Consumer lag of a group: how far its committed offsets are behind each partition's
+/// end. Asks the group coordinator for the committed offsets without joining the group.
+public final class KafkaGroupLag {
+    private let handle: OpaquePointer
+
+    public init(configuration: KafkaConfiguration, group: String) throws {
+        let settings = [
+            "bootstrap.servers": configuration.bootstrapServers, "client.id": configuration.clientID,
+            "group.id": group, "enable.auto.commit": "false",
+        ]
+        handle = try makeHandle(type: RD_KAFKA_CONSUMER, conf: try makeConf(settings))
+    }
+
+    deinit {
+        rd_kafka_destroy(handle)
+    }
+
+    /// Records on `topic` the group has not committed yet (partitions never committed count from their start).
+    public func lag(topic: String, partitions: [Int32]) throws -> Int64 {
+        guard let list = rd_kafka_topic_partition_list_new(Int32(partitions.count)) else { return 0 }
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        for p in partitions { rd_kafka_topic_partition_list_add(list, topic, p) }
+        let rc = rd_kafka_committed(handle, list, 5000)
+        guard rc == RD_KAFKA_RESP_ERR_NO_ERROR else { throw KafkaError.from(rc) }
+        var total: Int64 = 0
+        for i in 0..<Int(list.pointee.cnt) {
+            let e = list.pointee.elems[i]
+            var low: Int64 = 0
+            var high: Int64 = 0
+            guard rd_kafka_query_watermark_offsets(handle, topic, e.partition, &low, &high, 5000) == RD_KAFKA_RESP_ERR_NO_ERROR
+            else { continue }
+            total += max(0, high - (e.offset >= 0 ? e.offset : low))
+        }
+        return total
     }
 }

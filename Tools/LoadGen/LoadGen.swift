@@ -1,0 +1,74 @@
+import ArgumentParser
+import DevStack
+import Foundation
+
+/// `loadgen`: starts a private stack (release binaries next to it) and drives it phase
+/// by phase, printing a table and writing JSON. See BENCHMARKS.md.
+@main
+struct LoadGen: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "End-to-end load: throughput, latency, consumer lag, RSS and CPU per process.")
+
+    @Option(help: "Phases as name=rate:seconds, rate 0 for flat out.")
+    var phases = ["flat-out=0:60", "2000/s=2000:60"]
+    @Option(help: "Realms (servers) the users are spread over.") var realms = 10
+    @Option(help: "Users.") var users = 1000
+    @Option(help: "Devices per user (APNs and FCM alternating).") var devicesPerUser = 2
+    @Option(help: "Concurrent keep-alive client connections.") var connections = 64
+    @Option(help: "Kafka partitions per topic in the dev broker.") var partitions = 24
+    @Option(help: "Extra service environment, KEY=VALUE (repeatable).") var env: [String] = []
+    @Option(help: "Write the reports as JSON here.") var json = "benchmarks/results/latest.json"
+
+    func run() async throws {
+        var settings = LoadRun.Settings()
+        settings.realms = realms
+        settings.users = users
+        settings.devicesPerUser = devicesPerUser
+        settings.connections = connections
+        settings.phases = try phases.map { spec in
+            let parts = spec.split(separator: "=", maxSplits: 1)
+            let numbers = parts.last?.split(separator: ":") ?? []
+            guard parts.count == 2, numbers.count == 2, let rate = Int(numbers[0]), let seconds = Int(numbers[1]) else {
+                throw ValidationError("phase \(spec): expected name=rate:seconds")
+            }
+            return LoadRun.Phase(name: String(parts[0]), rate: rate, seconds: seconds)
+        }
+        var environment = ["PUSHRELAY_RATELIMIT_REQUESTS": "1000000000"]
+        for pair in env {
+            let kv = pair.split(separator: "=", maxSplits: 1)
+            guard kv.count == 2 else { throw ValidationError("--env \(pair): expected KEY=VALUE") }
+            environment[String(kv[0])] = String(kv[1])
+        }
+        let stack = try await Stack.start(
+            options: Stack.Options(
+                environment: environment, partitions: partitions,
+                fakesEnvironment: ["PUSHRELAY_FAKES_MAX_RECORDED": "1000"]))
+        print("stack up in \(stack.directory) (binaries: \(stack.binDirectory))")
+        let reports = try await LoadRun(stack: stack, settings: settings).run()
+        print(LoadRun.table(reports))
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        let url = URL(fileURLWithPath: json)
+        try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
+        try encoder.encode(Report(machine: Self.machine(), settings: settings.description, phases: reports)).write(to: url)
+        print("wrote \(json)")
+    }
+
+    struct Report: Encodable {
+        var machine: String
+        var settings: String
+        var phases: [LoadRun.PhaseReport]
+    }
+
+    static func machine() -> String {
+        let cpu = (try? String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8))?.split(separator: "\n")
+            .first { $0.hasPrefix("model name") }.map { String($0.split(separator: ":").last ?? "").trimmingCharacters(in: .whitespaces) } ?? "?"
+        return "\(ProcessInfo.processInfo.activeProcessorCount) cores, \(cpu), \(ProcessInfo.processInfo.physicalMemory >> 30) GiB"
+    }
+}
+
+extension LoadRun.Settings: CustomStringConvertible {
+    public var description: String {
+        "\(realms) realms, \(users) users × \(devicesPerUser) devices, \(connections) connections"
+    }
+}
