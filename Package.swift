@@ -33,6 +33,7 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
         .package(url: "https://github.com/apple/swift-configuration", from: "1.4.0"),
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/google/swift-benchmark", from: "0.1.2"),
     ],
     targets: [
         // C libraries from Debian, each used by exactly one Swift wrapper module.
@@ -167,6 +168,13 @@ let package = Package(
             name: "loadgen",
             dependencies: ["DevStack", .product(name: "ArgumentParser", package: "swift-argument-parser")],
             path: "Tools/LoadGen", swiftSettings: strict),
+        .executableTarget(
+            name: "microbench",
+            dependencies: [
+                "PushCrypto", "PushModels", "Providers", .product(name: "Benchmark", package: "swift-benchmark"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            path: "benchmarks/Micro", swiftSettings: [.swiftLanguageMode(.v5)]),
         .target(name: "ReplayKit", dependencies: ["Kafka", "PushModels"], path: "Tools/ReplayKit", swiftSettings: strict),
         .executableTarget(
             name: "pushrelay-replay",

@@ -19,7 +19,7 @@ extension IngestAPI {
         let invalid = APIError.badRequest(
             "Invalid encrypted_push_registration", field: "encrypted_push_registration")
         guard let data = Data(base64Encoded: sealed), let opened = try? SealedBox.open(Array(data), keyPair: pair),
-            let json = try? JSONDecoder().decode(JSONValue.self, from: Data(opened)), json.objectValue != nil
+            let json = try? Wire.decode(JSONValue.self, from: opened), json.objectValue != nil
         else { throw invalid }
         let reader = FieldReader(json: json, path: "encrypted_push_registration")
         do {

@@ -20,7 +20,7 @@ struct RequestFields {
         if contentType.hasPrefix("application/x-www-form-urlencoded") {
             json = .object(parseForm(String(decoding: bytes, as: UTF8.self)))
         } else {
-            guard let decoded = try? JSONDecoder().decode(JSONValue.self, from: Data(bytes)) else {
+            guard let decoded = try? Wire.decode(JSONValue.self, from: bytes) else {
                 throw APIError.badRequest("Request body is not valid JSON", code: "MALFORMED_JSON")
             }
             json = decoded

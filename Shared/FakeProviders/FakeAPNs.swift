@@ -72,7 +72,7 @@ public struct FakeAPNs: Sendable {
             "apns-priority": header("apns-priority"), "apns-expiration": header("apns-expiration"),
             "apns-id": header("apns-id"), "apns-collapse-id": header("apns-collapse-id"),
         ].compactMapValues { $0 }
-        let json = (try? JSONDecoder().decode(JSONValue.self, from: Data(bytes))) ?? .null
+        let json = (try? Wire.decode(JSONValue.self, from: bytes)) ?? .null
 
         func answer(_ response: Response, reason: String?) -> Response {
             state.record(

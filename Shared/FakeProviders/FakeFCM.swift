@@ -127,7 +127,7 @@ public struct FakeFCM: Sendable {
     func send(_ request: Request, project: String) async throws -> Response {
         var request = request
         let bytes = Array(try await request.collectBody(upTo: 1 << 20).readableBytesView)
-        let json = (try? JSONDecoder().decode(JSONValue.self, from: Data(bytes))) ?? .null
+        let json = (try? Wire.decode(JSONValue.self, from: bytes)) ?? .null
         let message = json["message"]
         let token = message?["token"]?.stringValue ?? ""
         var headers: [String: String] = [:]

@@ -49,17 +49,18 @@ struct APNsTokenClaims: JWTPayload {
 
 /// Signs and caches the APNs provider token. One token is reused until it is
 /// `refreshInterval` old, so Apple never sees more than one new token per 20 minutes.
-actor APNsTokenSigner {
+/// Signs and caches the APNs provider token (ES256 JWT); public for the micro benchmarks.
+public actor APNsTokenSigner {
     private let keys = JWTKeyCollection()
     private let configuration: APNsConfiguration
     private var current: (token: String, issued: ContinuousClock.Instant)?
     private var loaded = false
 
-    init(configuration: APNsConfiguration) {
+    public init(configuration: APNsConfiguration) {
         self.configuration = configuration
     }
 
-    func token() async throws -> String {
+    public func token() async throws -> String {
         if let current, ContinuousClock.now - current.issued < configuration.tokenRefreshInterval {
             return current.token
         }

@@ -53,18 +53,19 @@ extension JSONValue: Codable {
         let container = try decoder.singleValueContainer()
         if container.decodeNil() {
             self = .null
-        } else if let b = try? container.decode(Bool.self) {
-            self = .bool(b)
+        } else if let s = try? container.decode(String.self) {
+            // Most common first: every failed attempt costs a thrown DecodingError.
+            self = .string(s)
+        } else if let o = try? container.decode([String: JSONValue].self) {
+            self = .object(o)
         } else if let i = try? container.decode(Int64.self) {
             self = .int(i)
+        } else if let b = try? container.decode(Bool.self) {
+            self = .bool(b)
         } else if let d = try? container.decode(Double.self) {
             self = .double(d)
-        } else if let s = try? container.decode(String.self) {
-            self = .string(s)
-        } else if let a = try? container.decode([JSONValue].self) {
-            self = .array(a)
         } else {
-            self = .object(try container.decode([String: JSONValue].self))
+            self = .array(try container.decode([JSONValue].self))
         }
     }
 

@@ -9,19 +9,24 @@ public enum Wire {
         return encoder
     }
 
+    /// Compact JSON with sorted keys: byte for byte what `encoder()` writes, built
+    /// through `JSONValue` and `JSONWriter` (several times faster).
     public static func encode<T: Encodable>(_ value: T) throws -> [UInt8] {
-        Array(try encoder().encode(value))
+        canonical(try JSONValueEncoder.encode(value))
     }
 
+    /// Strict JSON (RFC 8259) into any `Decodable`, through `JSONValue`: several times
+    /// faster than `JSONDecoder` for records that hold JSON values.
     public static func decode<T: Decodable>(_ type: T.Type, from bytes: some Collection<UInt8>) throws -> T {
-        try JSONDecoder().decode(type, from: Data(bytes))
+        try JSONValueDecoder.decode(type, from: JSONReader.parse(bytes))
     }
 
     /// Canonical bytes of a JSON value (compact, sorted keys).
     public static func canonical(_ value: JSONValue) -> [UInt8] {
-        // Encoding a JSONValue cannot fail: it holds only JSON-representable values,
-        // except non-finite doubles, which the decoder never produces.
-        (try? encode(value)) ?? Array("null".utf8)
+        var out: [UInt8] = []
+        out.reserveCapacity(256)
+        JSONWriter.write(value, into: &out)
+        return out
     }
 
     public static func nowMillis() -> Int64 {

@@ -1,0 +1,92 @@
+import Benchmark
+import Crypto
+import Foundation
+import Providers
+import PushCrypto
+import PushModels
+
+// Micro benchmarks of the hot paths (google/swift-benchmark): run with
+//   swift run -c release microbench
+// Each benchmark's time is per iteration (one push unless named otherwise).
+
+let key = try! PushKey(tagged: [0x31] + (0..<32).map { _ in UInt8.random(in: 0...255) })
+let payload500 = Array(String(repeating: "x", count: 500).utf8)
+let sampleCiphertext = try! key.encrypt(payload500)
+
+let outbound = OutboundRecord(
+    notificationID: UUID().uuidString.lowercased(), deviceID: 123_456, realmUUID: UUID().uuidString.lowercased(),
+    provider: .apns, token: String(repeating: "ab", count: 32), appID: "org.zulip.Zulip",
+    delivery: DeliveryClass(.message),
+    body: ProviderBody.encrypted(provider: .apns, pushKeyID: 7, encryptedData: sampleCiphertext, type: .message),
+    expiresAt: 1_800_000_000, acceptedAtMs: 1_795_000_000_000, registeredAtMs: 1_795_000_000_000)
+let outboundBytes = try! Wire.encode(outbound)
+
+let signingKey = P256.Signing.PrivateKey()
+let apnsConfiguration = APNsConfiguration(
+    baseURL: "https://localhost", teamID: "TEAM123456", keyID: "KEY1234567", privateKeyPEM: signingKey.pemRepresentation)
+let cachedSigner = APNsTokenSigner(configuration: apnsConfiguration)
+var freshConfiguration = apnsConfiguration
+freshConfiguration.tokenRefreshInterval = .zero
+let freshSigner = APNsTokenSigner(configuration: freshConfiguration)
+
+/// Runs an async operation to completion from the benchmark's synchronous closure.
+func blocking<T: Sendable>(_ operation: @escaping @Sendable () async throws -> T) -> T {
+    let box = ResultBox<T>()
+    let done = DispatchSemaphore(value: 0)
+    Task {
+        box.value = try? await operation()
+        done.signal()
+    }
+    done.wait()
+    return box.value!
+}
+
+/// Keeps a result alive so the optimizer cannot drop the work that made it.
+@inline(never) func blackHole<T>(_ value: T) {
+    withExtendedLifetime(value) {}
+}
+
+final class ResultBox<T>: @unchecked Sendable {
+    var value: T?
+}
+
+benchmark("secretbox encrypt 500 B payload") {
+    blackHole(try! key.encrypt(payload500))
+}
+benchmark("secretbox decrypt 500 B payload") {
+    blackHole(try! key.decrypt(sampleCiphertext))
+}
+benchmark("outbound envelope encode (Wire.encode)") {
+    blackHole(try! Wire.encode(outbound))
+}
+benchmark("outbound envelope encode (Foundation JSONEncoder, before)") {
+    blackHole(try! Wire.encoder().encode(outbound))
+}
+benchmark("outbound envelope decode (Wire.decode)") {
+    blackHole(try! Wire.decode(OutboundRecord.self, from: outboundBytes))
+}
+benchmark("outbound envelope decode (Foundation JSONDecoder, before)") {
+    blackHole(try! JSONDecoder().decode(OutboundRecord.self, from: Data(outboundBytes)))
+}
+benchmark("provider body build + canonical bytes (APNs)") {
+    let body = ProviderBody.encrypted(provider: .apns, pushKeyID: 7, encryptedData: sampleCiphertext, type: .message)
+    blackHole(Wire.canonical(body))
+}
+benchmark("provider body build + canonical bytes (APNs, JSONEncoder, before)") {
+    let body = ProviderBody.encrypted(provider: .apns, pushKeyID: 7, encryptedData: sampleCiphertext, type: .message)
+    blackHole(try! Wire.encoder().encode(body))
+}
+benchmark("provider body build + canonical bytes (FCM)") {
+    let body = ProviderBody.encrypted(provider: .fcm, pushKeyID: 7, encryptedData: sampleCiphertext, type: .message)
+    blackHole(Wire.canonical(body))
+}
+// The signer is an actor: one iteration is 100 calls in one task, so the task hop of
+// the harness is not what is measured.
+benchmark("APNs provider token ×100, cached (reused JWT)") {
+    blackHole(blocking { for _ in 0..<99 { _ = try await cachedSigner.token() }; return try await cachedSigner.token() })
+}
+benchmark("APNs provider token ×100, signed fresh (ES256)") {
+    blackHole(blocking { for _ in 0..<99 { _ = try await freshSigner.token() }; return try await freshSigner.token() })
+}
+
+Benchmark.main()
