@@ -1,4 +1,4 @@
-.PHONY: up down test build
+.PHONY: up down test build bench microbench
 
 ## Start the whole pipeline on embedded defaults (dev broker, Redis, fakes, 4 services, demo realm).
 up:
@@ -14,3 +14,11 @@ test:
 
 build:
 	swift build
+
+## End-to-end benchmark: flat out 60 s, then 2,000/s for 60 s (see BENCHMARKS.md).
+bench:
+	scripts/bench.sh
+
+## Micro benchmarks of the hot paths (crypto, envelopes, provider bodies, APNs JWT).
+microbench:
+	swift build -c release --product microbench && "$$(swift build -c release --show-bin-path)/microbench" --columns name,median,min,iterations
