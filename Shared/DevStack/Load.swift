@@ -146,6 +146,7 @@ public struct LoadRun: Sendable {
         let accepted = Counter()
         let rejected = Counter()
         let offered = Counter()
+        let slots = Counter()
         let start = ContinuousClock.now
         let startMs = Wire.nowMillis()
         let end = start + .seconds(phase.seconds)
@@ -155,18 +156,20 @@ public struct LoadRun: Sendable {
             for _ in 0..<settings.connections {
                 group.addTask {
                     while true {
-                        let n = offered.next()
+                        let n = slots.next()
                         if let interval {
                             let due = start + interval * n
                             if due >= end { return }
                             if due > .now { try await Task.sleep(until: due) }
-                        } else if ContinuousClock.now >= end {
-                            return
                         }
+                        // A phase ends on time: what a saturated stack could not take in
+                        // time is not offered (offered < rate × seconds shows it).
+                        if ContinuousClock.now >= end { return }
                         let user = Int64.random(in: 1...Int64(users))
                         let realm = realms[Int(user) % realms.count]
                         let payload = realm.messagePayload(userID: user, messageID: Int64(n), content: "load \(n)")
                         let reply = try? await realm.notify(userID: user, payload: payload)
+                        _ = offered.next()
                         if reply?.status == 202 { _ = accepted.next() } else { _ = rejected.next() }
                     }
                 }

@@ -76,3 +76,11 @@ import Testing
         #expect(throws: CryptoError.self) { try old.open(rotated.seal([1])) }
     }
 }
+
+@Suite struct FingerprintTests {
+    @Test func sha256HexMatchesTheStandardVector() {
+        #expect(Fingerprint.sha256Hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+        #expect(Fingerprint.hex([0x00, 0x0f, 0xa0, 0xff]) == "000fa0ff")
+        #expect(Fingerprint.token("abc") == "ba7816bf8f01cfea")
+    }
+}

@@ -29,13 +29,13 @@ struct Chaos: AsyncParsableCommand {
         settings.rate = rate
         settings.concurrency = concurrency
         settings.deadTokenShare = deadTokenShare
-        print("starting the stack")
+        progress("starting the stack")
         let stack = try await Stack.start(
             options: Stack.Options(
                 environment: ["PUSHRELAY_RETRY_DELAYS": retryDelays, "PUSHRELAY_RATELIMIT_REQUESTS": "100000000"],
                 partitions: partitions))
-        print("stack up in \(stack.directory)")
-        let report = try await ChaosRun(stack: stack, settings: settings).run()
+        progress("stack up in \(stack.directory)")
+        let report = try await ChaosRun(stack: stack, settings: settings, log: progress).run()
         print(report.table)
         if !report.lostSamples.isEmpty { print("lost (message:device): \(report.lostSamples.joined(separator: ", "))") }
         if let json {
@@ -45,4 +45,9 @@ struct Chaos: AsyncParsableCommand {
         }
         if report.lost > 0 || report.duplicates > 0 { throw ExitCode(1) }
     }
+}
+
+/// Progress lines, unbuffered so they reach a log file as they happen.
+@Sendable func progress(_ line: String) {
+    FileHandle.standardOutput.write(Data((line + "\n").utf8))
 }

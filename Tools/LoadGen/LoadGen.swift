@@ -43,8 +43,8 @@ struct LoadGen: AsyncParsableCommand {
             options: Stack.Options(
                 environment: environment, partitions: partitions,
                 fakesEnvironment: ["PUSHRELAY_FAKES_MAX_RECORDED": "1000"]))
-        print("stack up in \(stack.directory) (binaries: \(stack.binDirectory))")
-        let reports = try await LoadRun(stack: stack, settings: settings).run()
+        progress("stack up in \(stack.directory) (binaries: \(stack.binDirectory))")
+        let reports = try await LoadRun(stack: stack, settings: settings, log: progress).run()
         print(LoadRun.table(reports))
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
@@ -71,4 +71,9 @@ extension LoadRun.Settings: CustomStringConvertible {
     public var description: String {
         "\(realms) realms, \(users) users × \(devicesPerUser) devices, \(connections) connections"
     }
+}
+
+/// Progress lines, unbuffered so they reach a log file as they happen.
+@Sendable func progress(_ line: String) {
+    FileHandle.standardOutput.write(Data((line + "\n").utf8))
 }
