@@ -254,6 +254,20 @@ public struct LoadRun: Sendable {
     }
 }
 
+/// Progress lines for the tools, unbuffered so they reach a log file as they happen.
+@Sendable public func progress(_ line: String) {
+    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+}
+
+/// Writes a tool's report as pretty, sorted JSON, creating the directory.
+public func writeReport(_ report: some Encodable, to path: String) throws {
+    let encoder = JSONEncoder()
+    encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+    let url = URL(fileURLWithPath: path)
+    try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
+    try encoder.encode(report).write(to: url)
+}
+
 /// A shared counter for worker tasks.
 final class Counter: Sendable {
     private let atomic = Atomic<Int>(0)

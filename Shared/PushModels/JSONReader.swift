@@ -248,7 +248,7 @@ struct JSONValueDecoder: Decoder {
     var userInfo: [CodingUserInfoKey: Any] { [:] }
 
     static func decode<T: Decodable>(_ type: T.Type, from value: JSONValue, path: [any CodingKey] = []) throws -> T {
-        if T.self == JSONValue.self { return value as! T }
+        if T.self == JSONValue.self, let same = value as? T { return same }
         return try T(from: JSONValueDecoder(value: value, codingPath: path))
     }
 
@@ -377,7 +377,9 @@ struct JSONValueDecoder: Decoder {
         }
         func decode(_ type: Float.Type) throws -> Float { Float(try decode(Double.self)) }
         func decode<T: Decodable>(_ type: T.Type) throws -> T {
-            if let integer = type as? any FixedWidthInteger.Type { return try decodeInteger(integer) as! T }
+            if let integer = type as? any FixedWidthInteger.Type, let exact = try decodeInteger(integer) as? T {
+                return exact
+            }
             return try JSONValueDecoder.decode(type, from: value, path: codingPath)
         }
 

@@ -38,16 +38,8 @@ struct Chaos: AsyncParsableCommand {
         let report = try await ChaosRun(stack: stack, settings: settings, log: progress).run()
         print(report.table)
         if !report.lostSamples.isEmpty { print("lost (message:device): \(report.lostSamples.joined(separator: ", "))") }
-        if let json {
-            let encoder = JSONEncoder()
-            encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-            try encoder.encode(report).write(to: URL(fileURLWithPath: json))
-        }
-        if report.lost > 0 || report.duplicates > 0 { throw ExitCode(1) }
+        if let json { try writeReport(report, to: json) }
+        if report.lost > 0 || report.unexplainedDuplicates > 0 { throw ExitCode(1) }
     }
 }
 
-/// Progress lines, unbuffered so they reach a log file as they happen.
-@Sendable func progress(_ line: String) {
-    FileHandle.standardOutput.write(Data((line + "\n").utf8))
-}

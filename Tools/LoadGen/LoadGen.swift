@@ -46,11 +46,7 @@ struct LoadGen: AsyncParsableCommand {
         progress("stack up in \(stack.directory) (binaries: \(stack.binDirectory))")
         let reports = try await LoadRun(stack: stack, settings: settings, log: progress).run()
         print(LoadRun.table(reports))
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-        let url = URL(fileURLWithPath: json)
-        try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
-        try encoder.encode(Report(machine: Self.machine(), settings: settings.description, phases: reports)).write(to: url)
+        try writeReport(Report(machine: Self.machine(), settings: settings.description, phases: reports), to: json)
         print("wrote \(json)")
     }
 
@@ -73,7 +69,3 @@ extension LoadRun.Settings: CustomStringConvertible {
     }
 }
 
-/// Progress lines, unbuffered so they reach a log file as they happen.
-@Sendable func progress(_ line: String) {
-    FileHandle.standardOutput.write(Data((line + "\n").utf8))
-}
