@@ -72,10 +72,6 @@ public struct DeliveryLedger: Sendable {
         try await redis.command("DEL", key(notificationID, deviceID))
     }
 
-    public func state(notificationID: String, deviceID: Int64) async throws -> State {
-        State(try await redis.command("GET", key(notificationID, deviceID)))
-    }
-
     /// Which of `pairs` are recorded as sent (`notification:device`), in one round trip.
     public func sentPairs(_ pairs: [(notificationID: String, deviceID: Int64)]) async throws -> Set<String> {
         guard !pairs.isEmpty else { return [] }

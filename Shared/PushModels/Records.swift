@@ -183,9 +183,6 @@ public struct OutboundRecord: Sendable, Codable, Equatable {
     /// Partition key: one device's pushes stay in order.
     public var partitionKey: String { "\(deviceID)" }
 
-    /// The identity the dispatcher deduplicates on: one notification, one device.
-    public var deliveryKey: String { "\(notificationID):\(deviceID)" }
-
     /// True when the push is useless at `nowMs` (its expiry has passed).
     public func isExpired(atMs nowMs: Int64) -> Bool {
         guard let expiresAt else { return false }

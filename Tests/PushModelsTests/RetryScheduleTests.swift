@@ -57,7 +57,7 @@ import Testing
         let record = try Wire.decode(OutboundRecord.self, from: Array(v1.utf8))
         #expect(record.schema == 1)
         #expect(record.attempts == nil && record.lastError == nil && record.notBeforeMs == nil)
-        #expect(record.deliveryKey == "n1:7")
+        #expect(record.notificationID == "n1" && record.deviceID == 7)
     }
 
     @Test func deadLetterCarriesThePushAndItsLastError() throws {
