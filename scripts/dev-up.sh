@@ -20,11 +20,16 @@ export PUSHRELAY_REDIS_PORT="$REDIS_PORT"
 export PUSHRELAY_KAFKA_BROKERS_FILE="$RUN/kafka-bootstrap"
 export PUSHRELAY_PIPELINE_KEYS_FILE="$RUN/pipeline-keys"
 export PUSHRELAY_BOUNCER_KEYS_FILE="$RUN/bouncer-keys"
+export PUSHRELAY_STORAGE_KEYS_FILE="$RUN/storage-keys"
+export PUSHRELAY_APIKEY_PEPPER_FILE="$RUN/apikey-pepper"
 
-# Secrets the relay needs, generated once: the pipeline key (ingest ↔ encryptor) and
-# the bouncer X25519 key realms seal registrations to.
+# Secrets the relay needs, generated once: the pipeline key (seals plaintext and tokens
+# on the topics), the bouncer X25519 key realms seal registrations to, the storage key
+# (tokens and push keys in Redis) and the API key pepper.
 [ -s "$RUN/pipeline-keys" ] || { echo "dev1:$(head -c 32 /dev/urandom | base64)" > "$RUN/pipeline-keys"; chmod 600 "$RUN/pipeline-keys"; }
 [ -s "$RUN/bouncer-keys" ] || { head -c 32 /dev/urandom | base64 > "$RUN/bouncer-keys"; chmod 600 "$RUN/bouncer-keys"; }
+[ -s "$RUN/storage-keys" ] || { echo "dev1:$(head -c 32 /dev/urandom | base64)" > "$RUN/storage-keys"; chmod 600 "$RUN/storage-keys"; }
+[ -s "$RUN/apikey-pepper" ] || { head -c 32 /dev/urandom | base64 > "$RUN/apikey-pepper"; chmod 600 "$RUN/apikey-pepper"; }
 
 start() { # name, command...
   local name=$1; shift

@@ -49,6 +49,7 @@ struct DispatcherMain {
         }
         let perProvider = config.int(forKey: "pushrelay.dispatcher.provider.concurrency", default: 128)
         let stage = DispatchStage(
+            pipelineKeys: try config.pipelineKeyring(),
             clients: clients, limiters: clients.mapValues { _ in ConcurrencyLimiter(limit: perProvider) },
             rates: AdaptiveRateLimiter(
                 settings: .init(
@@ -75,6 +76,8 @@ struct DispatcherMain {
 }
 
 struct DispatchStage: Sendable {
+    /// Opens the sealed device tokens (and seals the clear ones of older records).
+    let pipelineKeys: PipelineKeyring
     let clients: [Provider: any PushProviderClient]
     let limiters: [Provider: ConcurrencyLimiter]
     let rates: AdaptiveRateLimiter
@@ -107,9 +110,21 @@ struct DispatchStage: Sendable {
     }
 
     func handle(_ record: KafkaRecord, maxRateWait: Duration) async -> RecordDisposition {
-        guard let outbound = decodeRecord(OutboundRecord.self, from: record, logger: logger) else { return .done }
+        guard var decoded = decodeRecord(OutboundRecord.self, from: record, logger: logger) else { return .done }
+        let readable = readToken(&decoded)
+        let outbound = decoded
         let force = record.header(RecordHeader.replay).map { String(decoding: $0, as: UTF8.self) } == "force"
-        guard let decision = await decide(outbound, force: force, maxRateWait: maxRateWait) else { return .abandoned }
+        let decision: Decision
+        if readable {
+            guard let decided = await decide(outbound, force: force, maxRateWait: maxRateWait) else { return .abandoned }
+            decision = decided
+        } else {
+            // Nothing can be sent without the token; the dead letter keeps it sealed for a re-drive.
+            decision = Decision(
+                step: .dead(
+                    .rejected, .failed(reason: "token_unreadable", status: nil), attempts: max(0, outbound.attempts ?? 0)),
+                claimed: false, ambiguous: false)
+        }
         if decision.claimed && !decision.step.isSent {
             // Refused, parked or dead: nothing reached the phone, so a later send is not a duplicate.
             let released: Bool? = await untilSuccess("release the ledger claim", logger: logger) {
@@ -130,6 +145,37 @@ struct DispatchStage: Sendable {
             return true
         }
         return recorded == nil ? .abandoned : .done
+    }
+
+    /// Puts the clear token in `record.token` for the provider request, and keeps it sealed
+    /// in `record.sealedToken` for whatever is published next (retry, dead letter). A record
+    /// from before tokens were sealed gets its token sealed here. False when the sealed
+    /// token does not open for this record (unknown key, or moved from another record).
+    func readToken(_ record: inout OutboundRecord) -> Bool {
+        let binding = SealBinding.token(
+            notificationID: record.notificationID, realmUUID: record.realmUUID, deviceID: record.deviceID)
+        guard let sealed = record.sealedToken else {
+            record.sealedToken = try? pipelineKeys.seal(Array(record.token.utf8), binding: binding)
+            return true
+        }
+        do {
+            let bytes = try pipelineKeys.open(sealed, binding: binding)
+            guard let token = String(validating: bytes, as: UTF8.self) else {
+                throw CryptoError(.invalidCiphertext, "sealed token is not UTF-8")
+            }
+            record.token = token
+            return true
+        } catch {
+            Counter(label: "pushrelay_unreadable_tokens_total", dimensions: [("provider", record.provider.rawValue)])
+                .increment()
+            logger.error(
+                "cannot open the sealed token",
+                metadata: [
+                    LogKey.notificationID: "\(record.notificationID)", LogKey.deviceID: "\(record.deviceID)",
+                    LogKey.error: "\(error)",
+                ])
+            return false
+        }
     }
 
     /// Claims, decides and (when it is time) sends. Nil when shutdown interrupted waiting

@@ -26,9 +26,9 @@ struct EncryptorMain {
                 stage: "encryptor", topic: settings.topics.requests, defaultConcurrency: 64, config: config),
             logger: logger)
         let stage = EncryptorStage(
-            devices: DeviceStore(redis: redis, keys: RedisKeys(prefix: settings.redisPrefix)),
-            pipelineKeys: try PipelineKeyring(
-                fileContents: try config.secretFile(forKey: "pushrelay.pipeline.keys.file", default: ".run/pipeline-keys")),
+            devices: DeviceStore(
+                redis: redis, keys: RedisKeys(prefix: settings.redisPrefix), storage: try config.storageKeyring()),
+            pipelineKeys: try config.pipelineKeyring(),
             producer: producer, topics: settings.topics,
             ttlSeconds: Int64(config.int(forKey: "pushrelay.notification.ttl.seconds", default: 86400)),
             logger: logger)
@@ -92,7 +92,9 @@ struct EncryptorStage: Sendable {
         }
         let plaintext: [UInt8]
         do {
-            plaintext = try pipelineKeys.open(sealed)
+            plaintext = try pipelineKeys.open(
+                sealed,
+                binding: .payload(notificationID: request.notificationID, realmUUID: request.realmUUID, userID: userID))
         } catch {
             logger.error(
                 "cannot open sealed payload",
@@ -131,7 +133,7 @@ struct EncryptorStage: Sendable {
                 provider: device.provider, pushKeyID: keyID, encryptedData: encrypted, type: type)
             messages.append(
                 try .outbound(
-                    outbound(request, device: device, delivery: DeliveryClass(type), body: body), topic: topics.outbound))
+                    try outbound(request, device: device, delivery: DeliveryClass(type), body: body), topic: topics.outbound))
         }
         return messages
     }
@@ -162,18 +164,23 @@ struct EncryptorStage: Sendable {
                 fcmPriority: item.fcmPriority ?? "high")
             let body = ProviderBody.passThrough(provider: device.provider, payload: item.payload)
             messages.append(
-                try .outbound(outbound(request, device: device, delivery: delivery, body: body), topic: topics.outbound))
+                try .outbound(try outbound(request, device: device, delivery: delivery, body: body), topic: topics.outbound))
         }
         return messages
     }
 
+    /// The push for one device. The token travels sealed, bound to this notification
+    /// and device, so only the dispatcher (which holds the pipeline keys) reads it.
     private func outbound(
         _ request: PushRequestRecord, device: DeviceRecord, delivery: DeliveryClass, body: JSONValue
-    ) -> OutboundRecord {
-        OutboundRecord(
+    ) throws -> OutboundRecord {
+        let sealedToken = try pipelineKeys.seal(
+            Array(device.token.utf8),
+            binding: .token(notificationID: request.notificationID, realmUUID: request.realmUUID, deviceID: device.id))
+        return OutboundRecord(
             notificationID: request.notificationID, deviceID: device.id, realmUUID: request.realmUUID,
-            provider: device.provider, token: device.token, appID: device.appID, delivery: delivery, body: body,
+            provider: device.provider, token: "", appID: device.appID, delivery: delivery, body: body,
             expiresAt: request.acceptedAtMs / 1000 + ttlSeconds, acceptedAtMs: request.acceptedAtMs,
-            registeredAtMs: device.registeredAtMs)
+            registeredAtMs: device.registeredAtMs, sealedToken: sealedToken)
     }
 }

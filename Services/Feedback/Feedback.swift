@@ -18,7 +18,8 @@ struct FeedbackMain {
         let observability = Observability.bootstrap(service: "feedback", level: settings.logLevel)
         let logger = observability.logger
         let redis = RedisClient(configuration: settings.redis)
-        let devices = DeviceStore(redis: redis, keys: RedisKeys(prefix: settings.redisPrefix))
+        let devices = DeviceStore(
+            redis: redis, keys: RedisKeys(prefix: settings.redisPrefix), storage: try config.storageKeyring())
         let consumer = try KafkaConsumer(
             configuration: try settings.consumer(
                 stage: "feedback", topic: settings.topics.feedback, defaultConcurrency: 16, config: config),

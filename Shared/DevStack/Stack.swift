@@ -209,6 +209,9 @@ public final class Stack: Sendable {
         var ports: [Service: Int] = [:]
         for service in Service.allCases { ports[service] = try freePort() }
         let stack = Stack(
+        try StorageKeyring.generateLine(id: "test1").write(
+            toFile: "\(dir)/storage-keys", atomically: true, encoding: .utf8)
+        try APIKeyPepper.generateLine().write(toFile: "\(dir)/apikey-pepper", atomically: true, encoding: .utf8)
             directory: dir, binDirectory: bin, redisPort: redisPort, kafkaBrokers: brokers, ports: ports,
             controlPort: fakePorts.control, dispatcherEnvironment: dispatcherEnvironment,
             bouncerPublicKey: bouncerKey, options: options)
@@ -249,6 +252,8 @@ public final class Stack: Sendable {
 
     public func start(_ service: Service) throws {
         let process = try Stack.launch(
+            "PUSHRELAY_STORAGE_KEYS_FILE": "\(directory)/storage-keys",
+            "PUSHRELAY_APIKEY_PEPPER_FILE": "\(directory)/apikey-pepper",
             "\(binDirectory)/\(service.rawValue)", [], environment: environment(for: service),
             log: "\(directory)/\(service.rawValue).log")
         processes.withLock { $0[service] = process }

@@ -68,27 +68,51 @@ public struct FeedbackEntry: Sendable, Equatable, Codable {
 
 /// Devices, their keys and their invalidations in Redis. Batches go out as one
 /// pipeline; invalidation is one atomic script, so it is idempotent.
+///
+/// Tokens and push keys are stored encrypted with the storage keyring, bound to their
+/// device and field; the token index is a keyed digest of the token. Devices written
+/// before that (cleartext token and keys, SHA-256 index) still read, and are rewritten
+/// in the new form when they register again.
 public struct DeviceStore: Sendable {
     public let redis: RedisClient
     public let keys: RedisKeys
+    public let storage: StorageKeyring
     /// How long a replaced push key stays stored after a newer one arrives.
     public var keyGracePeriodMs: Int64 = 7 * 24 * 3600 * 1000
 
-    public init(redis: RedisClient, keys: RedisKeys) {
+    public init(redis: RedisClient, keys: RedisKeys, storage: StorageKeyring) {
         self.redis = redis
         self.keys = keys
+        self.storage = storage
+    }
+
+    /// Every index key a token may be found under: the current key's digest first, then
+    /// older storage keys' digests, then the first (unkeyed SHA-256) form.
+    func tokenIndexes(realm: String, provider: Provider, token: String, pushAccountID: Int64?) -> [String] {
+        storage.tokenDigests(token).map {
+            keys.tokenIndex(realm: realm, provider: provider, tokenDigest: $0, pushAccountID: pushAccountID)
+        } + [keys.legacyTokenIndex(realm: realm, provider: provider, token: token, pushAccountID: pushAccountID)]
     }
 
     /// Registers or renews a device; returns its id and whether it is new.
     public func register(_ r: DeviceRegistration, nowMs: Int64 = Wire.nowMillis()) async throws -> (
         id: Int64, created: Bool
     ) {
-        let index = keys.tokenIndex(
+        let indexes = tokenIndexes(
             realm: r.realmUUID, provider: r.token.provider, token: r.token.value, pushAccountID: r.pushAccountID)
+        let index = indexes[0]
         var created = false
         let id: Int64
-        if let existing = try await redis.command("GET", RedisArgument(index)).int {
+        let found = try await redis.command(["MGET"] + indexes.map { RedisArgument($0) }).array
+        if let position = found.firstIndex(where: { $0.int != nil }), let existing = found[position].int {
             id = existing
+            if position != 0 {
+                // Found under an older index form: move it to the current one.
+                try check(
+                    try await redis.pipeline([
+                        ["SET", RedisArgument(index), RedisArgument(id), "NX"], ["DEL", RedisArgument(indexes[position])],
+                    ]))
+            }
             // The same phone now signed in as another user: it leaves the old user's fan-out.
             if let userID = r.userID,
                 let previous = try await redis.command("HGET", RedisArgument(keys.device(id)), "user_id").int,
@@ -112,7 +136,7 @@ public struct DeviceStore: Sendable {
             "HSET", RedisArgument(keys.device(id)),
             "realm", RedisArgument(r.realmUUID),
             "provider", RedisArgument(r.token.provider.rawValue),
-            "token", RedisArgument(r.token.value),
+            "token", RedisArgument(try storage.sealString(r.token.value, slot: .deviceToken(id))),
             "status", "active", "reason", "", "invalid_ms", "",
             "registered_ms", RedisArgument(nowMs),
         ]
@@ -132,8 +156,9 @@ public struct DeviceStore: Sendable {
             ])
         }
         if let (keyID, key) = r.pushKey {
+            let sealed = try storage.seal(key.tagged, slot: .devicePushKey(id, keyID: keyID))
             commands.append([
-                "HSET", RedisArgument(keys.deviceKeys(id)), RedisArgument(keyID), RedisArgument("\(key.base64)|\(nowMs)"),
+                "HSET", RedisArgument(keys.deviceKeys(id)), RedisArgument(keyID), RedisArgument("\(sealed)|\(nowMs)"),
             ])
         }
         try check(try await redis.pipeline(commands))
@@ -141,7 +166,8 @@ public struct DeviceStore: Sendable {
         return (id, created)
     }
 
-    /// Drops push keys replaced longer than the grace period ago.
+    /// Drops push keys replaced longer than the grace period ago, and encrypts the ones
+    /// still stored in the first, cleartext form.
     private func pruneKeys(_ id: Int64, nowMs: Int64) async throws {
         let replies = try await redis.pipeline([
             ["HGET", RedisArgument(keys.device(id)), "key_id"],
@@ -149,19 +175,44 @@ public struct DeviceStore: Sendable {
         ])
         let current = replies[0].string
         var stale: [RedisArgument] = []
+        var staleFields: Set<String> = []
         let entries = replies[1].hash.map { ($0.key, Int64($0.value.split(separator: "|").last ?? "") ?? 0) }
             .sorted { $0.1 < $1.1 }
         // A key is replaced at the moment the next newer key was added.
         for (i, entry) in entries.enumerated() where entry.0 != current && i + 1 < entries.count {
-            if nowMs - entries[i + 1].1 > keyGracePeriodMs { stale.append(RedisArgument(entry.0)) }
+            let age = nowMs.subtractingReportingOverflow(entries[i + 1].1)
+            if !age.overflow && age.partialValue > keyGracePeriodMs {
+                stale.append(RedisArgument(entry.0))
+                staleFields.insert(entry.0)
+            }
         }
         if !stale.isEmpty {
             try await redis.command(["HDEL", RedisArgument(keys.deviceKeys(id))] + stale)
         }
+        var upgraded: [RedisArgument] = []
+        for (field, value) in replies[1].hash where !staleFields.contains(field) {
+            let parts = value.split(separator: "|", omittingEmptySubsequences: false)
+            guard parts.count == 2, !StorageKeyring.isSealed(String(parts[0])), let keyID = UInt32(field),
+                let key = try? PushKey(base64: String(parts[0]))
+            else { continue }
+            let sealed = try storage.seal(key.tagged, slot: .devicePushKey(id, keyID: keyID))
+            upgraded += [RedisArgument(field), RedisArgument("\(sealed)|\(parts[1])")]
+        }
+        if !upgraded.isEmpty {
+            try await redis.command(["HSET", RedisArgument(keys.deviceKeys(id))] + upgraded)
+        }
     }
 
-    /// Loads devices in one pipelined round trip; ids that do not exist are absent.
+    /// Loads devices in one pipelined round trip; ids that do not exist are absent, and
+    /// so are devices whose token does not decrypt for its slot (a moved or damaged
+    /// value). A value under a storage key id the keyring lacks throws: that is a
+    /// configuration error, not a missing device.
     public func devices(_ ids: [Int64]) async throws -> [Int64: DeviceRecord] {
+        try await stored(ids).mapValues(\.record)
+    }
+
+    /// The devices, each with its token field as stored (what the invalidation script compares).
+    private func stored(_ ids: [Int64]) async throws -> [Int64: (record: DeviceRecord, storedToken: String)] {
         guard !ids.isEmpty else { return [:] }
         var commands: [[RedisArgument]] = []
         for id in ids {
@@ -170,10 +221,13 @@ public struct DeviceStore: Sendable {
         }
         let replies = try await redis.pipeline(commands)
         try check(replies)
-        var result: [Int64: DeviceRecord] = [:]
+        var result: [Int64: (record: DeviceRecord, storedToken: String)] = [:]
         for (i, id) in ids.enumerated() {
-            if let record = Self.decode(id: id, fields: replies[2 * i].hash, keyFields: replies[2 * i + 1].hash) {
-                result[id] = record
+            let fields = replies[2 * i].hash
+            if let record = try decode(id: id, fields: fields, keyFields: replies[2 * i + 1].hash),
+                let storedToken = fields["token"]
+            {
+                result[id] = (record, storedToken)
             }
         }
         return result
@@ -183,16 +237,22 @@ public struct DeviceStore: Sendable {
         try await devices([id])[id]
     }
 
-    static func decode(id: Int64, fields: [String: String], keyFields: [String: String]) -> DeviceRecord? {
+    func decode(id: Int64, fields: [String: String], keyFields: [String: String]) throws(CryptoError) -> DeviceRecord? {
         guard let realm = fields["realm"], let providerName = fields["provider"],
-            let provider = Provider(rawValue: providerName), let token = fields["token"]
+            let provider = Provider(rawValue: providerName), let storedToken = fields["token"],
+            let token = try readable(storage.openString(storedToken, slot: .deviceToken(id)))
         else { return nil }
         var keys: [UInt32: PushKey] = [:]
         for (keyID, value) in keyFields {
-            guard let id = UInt32(keyID), let encoded = value.split(separator: "|").first,
-                let key = try? PushKey(base64: String(encoded))
-            else { continue }
-            keys[id] = key
+            guard let pushKeyID = UInt32(keyID), let stored = value.split(separator: "|").first else { continue }
+            let key: PushKey?
+            if StorageKeyring.isSealed(String(stored)) {
+                key = try readable(storage.open(String(stored), slot: .devicePushKey(id, keyID: pushKeyID)))
+                    .flatMap { try? PushKey(tagged: $0) }
+            } else {
+                key = try? PushKey(base64: String(stored))
+            }
+            if let key { keys[pushKeyID] = key }
         }
         return DeviceRecord(
             id: id, realmUUID: realm, userID: fields["user_id"].flatMap { Int64($0) }, provider: provider,
@@ -206,6 +266,17 @@ public struct DeviceStore: Sendable {
             createdAtMs: fields["created_ms"].flatMap { Int64($0) } ?? 0)
     }
 
+    /// A secret that does not open for its slot reads as absent; an unknown storage key id throws.
+    private func readable<T>(_ open: @autoclosure () throws(CryptoError) -> T) throws(CryptoError) -> T? {
+        do {
+            return try open()
+        } catch where error.code == .invalidKey {
+            throw error
+        } catch {
+            return nil
+        }
+    }
+
     /// The ids of a user's devices (active or not).
     public func deviceIDs(realm: String, userID: Int64) async throws -> [Int64] {
         try await redis.command("SMEMBERS", RedisArgument(keys.userDevices(realm: realm, userID: userID)))
@@ -214,15 +285,11 @@ public struct DeviceStore: Sendable {
 
     /// Forgets a device entirely: its record, keys, user membership and token index.
     public func delete(_ device: DeviceRecord) async throws {
+        let indexes = tokenIndexes(
+            realm: device.realmUUID, provider: device.provider, token: device.token, pushAccountID: device.pushAccountID)
         var commands: [[RedisArgument]] = [
             ["DEL", RedisArgument(keys.device(device.id)), RedisArgument(keys.deviceKeys(device.id))],
-            [
-                "DEL",
-                RedisArgument(
-                    keys.tokenIndex(
-                        realm: device.realmUUID, provider: device.provider, token: device.token,
-                        pushAccountID: device.pushAccountID)),
-            ],
+            ["DEL"] + indexes.map { RedisArgument($0) },
         ]
         if let userID = device.userID {
             commands.append([
@@ -240,16 +307,18 @@ public struct DeviceStore: Sendable {
         deviceID: Int64, tokenFingerprint: String, reason: String, providerTimestampMs: Int64?,
         nowMs: Int64 = Wire.nowMillis()
     ) async throws -> Bool {
-        guard let device = try await device(deviceID) else { return false }
+        guard let (device, storedToken) = try await stored([deviceID])[deviceID] else { return false }
         guard Fingerprint.token(device.token) == tokenFingerprint else { return false }
+        // The script compares the token field as stored (ciphertext): a registration in
+        // between rewrites it, and the report is then about an older registration.
         let reply = try await redis.command(
             "EVAL", RedisArgument(Self.invalidateScript), "2", RedisArgument(keys.device(deviceID)),
-            RedisArgument(keys.feedback(realm: device.realmUUID)), RedisArgument(device.token), RedisArgument(reason),
+            RedisArgument(keys.feedback(realm: device.realmUUID)), RedisArgument(storedToken), RedisArgument(reason),
             RedisArgument(providerTimestampMs ?? -1), RedisArgument(nowMs), RedisArgument(deviceID))
         return reply.int == 1
     }
 
-    /// KEYS[1] device hash, KEYS[2] feedback stream; ARGV token, reason, provider ts (-1 none), now, id.
+    /// KEYS[1] device hash, KEYS[2] feedback stream; ARGV stored token field, reason, provider ts (-1 none), now, id.
     static let invalidateScript = """
         local status = redis.call('HGET', KEYS[1], 'status')
         if status ~= 'active' then return 0 end

@@ -6,13 +6,13 @@ import PushModels
 ///
 /// | key | type | holds |
 /// |---|---|---|
-/// | `{p}server:{uuid}` | hash | `api_key_sha256`, `hostname`, `contact_email`, `created_ms`, `updated_ms` |
+/// | `{p}server:{uuid}` | hash | `api_key_hmac` (HMAC-SHA-256 under the pepper; servers from before it: `api_key_sha256` until their next authentication), `hostname`, `contact_email`, `created_ms`, `updated_ms` |
 /// | `{p}realm:{realm_uuid}` | hash | `server_uuid`, `created_ms` |
 /// | `{p}seq:device` | string | last device id handed out (INCR) |
-/// | `{p}dev:{id}` | hash | `realm`, `user_id`?, `provider`, `token`, `app_id`?, `push_account_id`?, `key_id`?, `scheme`?, `status` (active/invalid), `reason`, `invalid_ms`, `registered_ms`, `created_ms` |
-/// | `{p}dev:{id}:keys` | hash | push key id → `base64(tagged key)|added_ms` |
+/// | `{p}dev:{id}` | hash | `realm`, `user_id`?, `provider`, `token` (encrypted: `v1:{key_id}:{base64}`), `app_id`?, `push_account_id`?, `key_id`?, `scheme`?, `status` (active/invalid), `reason`, `invalid_ms`, `registered_ms`, `created_ms` |
+/// | `{p}dev:{id}:keys` | hash | push key id → `{encrypted tagged key}|added_ms` (`v1:{key_id}:{base64}`; the first form, `base64(tagged key)`, still reads) |
 /// | `{p}user:{realm}:{user_id}` | set | device ids of the user |
-/// | `{p}tok:{realm}:{provider}:{sha256(token)}:{push_account_id}` | string | device id (same token + account → same device) |
+/// | `{p}tok:{realm}:{provider}:{hmac(token)}:{push_account_id}` | string | device id (same token + account → same device); keyed with the storage key, one digest per storage key id; the first form, unkeyed SHA-256, is still found and moved on registration |
 /// | `{p}fb:{realm}` | stream | invalidations: `device_id`, `reason`, `at_ms`; entry id = feedback cursor |
 /// | `{p}rl:{server}:{window}` | string | requests in the current rate-limit window (expires) |
 /// | `{p}sent:{notification_id}:{device_id}` | string | send ledger: `claimed {ms}` while a send is under way, `sent {ms} {provider message id}` once accepted; expires after the retry horizon |
@@ -29,8 +29,14 @@ public struct RedisKeys: Sendable {
     public func device(_ id: Int64) -> String { "\(prefix)dev:\(id)" }
     public func deviceKeys(_ id: Int64) -> String { "\(prefix)dev:\(id):keys" }
     public func userDevices(realm: String, userID: Int64) -> String { "\(prefix)user:\(realm):\(userID)" }
-    public func tokenIndex(realm: String, provider: Provider, token: String, pushAccountID: Int64?) -> String {
-        "\(prefix)tok:\(realm):\(provider.rawValue):\(Fingerprint.sha256Hex(token)):\(pushAccountID.map(String.init) ?? "-")"
+    /// The token index under a digest of the token (`StorageKeyring.tokenDigests`).
+    public func tokenIndex(realm: String, provider: Provider, tokenDigest: String, pushAccountID: Int64?) -> String {
+        "\(prefix)tok:\(realm):\(provider.rawValue):\(tokenDigest):\(pushAccountID.map(String.init) ?? "-")"
+    }
+    /// The first form of the token index, under the unkeyed SHA-256 of the token: still
+    /// looked up, so devices registered before the keyed index keep their ids.
+    public func legacyTokenIndex(realm: String, provider: Provider, token: String, pushAccountID: Int64?) -> String {
+        tokenIndex(realm: realm, provider: provider, tokenDigest: Fingerprint.sha256Hex(token), pushAccountID: pushAccountID)
     }
     public func feedback(realm: String) -> String { "\(prefix)fb:\(realm)" }
     public func rateLimit(server: String, window: Int64) -> String { "\(prefix)rl:\(server):\(window)" }

@@ -9,14 +9,19 @@ public enum ServerRegistrationError: Error, Sendable {
     case keyMismatch
 }
 
-/// Realm-hosting servers and their realms. API keys are stored only as SHA-256.
+/// Realm-hosting servers and their realms. API keys are stored only as
+/// HMAC-SHA-256 under a server-side pepper (`api_key_hmac`). Servers registered before
+/// the pepper have an unsalted `api_key_sha256`; it still authenticates, and is replaced
+/// by the HMAC form on the first success.
 public struct ServerStore: Sendable {
     public let redis: RedisClient
     public let keys: RedisKeys
+    public let pepper: APIKeyPepper
 
-    public init(redis: RedisClient, keys: RedisKeys) {
+    public init(redis: RedisClient, keys: RedisKeys, pepper: APIKeyPepper) {
         self.redis = redis
         self.keys = keys
+        self.pepper = pepper
     }
 
     /// Registers a server, or updates it when `apiKey` matches; `newAPIKey` rotates the key.
@@ -26,27 +31,65 @@ public struct ServerStore: Sendable {
         nowMs: Int64 = Wire.nowMillis()
     ) async throws -> Bool {
         let key = keys.server(uuid)
-        let hash = Fingerprint.sha256Hex(apiKey)
-        let created = try await redis.command("HSETNX", RedisArgument(key), "api_key_sha256", RedisArgument(hash))
-        if created.int != 1 {
+        // Created only when no record exists: a server with just the old hash field is not new.
+        let created = try await redis.command(
+            "EVAL", RedisArgument(Self.createScript), "1", RedisArgument(key), RedisArgument(pepper.hmacHex(apiKey)),
+            RedisArgument(nowMs)
+        ).int == 1
+        if !created {
             guard try await authenticate(uuid: uuid, apiKey: apiKey) else { throw ServerRegistrationError.keyMismatch }
         }
         var fields: [RedisArgument] = [
             "HSET", RedisArgument(key), "hostname", RedisArgument(hostname), "contact_email",
             RedisArgument(contactEmail), "updated_ms", RedisArgument(nowMs),
         ]
-        if let newAPIKey { fields += ["api_key_sha256", RedisArgument(Fingerprint.sha256Hex(newAPIKey))] }
-        try await redis.command(fields)
-        if created.int == 1 { try await redis.command("HSET", RedisArgument(key), "created_ms", RedisArgument(nowMs)) }
-        return created.int == 1
+        if let newAPIKey { fields += ["api_key_hmac", RedisArgument(pepper.hmacHex(newAPIKey))] }
+        var commands = [fields]
+        if newAPIKey != nil { commands.append(["HDEL", RedisArgument(key), "api_key_sha256"]) }
+        try check(try await redis.pipeline(commands))
+        return created
     }
 
-    /// Constant-time check of a server's API key against its stored hash.
+    /// Constant-time check of a server's API key against its stored HMAC, or against the
+    /// old unsalted SHA-256 of a server registered before the pepper, which is then
+    /// upgraded to the HMAC form.
     public func authenticate(uuid: String, apiKey: String) async throws -> Bool {
-        guard let stored = try await redis.command("HGET", RedisArgument(keys.server(uuid)), "api_key_sha256").string,
-            let storedBytes = hexBytes(stored)
+        let key = keys.server(uuid)
+        let stored = try await redis.command("HMGET", RedisArgument(key), "api_key_hmac", "api_key_sha256").array
+        // Computed whatever is stored, so an unknown server costs the same as a wrong key.
+        let hmac = pepper.hmacHex(apiKey)
+        if let current = stored.first?.string {
+            return pepper.verify(apiKey, hmacHex: current)
+        }
+        guard stored.count == 2, let legacy = stored[1].string, let legacyBytes = Fingerprint.bytes(fromHex: legacy),
+            constantTimeEquals(Fingerprint.sha256(Array(apiKey.utf8)), legacyBytes)
         else { return false }
-        return constantTimeEquals(Fingerprint.sha256(Array(apiKey.utf8)), storedBytes)
+        // Only if the old hash is still the one checked: a concurrent rotation wins.
+        try await redis.command(
+            "EVAL", RedisArgument(Self.upgradeScript), "1", RedisArgument(key), RedisArgument(legacy),
+            RedisArgument(hmac))
+        return true
+    }
+
+    /// KEYS[1] server hash; ARGV hmac, now. 1 when the server was created.
+    static let createScript = """
+        if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+        redis.call('HSET', KEYS[1], 'api_key_hmac', ARGV[1], 'created_ms', ARGV[2])
+        return 1
+        """
+
+    /// KEYS[1] server hash; ARGV old sha256 hex, new hmac hex.
+    static let upgradeScript = """
+        if redis.call('HGET', KEYS[1], 'api_key_sha256') ~= ARGV[1] then return 0 end
+        redis.call('HSET', KEYS[1], 'api_key_hmac', ARGV[2])
+        redis.call('HDEL', KEYS[1], 'api_key_sha256')
+        return 1
+        """
+
+    private func check(_ replies: [RedisValue]) throws {
+        for reply in replies {
+            if case .error(let message) = reply { throw RedisError(code: .replyError, message: message) }
+        }
     }
 
     /// The server that owns a realm, claiming it for `server` on first use.
@@ -80,18 +123,4 @@ public struct ServerStore: Sendable {
         let windowEnd = (window + 1) * Int64(windowSeconds) * 1000
         return max(1, Int((windowEnd - nowMs + 999) / 1000))
     }
-}
-
-func hexBytes(_ text: String) -> [UInt8]? {
-    let utf8 = Array(text.utf8)
-    guard utf8.count % 2 == 0 else { return nil }
-    var bytes: [UInt8] = []
-    bytes.reserveCapacity(utf8.count / 2)
-    var i = 0
-    while i < utf8.count {
-        guard let byte = UInt8(String(decoding: utf8[i..<i + 2], as: UTF8.self), radix: 16) else { return nil }
-        bytes.append(byte)
-        i += 2
-    }
-    return bytes
 }

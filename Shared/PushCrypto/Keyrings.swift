@@ -1,8 +1,60 @@
 import Foundation
 import PushModels
 
-/// The pipeline keys that seal notification plaintext on `push.requests`. Only ingest
-/// and encryptor load them. The file holds one `key_id:base64(32 bytes)` per line; the
+/// What a pipeline seal is bound to: the record it travels in. It is the associated
+/// data of the seal, so a sealed payload or token copied into another record (another
+/// notification, realm, user or device) fails to open.
+public struct SealBinding: Sendable, Equatable {
+    /// What is sealed; part of the binding, so a sealed token never opens as a payload.
+    public enum Purpose: String, Sendable {
+        case payload
+        case token
+    }
+
+    public var purpose: Purpose
+    public var notificationID: String
+    public var realmUUID: String
+    public var userID: Int64?
+    public var deviceID: Int64?
+
+    public init(purpose: Purpose, notificationID: String, realmUUID: String, userID: Int64?, deviceID: Int64?) {
+        self.purpose = purpose
+        self.notificationID = notificationID
+        self.realmUUID = realmUUID
+        self.userID = userID
+        self.deviceID = deviceID
+    }
+
+    /// A notification's plaintext on `push.requests`.
+    public static func payload(notificationID: String, realmUUID: String, userID: Int64?) -> SealBinding {
+        SealBinding(purpose: .payload, notificationID: notificationID, realmUUID: realmUUID, userID: userID, deviceID: nil)
+    }
+
+    /// A device token on `push.outbound`, the retry topics and `push.deadletter`. The
+    /// device id names the user too (outbound records carry no user id).
+    public static func token(notificationID: String, realmUUID: String, deviceID: Int64) -> SealBinding {
+        SealBinding(purpose: .token, notificationID: notificationID, realmUUID: realmUUID, userID: nil, deviceID: deviceID)
+    }
+
+    /// The canonical encoding: a version label, then each field as a 4-byte big-endian
+    /// length and its bytes (absent ids as empty), so no two bindings encode alike.
+    public var associatedData: [UInt8] {
+        var out = Array("pushrelay.pipeline.v2".utf8)
+        for field in [
+            purpose.rawValue, notificationID, realmUUID, userID.map(String.init) ?? "", deviceID.map(String.init) ?? "",
+        ] {
+            let bytes = Array(field.utf8)
+            let length = UInt32(clamping: bytes.count)
+            out += [UInt8(length >> 24 & 0xFF), UInt8(length >> 16 & 0xFF), UInt8(length >> 8 & 0xFF), UInt8(length & 0xFF)]
+            out += bytes
+        }
+        return out
+    }
+}
+
+/// The pipeline keys that seal notification plaintext on `push.requests` and device
+/// tokens on `push.outbound`, the retry topics and `push.deadletter`. Ingest, encryptor
+/// and dispatcher load them. The file holds one `key_id:base64(32 bytes)` per line; the
 /// first line is the key new records are sealed with, the rest still open older records.
 public struct PipelineKeyring: Sendable {
     public let currentKeyID: String
@@ -22,17 +74,7 @@ public struct PipelineKeyring: Sendable {
     }
 
     public init(fileContents: String) throws(CryptoError) {
-        var parsed: [(id: String, key: [UInt8])] = []
-        for line in fileContents.split(whereSeparator: \.isNewline) {
-            let trimmed = line.trimmingCharacters(in: .whitespaces)
-            if trimmed.isEmpty || trimmed.hasPrefix("#") { continue }
-            let parts = trimmed.split(separator: ":", maxSplits: 1)
-            guard parts.count == 2, let data = Data(base64Encoded: String(parts[1])) else {
-                throw CryptoError(.invalidKey, "pipeline key lines are key_id:base64")
-            }
-            parsed.append((String(parts[0]), Array(data)))
-        }
-        try self.init(keys: parsed)
+        try self.init(keys: try KeyFile.parse(fileContents, what: "pipeline"))
     }
 
     public static func load(path: String) throws -> PipelineKeyring {
@@ -41,24 +83,58 @@ public struct PipelineKeyring: Sendable {
 
     /// A fresh key line, for dev setups and key rotation.
     public static func generateLine(id: String) -> String {
-        "\(id):\(Data(Sodium.randomBytes(SecretBox.keyLength)).base64EncodedString())"
+        KeyFile.generateLine(id: id)
     }
 
-    public func seal(_ plaintext: [UInt8]) throws(CryptoError) -> SealedBlob {
-        // The current key is always present: the initialiser requires a first key.
-        let key = keys[currentKeyID] ?? []
-        let box = try SecretBox.seal(plaintext, key: key)
-        return SealedBlob(keyID: currentKeyID, box: Data(box).base64EncodedString())
+    /// Seals with the current key, bound to `binding` (XChaCha20-Poly1305, the binding
+    /// as associated data).
+    public func seal(_ plaintext: [UInt8], binding: SealBinding) throws(CryptoError) -> SealedBlob {
+        let box = try XChaCha20Poly1305.seal(plaintext, key: currentKey, associatedData: binding.associatedData)
+        return SealedBlob(keyID: currentKeyID, alg: .xchacha20poly1305, box: Data(box).base64EncodedString())
     }
 
-    public func open(_ blob: SealedBlob) throws(CryptoError) -> [UInt8] {
+    /// Opens a blob sealed for `binding`. A blob of the first form (no `alg`) carries no
+    /// binding and opens as it always did, so records already in flight still work.
+    public func open(_ blob: SealedBlob, binding: SealBinding) throws(CryptoError) -> [UInt8] {
         guard let key = keys[blob.keyID] else {
             throw CryptoError(.invalidKey, "unknown pipeline key id '\(blob.keyID)'")
         }
         guard let data = Data(base64Encoded: blob.box) else {
             throw CryptoError(.invalidCiphertext, "sealed payload is not base64")
         }
-        return try SecretBox.open(Array(data), key: key)
+        switch blob.alg {
+        case nil:
+            return try SecretBox.open(Array(data), key: key)
+        case .xchacha20poly1305?:
+            return try XChaCha20Poly1305.open(Array(data), key: key, associatedData: binding.associatedData)
+        case let other?:
+            throw CryptoError(.invalidCiphertext, "unknown seal algorithm '\(other.rawValue)'")
+        }
+    }
+
+    // The current key is always present: the initialiser requires a first key.
+    private var currentKey: [UInt8] { keys[currentKeyID] ?? [] }
+}
+
+/// The key file format shared by the pipeline and storage keyrings: one
+/// `key_id:base64(32 bytes)` per line, `#` comments and blank lines ignored.
+enum KeyFile {
+    static func parse(_ contents: String, what: String) throws(CryptoError) -> [(id: String, key: [UInt8])] {
+        var parsed: [(id: String, key: [UInt8])] = []
+        for line in contents.split(whereSeparator: \.isNewline) {
+            let trimmed = line.trimmingCharacters(in: .whitespaces)
+            if trimmed.isEmpty || trimmed.hasPrefix("#") { continue }
+            let parts = trimmed.split(separator: ":", maxSplits: 1)
+            guard parts.count == 2, let data = Data(base64Encoded: String(parts[1])) else {
+                throw CryptoError(.invalidKey, "\(what) key lines are key_id:base64")
+            }
+            parsed.append((String(parts[0]), Array(data)))
+        }
+        return parsed
+    }
+
+    static func generateLine(id: String) -> String {
+        "\(id):\(Data(Sodium.randomBytes(SecretBox.keyLength)).base64EncodedString())"
     }
 }
 

@@ -32,8 +32,11 @@ public struct PushKey: Sendable, Equatable {
         self.keyBytes = Array(bytes[1...])
     }
 
+    /// The tagged 33-byte wire form.
+    public var tagged: [UInt8] { [Self.secretboxTag] + keyBytes }
+
     /// The tagged 33-byte wire form, base64.
-    public var base64: String { Data([Self.secretboxTag] + keyBytes).base64EncodedString() }
+    public var base64: String { Data(tagged).base64EncodedString() }
 
     /// Encrypts a notification for the device: base64 `nonce || MAC || ciphertext`.
     public func encrypt(_ plaintext: some Collection<UInt8>, nonce: [UInt8]? = nil) throws(CryptoError) -> String {
@@ -70,6 +73,29 @@ public enum Fingerprint {
             out.append(digits[Int(b & 0x0F)])
         }
         return String(decoding: out, as: UTF8.self)
+    }
+
+    /// Bytes from lower- or upper-case hex; nil for anything else.
+    public static func bytes(fromHex text: String) -> [UInt8]? {
+        let utf8 = Array(text.utf8)
+        guard utf8.count % 2 == 0 else { return nil }
+        func nibble(_ c: UInt8) -> UInt8? {
+            switch c {
+            case 0x30...0x39: c - 0x30
+            case 0x61...0x66: c - 0x61 + 10
+            case 0x41...0x46: c - 0x41 + 10
+            default: nil
+            }
+        }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(utf8.count / 2)
+        var i = 0
+        while i + 1 < utf8.count {
+            guard let high = nibble(utf8[i]), let low = nibble(utf8[i + 1]) else { return nil }
+            bytes.append(high << 4 | low)
+            i += 2
+        }
+        return bytes
     }
 
     public static func sha256(_ bytes: [UInt8]) -> [UInt8] {

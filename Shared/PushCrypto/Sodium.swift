@@ -78,6 +78,58 @@ public enum SecretBox {
     }
 }
 
+/// libsodium `crypto_aead_xchacha20poly1305_ietf` in the framing the relay stores and
+/// seals with: `nonce(24) || ciphertext || MAC(16)`. The associated data is authenticated,
+/// not encrypted: it names where the value belongs, so a ciphertext copied elsewhere
+/// fails to open.
+public enum XChaCha20Poly1305 {
+    public static let keyLength = Int(crypto_aead_xchacha20poly1305_ietf_KEYBYTES)
+    public static let nonceLength = Int(crypto_aead_xchacha20poly1305_ietf_NPUBBYTES)
+    public static let macLength = Int(crypto_aead_xchacha20poly1305_ietf_ABYTES)
+
+    /// Encrypts with a fresh random nonce (192 bits: random nonces never collide in practice).
+    public static func seal(
+        _ plaintext: some Collection<UInt8>, key: [UInt8], associatedData: [UInt8]
+    ) throws(CryptoError) -> [UInt8] {
+        try Sodium.ensureReady()
+        guard key.count == keyLength else { throw CryptoError(.invalidKey, "AEAD key must be 32 bytes") }
+        let nonce = Sodium.randomBytes(nonceLength)
+        let message = Array(plaintext)
+        var output = [UInt8](repeating: 0, count: nonceLength + message.count + macLength)
+        output.replaceSubrange(0..<nonceLength, with: nonce)
+        var written: UInt64 = 0
+        let rc = output.withUnsafeMutableBufferPointer { out in
+            crypto_aead_xchacha20poly1305_ietf_encrypt(
+                out.baseAddress! + nonceLength, &written, message, UInt64(message.count), associatedData,
+                UInt64(associatedData.count), nil, nonce, key)
+        }
+        guard rc == 0, written == UInt64(message.count + macLength) else {
+            throw CryptoError(.invalidKey, "AEAD encryption failed")
+        }
+        return output
+    }
+
+    /// Decrypts `nonce || ciphertext || MAC`; fails unless key and associated data both match.
+    public static func open(_ sealed: [UInt8], key: [UInt8], associatedData: [UInt8]) throws(CryptoError) -> [UInt8] {
+        try Sodium.ensureReady()
+        guard key.count == keyLength else { throw CryptoError(.invalidKey, "AEAD key must be 32 bytes") }
+        guard sealed.count >= nonceLength + macLength else {
+            throw CryptoError(.invalidCiphertext, "AEAD ciphertext is too short")
+        }
+        let nonce = Array(sealed[0..<nonceLength])
+        let boxed = Array(sealed[nonceLength...])
+        var plaintext = [UInt8](repeating: 0, count: boxed.count - macLength)
+        var written: UInt64 = 0
+        let rc = crypto_aead_xchacha20poly1305_ietf_decrypt(
+            &plaintext, &written, nil, boxed, UInt64(boxed.count), associatedData, UInt64(associatedData.count), nonce,
+            key)
+        guard rc == 0, written == UInt64(plaintext.count) else {
+            throw CryptoError(.authenticationFailed, "AEAD tag did not verify (wrong key or moved ciphertext)")
+        }
+        return plaintext
+    }
+}
+
 /// An X25519 key pair for libsodium sealed boxes (`crypto_box_seal`).
 public struct BoxKeyPair: Sendable, Equatable {
     public static let keyLength = Int(crypto_box_PUBLICKEYBYTES)

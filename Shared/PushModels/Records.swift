@@ -4,20 +4,36 @@
 /// sealed with the pipeline key (`SealedBlob`); pass-through payloads are already
 /// ciphertext encrypted by the realm.
 
-/// Ciphertext sealed with a pipeline key that only ingest and encryptor hold.
+/// Ciphertext sealed with a pipeline key that only the stages hold (ingest, encryptor,
+/// dispatcher).
 public struct SealedBlob: Sendable, Codable, Equatable {
+    /// How a blob is sealed. Extensible, so a record sealed by a newer relay still
+    /// decodes here and merely fails to open.
+    public struct Algorithm: RawRepresentable, Sendable, Codable, Hashable {
+        public var rawValue: String
+        public init(rawValue: String) { self.rawValue = rawValue }
+
+        /// XChaCha20-Poly1305 (IETF) with the record's `SealBinding` as associated data:
+        /// `nonce(24) || ciphertext || MAC(16)`.
+        public static let xchacha20poly1305 = Algorithm(rawValue: "xchacha20poly1305")
+    }
+
     /// Which pipeline key sealed it, so keys can rotate while records are in flight.
     public var keyID: String
-    /// base64 of nonce(24) || MAC(16) || ciphertext.
+    /// Absent: the first form, libsodium secretbox without associated data
+    /// (`nonce(24) || MAC(16) || ciphertext`), still opened for records already in flight.
+    public var alg: Algorithm?
+    /// base64 of the sealed bytes, framed as `alg` says.
     public var box: String
 
     enum CodingKeys: String, CodingKey {
         case keyID = "key_id"
-        case box
+        case alg, box
     }
 
-    public init(keyID: String, box: String) {
+    public init(keyID: String, alg: Algorithm? = nil, box: String) {
         self.keyID = keyID
+        self.alg = alg
         self.box = box
     }
 }
@@ -117,17 +133,25 @@ public struct PushRequestRecord: Sendable, Codable, Equatable {
 }
 
 /// `push.outbound` (and the retry and dead-letter topics): one ready-to-send push for
-/// one device. Schema 2 added `attempts`, `last_error` and `not_before_ms`; schema 1
-/// records decode with those absent.
+/// one device. Schema 2 added `attempts`, `last_error` and `not_before_ms`; schema 3
+/// carries the token sealed (`sealed_token`, no `token`). Older records decode with
+/// those absent.
 public struct OutboundRecord: Sendable, Codable, Equatable {
-    public static let currentSchema = 2
+    public static let currentSchema = 3
 
     public var schema: Int
     public var notificationID: String
     public var deviceID: Int64
     public var realmUUID: String
     public var provider: Provider
+    /// The device token in the clear, in memory only while the record carries
+    /// `sealedToken`: it is then never encoded. Empty after decoding a sealed record
+    /// until the dispatcher opens `sealedToken`. Records before the token was sealed
+    /// carry it here, in the clear, and still decode.
     public var token: String
+    /// The token sealed with the pipeline key, bound to (notification, realm, device).
+    /// When present, `token` is left out of the encoded record.
+    public var sealedToken: SealedBlob?
     /// APNs topic (the app's bundle id); unused for FCM.
     public var appID: String?
     public var delivery: DeliveryClass
@@ -148,6 +172,7 @@ public struct OutboundRecord: Sendable, Codable, Equatable {
 
     enum CodingKeys: String, CodingKey {
         case schema, provider, token, delivery, body, attempts
+        case sealedToken = "sealed_token"
         case lastError = "last_error"
         case notBeforeMs = "not_before_ms"
         case notificationID = "notification_id"
@@ -163,7 +188,7 @@ public struct OutboundRecord: Sendable, Codable, Equatable {
     public init(
         notificationID: String, deviceID: Int64, realmUUID: String, provider: Provider, token: String,
         appID: String?, delivery: DeliveryClass, body: JSONValue, expiresAt: Int64? = nil,
-        collapseID: String? = nil, acceptedAtMs: Int64, registeredAtMs: Int64? = nil
+        collapseID: String? = nil, acceptedAtMs: Int64, registeredAtMs: Int64? = nil, sealedToken: SealedBlob? = nil
     ) {
         self.schema = Self.currentSchema
         self.notificationID = notificationID
@@ -171,6 +196,7 @@ public struct OutboundRecord: Sendable, Codable, Equatable {
         self.realmUUID = realmUUID
         self.provider = provider
         self.token = token
+        self.sealedToken = sealedToken
         self.appID = appID
         self.delivery = delivery
         self.body = body
@@ -178,6 +204,57 @@ public struct OutboundRecord: Sendable, Codable, Equatable {
         self.collapseID = collapseID
         self.acceptedAtMs = acceptedAtMs
         self.registeredAtMs = registeredAtMs
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        schema = try c.decode(Int.self, forKey: .schema)
+        notificationID = try c.decode(String.self, forKey: .notificationID)
+        deviceID = try c.decode(Int64.self, forKey: .deviceID)
+        realmUUID = try c.decode(String.self, forKey: .realmUUID)
+        provider = try c.decode(Provider.self, forKey: .provider)
+        sealedToken = try c.decodeIfPresent(SealedBlob.self, forKey: .sealedToken)
+        // A record carries the token in one form or the other.
+        if sealedToken == nil {
+            token = try c.decode(String.self, forKey: .token)
+        } else {
+            token = try c.decodeIfPresent(String.self, forKey: .token) ?? ""
+        }
+        appID = try c.decodeIfPresent(String.self, forKey: .appID)
+        delivery = try c.decode(DeliveryClass.self, forKey: .delivery)
+        body = try c.decode(JSONValue.self, forKey: .body)
+        expiresAt = try c.decodeIfPresent(Int64.self, forKey: .expiresAt)
+        collapseID = try c.decodeIfPresent(String.self, forKey: .collapseID)
+        acceptedAtMs = try c.decode(Int64.self, forKey: .acceptedAtMs)
+        registeredAtMs = try c.decodeIfPresent(Int64.self, forKey: .registeredAtMs)
+        attempts = try c.decodeIfPresent(Int.self, forKey: .attempts)
+        lastError = try c.decodeIfPresent(String.self, forKey: .lastError)
+        notBeforeMs = try c.decodeIfPresent(Int64.self, forKey: .notBeforeMs)
+    }
+
+    /// The clear token is written only when the record has no sealed one.
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(schema, forKey: .schema)
+        try c.encode(notificationID, forKey: .notificationID)
+        try c.encode(deviceID, forKey: .deviceID)
+        try c.encode(realmUUID, forKey: .realmUUID)
+        try c.encode(provider, forKey: .provider)
+        if let sealedToken {
+            try c.encode(sealedToken, forKey: .sealedToken)
+        } else {
+            try c.encode(token, forKey: .token)
+        }
+        try c.encodeIfPresent(appID, forKey: .appID)
+        try c.encode(delivery, forKey: .delivery)
+        try c.encode(body, forKey: .body)
+        try c.encodeIfPresent(expiresAt, forKey: .expiresAt)
+        try c.encodeIfPresent(collapseID, forKey: .collapseID)
+        try c.encode(acceptedAtMs, forKey: .acceptedAtMs)
+        try c.encodeIfPresent(registeredAtMs, forKey: .registeredAtMs)
+        try c.encodeIfPresent(attempts, forKey: .attempts)
+        try c.encodeIfPresent(lastError, forKey: .lastError)
+        try c.encodeIfPresent(notBeforeMs, forKey: .notBeforeMs)
     }
 
     /// Partition key: one device's pushes stay in order.
@@ -210,7 +287,8 @@ public struct DeadLetterRecord: Sendable, Codable, Equatable {
     public var httpStatus: Int?
     public var attempts: Int
     public var deadAtMs: Int64
-    /// The push as it was last tried, token and ciphertext included, so it can be re-driven.
+    /// The push as it was last tried, so it can be re-driven: ciphertext, and the token
+    /// sealed (only records from before tokens were sealed carry it in the clear).
     public var record: OutboundRecord
 
     enum CodingKeys: String, CodingKey {

@@ -10,10 +10,34 @@ import Testing
 extension StackTests {
     /// Device state against the stack's real Redis, under a key prefix of its own.
     @Suite struct DeviceStoreTests {
-        func store() async throws -> DeviceStore {
+        func store(
+            storage: StorageKeyring? = nil, prefix: String = "t\(UUID().uuidString.prefix(8)):"
+        ) async throws -> DeviceStore {
             let stack = try await Stack.get()
             let redis = RedisClient(configuration: RedisConfiguration(port: stack.redisPort, connections: 4))
-            return DeviceStore(redis: redis, keys: RedisKeys(prefix: "t\(UUID().uuidString.prefix(8)):"))
+            let keyring = try storage ?? StorageKeyring(fileContents: StorageKeyring.generateLine(id: "s1"))
+            return DeviceStore(redis: redis, keys: RedisKeys(prefix: prefix), storage: keyring)
+        }
+
+        /// Every key name and value under the store's prefix, as Redis holds them.
+        func dump(_ devices: DeviceStore) async throws -> String {
+            var out: [String] = []
+            var cursor = "0"
+            repeat {
+                let reply = try await devices.redis.command(
+                    "SCAN", RedisArgument(cursor), "MATCH", RedisArgument("\(devices.keys.prefix)*"), "COUNT", "1000").array
+                cursor = reply.first?.string ?? "0"
+                for key in reply.last?.array.compactMap(\.string) ?? [] {
+                    out.append(key)
+                    switch try await devices.redis.command("TYPE", RedisArgument(key)).string {
+                    case "hash": out += try await devices.redis.command("HGETALL", RedisArgument(key)).array.compactMap(\.string)
+                    case "set": out += try await devices.redis.command("SMEMBERS", RedisArgument(key)).array.compactMap(\.string)
+                    case "string": out.append(try await devices.redis.command("GET", RedisArgument(key)).string ?? "")
+                    default: break
+                    }
+                }
+            } while cursor != "0"
+            return out.joined(separator: "\n")
         }
 
         func registration(_ token: String, user: Int64 = 1, realm: String = "realm-a") throws -> DeviceRegistration {
@@ -63,6 +87,144 @@ extension StackTests {
             #expect(try await devices.register(try registration("tok-moves", user: 2)).id == id)
             #expect(try await devices.deviceIDs(realm: "realm-a", userID: 1) == [])
             #expect(try await devices.deviceIDs(realm: "realm-a", userID: 2) == [id])
+        }
+
+        @Test func redisHoldsNeitherTheTokenNorThePushKey() async throws {
+            let devices = try await store()
+            let token = "fcm-secret:APA91bTokenThatMustNotBeStored"
+            let key = try RealmClient.pushKey()
+            let r = DeviceRegistration(
+                realmUUID: "realm-a", userID: 1, token: try DeviceToken(provider: .fcm, value: token), appID: nil,
+                pushAccountID: 7, pushKey: (3, key))
+            let id = try await devices.register(r).id
+            let raw = try await dump(devices)
+            #expect(raw.contains("v1:s1:"), "the token and key are stored encrypted")
+            for secret in [token, "APA91bTokenThat", key.base64, Data(key.keyBytes).base64EncodedString(), Fingerprint.sha256Hex(token)] {
+                #expect(!raw.contains(secret))
+            }
+            let device = try #require(try await devices.device(id))
+            #expect(device.token == token)
+            #expect(device.keys[3] == key && device.currentKey == key)
+        }
+
+        @Test func devicesStoredInTheClearStillWorkAndAreUpgradedOnRegistration() async throws {
+            let devices = try await store()
+            let token = "old-cleartext-token"
+            let key = try RealmClient.pushKey()
+            let id: Int64 = 4_000_000 + Int64.random(in: 0..<1_000_000)
+            // A device exactly as the first version wrote it.
+            _ = try await devices.redis.pipeline([
+                [
+                    "HSET", RedisArgument(devices.keys.device(id)), "realm", "realm-a", "provider", "fcm", "token",
+                    RedisArgument(token), "status", "active", "reason", "", "invalid_ms", "", "registered_ms", "1000",
+                    "user_id", "1", "push_account_id", "7", "key_id", "1", "scheme", "secretbox", "created_ms", "1000",
+                ],
+                ["HSET", RedisArgument(devices.keys.deviceKeys(id)), "1", RedisArgument("\(key.base64)|1000")],
+                ["SADD", RedisArgument(devices.keys.userDevices(realm: "realm-a", userID: 1)), RedisArgument(id)],
+                [
+                    "SET",
+                    RedisArgument(
+                        devices.keys.legacyTokenIndex(realm: "realm-a", provider: .fcm, token: token, pushAccountID: 7)),
+                    RedisArgument(id),
+                ],
+            ])
+            let old = try #require(try await devices.device(id))
+            #expect(old.token == token && old.currentKey == key)
+
+            // Registering again finds it through the old index and rewrites it in the new form.
+            let again = try await devices.register(
+                DeviceRegistration(
+                    realmUUID: "realm-a", userID: 1, token: try DeviceToken(provider: .fcm, value: token), appID: nil,
+                    pushAccountID: 7, pushKey: (2, try RealmClient.pushKey())))
+            #expect(again.id == id && !again.created)
+            let raw = try await dump(devices)
+            #expect(!raw.contains(token) && !raw.contains(key.base64))
+            #expect(raw.contains(devices.storage.tokenDigests(token)[0]))
+            #expect(!raw.contains(Fingerprint.sha256Hex(token)), "the old index is moved, not kept")
+            let upgraded = try #require(try await devices.device(id))
+            #expect(upgraded.token == token && upgraded.keys[1] == key && upgraded.currentKeyID == 2)
+
+            // Invalidation compares the stored (encrypted) token and still applies once.
+            #expect(try await devices.invalidate(deviceID: id, tokenFingerprint: Fingerprint.token(token), reason: "UNREGISTERED", providerTimestampMs: nil))
+            #expect(try await devices.device(id)?.status == .invalid)
+        }
+
+        @Test func anEncryptedValueMovedToAnotherDeviceDoesNotOpen() async throws {
+            let devices = try await store()
+            let a = try await devices.register(try registration("tok-a")).id
+            let b = try await devices.register(try registration("tok-b", user: 2)).id
+            let tokenA = try #require(try await devices.redis.command("HGET", RedisArgument(devices.keys.device(a)), "token").string)
+            let keyA = try #require(try await devices.redis.command("HGET", RedisArgument(devices.keys.deviceKeys(a)), "1").string)
+            try await devices.redis.command("HSET", RedisArgument(devices.keys.deviceKeys(b)), "1", RedisArgument(keyA))
+            #expect(try await devices.device(b)?.keys[1] == nil, "a push key copied from another device is not used")
+            try await devices.redis.command("HSET", RedisArgument(devices.keys.device(b)), "token", RedisArgument(tokenA))
+            #expect(try await devices.device(b) == nil, "a token copied from another device is not read")
+            #expect(try await devices.device(a)?.token == "tok-a")
+        }
+
+        @Test func aRotatedStorageKeyringReadsAndFindsDevicesStoredUnderTheOldKey() async throws {
+            let oldLine = StorageKeyring.generateLine(id: "s1")
+            let prefix = "t\(UUID().uuidString.prefix(8)):"
+            let before = try await store(storage: try StorageKeyring(fileContents: oldLine), prefix: prefix)
+            let id = try await before.register(try registration("tok-rotate")).id
+            let after = try await store(
+                storage: try StorageKeyring(fileContents: "\(StorageKeyring.generateLine(id: "s2"))\n\(oldLine)"), prefix: prefix)
+            let device = try #require(try await after.device(id))
+            #expect(device.token == "tok-rotate" && device.currentKey != nil)
+            #expect(try await after.register(try registration("tok-rotate")).id == id)
+            let raw = try await dump(after)
+            #expect(raw.contains("v1:s2:") && !raw.contains("tok-rotate"))
+            #expect(raw.contains(after.storage.tokenDigests("tok-rotate")[0]))
+            #expect(!raw.contains(after.storage.tokenDigests("tok-rotate")[1]), "the index moved to the current key")
+            // A keyring that lacks the key a value was stored under is a configuration error, not a missing device.
+            let lost = try await store(storage: try StorageKeyring(fileContents: StorageKeyring.generateLine(id: "s9")), prefix: prefix)
+            await #expect(throws: CryptoError.self) { try await lost.device(id) }
+        }
+
+        @Test func serversWithTheOldSHA256KeyAuthenticateAndAreUpgradedToHMAC() async throws {
+            let devices = try await store()
+            let pepper = try APIKeyPepper(fileContents: APIKeyPepper.generateLine())
+            let servers = ServerStore(redis: devices.redis, keys: devices.keys, pepper: pepper)
+            let uuid = UUID().uuidString
+            let apiKey = String(repeating: "a", count: 64)
+            let server = RedisArgument(devices.keys.server(uuid))
+            try await devices.redis.command("HSET", server, "api_key_sha256", RedisArgument(Fingerprint.sha256Hex(apiKey)))
+
+            #expect(!(try await servers.authenticate(uuid: uuid, apiKey: String(repeating: "b", count: 64))))
+            #expect(try await devices.redis.command("HGET", server, "api_key_hmac") == .null, "a failure upgrades nothing")
+            #expect(try await servers.authenticate(uuid: uuid, apiKey: apiKey))
+            #expect(try await devices.redis.command("HGET", server, "api_key_sha256") == .null)
+            #expect(try await devices.redis.command("HGET", server, "api_key_hmac").string == pepper.hmacHex(apiKey))
+            #expect(try await servers.authenticate(uuid: uuid, apiKey: apiKey))
+
+            // An old server is not "new": re-registering needs its key.
+            let legacy = UUID().uuidString
+            try await devices.redis.command(
+                "HSET", RedisArgument(devices.keys.server(legacy)), "api_key_sha256", RedisArgument(Fingerprint.sha256Hex(apiKey)))
+            await #expect(throws: ServerRegistrationError.self) {
+                try await servers.register(
+                    uuid: legacy, apiKey: String(repeating: "c", count: 64), hostname: "h", contactEmail: "e", newAPIKey: nil)
+            }
+            #expect(!(try await servers.register(uuid: legacy, apiKey: apiKey, hostname: "h", contactEmail: "e", newAPIKey: nil)))
+        }
+
+        @Test func newServersAndRotatedKeysAreStoredAsHMAC() async throws {
+            let devices = try await store()
+            let pepper = try APIKeyPepper(fileContents: APIKeyPepper.generateLine())
+            let servers = ServerStore(redis: devices.redis, keys: devices.keys, pepper: pepper)
+            let uuid = UUID().uuidString
+            let first = String(repeating: "1", count: 64)
+            let second = String(repeating: "2", count: 64)
+            #expect(try await servers.register(uuid: uuid, apiKey: first, hostname: "h", contactEmail: "e", newAPIKey: nil))
+            let server = RedisArgument(devices.keys.server(uuid))
+            #expect(try await devices.redis.command("HGET", server, "api_key_hmac").string == pepper.hmacHex(first))
+            #expect(try await devices.redis.command("HGET", server, "api_key_sha256") == .null)
+            #expect(!(try await servers.register(uuid: uuid, apiKey: first, hostname: "h", contactEmail: "e", newAPIKey: second)))
+            #expect(try await servers.authenticate(uuid: uuid, apiKey: second))
+            #expect(!(try await servers.authenticate(uuid: uuid, apiKey: first)))
+            let other = ServerStore(
+                redis: devices.redis, keys: devices.keys, pepper: try APIKeyPepper(fileContents: APIKeyPepper.generateLine()))
+            #expect(!(try await other.authenticate(uuid: uuid, apiKey: second)), "the stored value is useless without the pepper")
         }
 
         @Test func redisErrorRepliesAreThrownNotCrashed() async throws {

@@ -84,7 +84,8 @@ extension StackTests {
         #expect(dead.json["cause"] == "attempts_exhausted")
         #expect(dead.json["last_error"] == "INTERNAL")
         #expect(dead.json["attempts"] == 4)
-        #expect(dead.json["record"]?["token"] == .string(token), "the dead letter can be re-driven as is")
+        #expect(dead.json["record"]?["token"] == nil && dead.json["record"]?["sealed_token"] != nil, "the token travels sealed")
+        #expect(!String(decoding: dead.value, as: UTF8.self).contains(token))
         let failed = try await stack.waitForRecords("push.deliveries") { $0.contains { $0.notificationID == id } }
             .filter { $0.notificationID == id }
         #expect(failed.map { $0.json["outcome"] } == ["failed"])

@@ -51,6 +51,16 @@ extension StackTests {
         #expect(try fcmPush.decrypt(with: fcmKey) == plaintext)
         // Nothing readable leaves the relay: the content is only inside the ciphertext.
         #expect(!String(decoding: Wire.canonical(fcmPush.body), as: UTF8.self).contains("secret plan"))
+
+        // Nor do the topics carry the tokens: push.outbound has them sealed.
+        let id = try #require(reply.json["notification_id"]?.stringValue)
+        let outbound = try stack.records("push.outbound").filter { $0.notificationID == id }
+        #expect(outbound.count == 2)
+        for record in outbound {
+            let text = String(decoding: record.value, as: UTF8.self)
+            #expect(!text.contains(apnsToken) && !text.contains(fcmToken))
+            #expect(record.json["sealed_token"]?["alg"] == "xchacha20poly1305" && record.json["token"] == nil)
+        }
     }
 
     @Test func removalsAreSilentBackgroundPushes() async throws {

@@ -68,12 +68,13 @@ import Testing
         let newLine = PipelineKeyring.generateLine(id: "k2")
         let old = try PipelineKeyring(fileContents: oldLine)
         let rotated = try PipelineKeyring(fileContents: "\(newLine)\n\(oldLine)\n")
-        let sealedByOld = try old.seal(Array("secret".utf8))
+        let binding = SealBinding.payload(notificationID: "n1", realmUUID: "r", userID: 1)
+        let sealedByOld = try old.seal(Array("secret".utf8), binding: binding)
         #expect(sealedByOld.keyID == "k1")
-        #expect(try rotated.open(sealedByOld) == Array("secret".utf8))
-        #expect(try rotated.seal([1]).keyID == "k2")
+        #expect(try rotated.open(sealedByOld, binding: binding) == Array("secret".utf8))
+        #expect(try rotated.seal([1], binding: binding).keyID == "k2")
         #expect(!sealedByOld.box.contains("secret"))
-        #expect(throws: CryptoError.self) { try old.open(rotated.seal([1])) }
+        #expect(throws: CryptoError.self) { try old.open(rotated.seal([1], binding: binding), binding: binding) }
     }
 }
 

@@ -1,0 +1,199 @@
+import Foundation
+import PushCrypto
+import PushModels
+import Testing
+
+/// Tokens and push keys in Redis, the pipeline seal's binding, API key hashing, and
+/// tokens on the topics.
+@Suite struct StorageKeyringTests {
+    let token = "fcm-token:APA91bSecretTokenValue"
+
+    @Test func aStoredValueOpensOnlyInItsOwnSlot() throws {
+        let keyring = try StorageKeyring(fileContents: StorageKeyring.generateLine(id: "s1"))
+        let stored = try keyring.sealString(token, slot: .deviceToken(7))
+        #expect(stored.hasPrefix("v1:s1:"))
+        #expect(!stored.contains(token) && !stored.contains("APA91b"))
+        #expect(try keyring.openString(stored, slot: .deviceToken(7)) == token)
+        // Moved to another device, or into another field of the same device: refused.
+        #expect(throws: CryptoError(.authenticationFailed, "AEAD tag did not verify (wrong key or moved ciphertext)")) {
+            try keyring.openString(stored, slot: .deviceToken(8))
+        }
+        #expect(throws: CryptoError.self) { try keyring.open(stored, slot: .devicePushKey(7, keyID: 1)) }
+        // Two seals of one value differ (fresh nonce), both open.
+        let again = try keyring.sealString(token, slot: .deviceToken(7))
+        #expect(again != stored)
+        #expect(try keyring.openString(again, slot: .deviceToken(7)) == token)
+    }
+
+    @Test func theFirstCleartextFormReadsAsItself() throws {
+        let keyring = try StorageKeyring(fileContents: StorageKeyring.generateLine(id: "s1"))
+        #expect(!StorageKeyring.isSealed(token))
+        #expect(try keyring.openString(token, slot: .deviceToken(7)) == token)
+    }
+
+    @Test func aRotatedKeyringOpensValuesStoredUnderTheOldKey() throws {
+        let oldLine = StorageKeyring.generateLine(id: "s1")
+        let old = try StorageKeyring(fileContents: oldLine)
+        let rotated = try StorageKeyring(fileContents: "# rotated\n\(StorageKeyring.generateLine(id: "s2"))\n\(oldLine)\n")
+        let stored = try old.sealString(token, slot: .deviceToken(1))
+        #expect(try rotated.openString(stored, slot: .deviceToken(1)) == token)
+        let restored = try rotated.sealString(token, slot: .deviceToken(1))
+        #expect(restored.hasPrefix("v1:s2:"))
+        #expect(throws: CryptoError.self) { try old.openString(restored, slot: .deviceToken(1)) }
+        // The token index: one digest per key, current first, so older entries are still found.
+        #expect(rotated.tokenDigests(token).count == 2)
+        #expect(rotated.tokenDigests(token)[1] == old.tokenDigests(token)[0])
+        #expect(rotated.tokenDigests(token)[0] != old.tokenDigests(token)[0])
+        #expect(old.tokenDigests(token)[0] != Fingerprint.sha256Hex(token), "the index is keyed")
+        #expect(try StorageKeyring(fileContents: oldLine).tokenDigests(token) == old.tokenDigests(token))
+    }
+
+    @Test(arguments: [
+        "",
+        "# only a comment\n",
+        "s1:not base64!",
+        "s1:\(Data(repeating: 1, count: 31).base64EncodedString())",
+        "bad id:\(Data(repeating: 1, count: 32).base64EncodedString())",
+        "s1:\(Data(repeating: 1, count: 32).base64EncodedString())\ns1:\(Data(repeating: 2, count: 32).base64EncodedString())",
+    ])
+    func malformedStorageKeyFilesAreRefused(_ contents: String) {
+        #expect(throws: CryptoError.self) { try StorageKeyring(fileContents: contents) }
+    }
+}
+
+@Suite struct PipelineBindingTests {
+    let keyring: PipelineKeyring
+    let plaintext = Array(#"{"content":"secret plan"}"#.utf8)
+    let binding = SealBinding.payload(notificationID: "n1", realmUUID: "realm-a", userID: 10)
+
+    init() throws {
+        keyring = try PipelineKeyring(fileContents: PipelineKeyring.generateLine(id: "p1"))
+    }
+
+    @Test func aBoundSealOpensForItsOwnRecord() throws {
+        let sealed = try keyring.seal(plaintext, binding: binding)
+        #expect(sealed.alg == .xchacha20poly1305)
+        #expect(try keyring.open(sealed, binding: binding) == plaintext)
+    }
+
+    @Test func aSealedPayloadMovedToAnotherRecordDoesNotOpen() throws {
+        let sealed = try keyring.seal(plaintext, binding: binding)
+        let elsewhere: [SealBinding] = [
+            .payload(notificationID: "n2", realmUUID: "realm-a", userID: 10),
+            .payload(notificationID: "n1", realmUUID: "realm-b", userID: 10),
+            .payload(notificationID: "n1", realmUUID: "realm-a", userID: 11),
+            .payload(notificationID: "n1", realmUUID: "realm-a", userID: nil),
+            SealBinding(purpose: .token, notificationID: "n1", realmUUID: "realm-a", userID: 10, deviceID: nil),
+        ]
+        for other in elsewhere {
+            #expect(throws: CryptoError.self) { try keyring.open(sealed, binding: other) }
+        }
+    }
+
+    @Test func aSealedTokenMovedToAnotherDeviceOrNotificationDoesNotOpen() throws {
+        let tokenBinding = SealBinding.token(notificationID: "n1", realmUUID: "realm-a", deviceID: 31)
+        let sealed = try keyring.seal(Array("tok".utf8), binding: tokenBinding)
+        #expect(try keyring.open(sealed, binding: tokenBinding) == Array("tok".utf8))
+        #expect(throws: CryptoError.self) {
+            try keyring.open(sealed, binding: .token(notificationID: "n1", realmUUID: "realm-a", deviceID: 32))
+        }
+        #expect(throws: CryptoError.self) {
+            try keyring.open(sealed, binding: .token(notificationID: "n2", realmUUID: "realm-a", deviceID: 31))
+        }
+    }
+
+    @Test func fieldBoundariesAreUnambiguous() {
+        let a = SealBinding.payload(notificationID: "n1", realmUUID: "2", userID: 3).associatedData
+        let b = SealBinding.payload(notificationID: "n", realmUUID: "12", userID: 3).associatedData
+        #expect(a != b)
+    }
+
+    @Test func theFirstUnboundFormStillOpens() throws {
+        // Sealed as the first version did: secretbox with the pipeline key, no binding.
+        let key = Array(repeating: UInt8(7), count: 32)
+        let keyring = try PipelineKeyring(keys: [("p1", key)])
+        let old = SealedBlob(keyID: "p1", box: Data(try SecretBox.seal(plaintext, key: key)).base64EncodedString())
+        #expect(old.alg == nil)
+        #expect(try keyring.open(old, binding: binding) == plaintext)
+        // Its JSON has no `alg`, as records written before the binding.
+        #expect(!String(decoding: try Wire.encode(old), as: UTF8.self).contains("alg"))
+        let decoded = try Wire.decode(SealedBlob.self, from: Array(#"{"box":"\#(old.box)","key_id":"p1"}"#.utf8))
+        #expect(try keyring.open(decoded, binding: binding) == plaintext)
+    }
+
+    @Test func anUnknownAlgorithmDecodesButDoesNotOpen() throws {
+        var sealed = try keyring.seal(plaintext, binding: binding)
+        sealed.alg = SealedBlob.Algorithm(rawValue: "future")
+        let decoded = try Wire.decode(SealedBlob.self, from: Wire.encode(sealed))
+        #expect(decoded.alg?.rawValue == "future")
+        #expect(throws: CryptoError.self) { try keyring.open(decoded, binding: binding) }
+    }
+}
+
+@Suite struct APIKeyPepperTests {
+    @Test func apiKeysAreHMACedUnderThePepper() throws {
+        let pepper = try APIKeyPepper(fileContents: APIKeyPepper.generateLine() + "\n")
+        let other = try APIKeyPepper(fileContents: APIKeyPepper.generateLine())
+        let key = String(repeating: "k", count: 64)
+        let stored = pepper.hmacHex(key)
+        #expect(stored.count == 64)
+        #expect(stored != Fingerprint.sha256Hex(key))
+        #expect(stored != other.hmacHex(key))
+        #expect(pepper.verify(key, hmacHex: stored))
+        #expect(!pepper.verify(key + "x", hmacHex: stored))
+        #expect(!other.verify(key, hmacHex: stored))
+        #expect(!pepper.verify(key, hmacHex: "zz"))
+    }
+
+    @Test(arguments: ["", "not base64!", Data(repeating: 1, count: 16).base64EncodedString(), "a\nb"])
+    func malformedPepperFilesAreRefused(_ contents: String) {
+        #expect(throws: CryptoError.self) { try APIKeyPepper(fileContents: contents) }
+    }
+}
+
+@Suite struct SealedTokenRecordTests {
+    let token = "d6a1f0c2b3e4d5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e"
+
+    func record(sealedBy keyring: PipelineKeyring) throws -> OutboundRecord {
+        OutboundRecord(
+            notificationID: "n1", deviceID: 31, realmUUID: "realm-a", provider: .apns, token: token,
+            appID: "org.zulip.Zulip", delivery: DeliveryClass(.message), body: ["encrypted_data": "c2VjcmV0"],
+            acceptedAtMs: 5,
+            sealedToken: try keyring.seal(
+                Array(token.utf8), binding: .token(notificationID: "n1", realmUUID: "realm-a", deviceID: 31)))
+    }
+
+    @Test func anOutboundRecordWithASealedTokenDoesNotCarryTheToken() throws {
+        let keyring = try PipelineKeyring(fileContents: PipelineKeyring.generateLine(id: "p1"))
+        let outbound = try record(sealedBy: keyring)
+        let bytes = try Wire.encode(outbound)
+        let text = String(decoding: bytes, as: UTF8.self)
+        #expect(!text.contains(token) && !text.contains(String(token.prefix(12))))
+        #expect(!text.contains(#""token""#) && text.contains(#""sealed_token""#))
+        // The fast encoder and JSONEncoder agree on the new shape too.
+        #expect(bytes == Array(try Wire.encoder().encode(outbound)))
+        // A dead letter embeds the push the same way.
+        let dead = DeadLetterRecord(cause: .expired, lastError: nil, httpStatus: nil, attempts: 1, deadAtMs: 9, record: outbound)
+        #expect(!String(decoding: try Wire.encode(dead), as: UTF8.self).contains(token))
+
+        let decoded = try Wire.decode(OutboundRecord.self, from: bytes)
+        #expect(decoded.token == "")
+        #expect(decoded.schema == OutboundRecord.currentSchema)
+        let sealed = try #require(decoded.sealedToken)
+        let opened = try keyring.open(sealed, binding: .token(notificationID: "n1", realmUUID: "realm-a", deviceID: 31))
+        #expect(String(decoding: opened, as: UTF8.self) == token)
+    }
+
+    @Test func recordsWithTheTokenInTheClearStillDecode() throws {
+        let old = #"""
+            {"accepted_at_ms":5,"body":{},"delivery":{"apns_priority":10,"apns_push_type":"alert","fcm_priority":"high"},\#
+            "device_id":31,"notification_id":"n1","provider":"apns","realm_uuid":"realm-a","schema":2,"token":"abc"}
+            """#
+        let record = try Wire.decode(OutboundRecord.self, from: Array(old.utf8))
+        #expect(record.token == "abc" && record.sealedToken == nil)
+        #expect(String(decoding: try Wire.encode(record), as: UTF8.self).contains(#""token":"abc""#))
+        // Neither form: not a push.
+        let neither = old.replacingOccurrences(of: #","token":"abc""#, with: "")
+        #expect(throws: (any Error).self) { try Wire.decode(OutboundRecord.self, from: Array(neither.utf8)) }
+    }
+}
