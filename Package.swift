@@ -17,6 +17,8 @@ let package = Package(
         .executable(name: "chaos", targets: ["chaos"]),
         .executable(name: "loadgen", targets: ["loadgen"]),
         .executable(name: "pushrelay-replay", targets: ["pushrelay-replay"]),
+        .executable(name: "pushrelay-admin", targets: ["pushrelay-admin"]),
+        .executable(name: "pushrelay-fuzz", targets: ["pushrelay-fuzz"]),
     ],
     dependencies: [
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
@@ -27,6 +29,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-asn1", from: "1.7.4"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
+        .package(url: "https://github.com/apple/swift-nio-extras", from: "1.35.2"),
+        .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
@@ -84,6 +88,8 @@ let package = Package(
             dependencies: [
                 "Kafka", "RedisClient", "PushModels", "PushCrypto",
                 .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdCore", package: "hummingbird"),
+                .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
                 .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
@@ -121,6 +127,8 @@ let package = Package(
             dependencies: [
                 "ServiceKit", "DeviceState", "PushCrypto", "PushModels", "Kafka", "RedisClient",
                 .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Configuration", package: "swift-configuration"),
             ],
             path: "Services/Ingest", swiftSettings: strict),
@@ -185,6 +193,20 @@ let package = Package(
             ],
             path: "Tools/Replay", swiftSettings: strict),
 
+        .executableTarget(
+            name: "pushrelay-fuzz",
+            dependencies: ["DevStack", "PushModels", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            path: "Tools/Fuzz", swiftSettings: strict),
+
+        .executableTarget(
+            name: "pushrelay-admin",
+            dependencies: [
+                "ServiceKit", "DeviceState", "RedisClient", "PushCrypto", "PushModels",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Configuration", package: "swift-configuration"),
+            ],
+            path: "Tools/Admin", swiftSettings: strict),
+
         .testTarget(name: "PushModelsTests", dependencies: ["PushModels", "ReplayKit"], swiftSettings: strict),
         .testTarget(
             name: "PushCryptoTests", dependencies: ["PushCrypto", "PushModels"], swiftSettings: strict),
@@ -195,11 +217,16 @@ let package = Package(
         .testTarget(
             name: "PipelineTests",
             dependencies: [
-                "DevStack", "PushModels", "Kafka", "ReplayKit", "PushCrypto", "DeviceState", "RedisClient",
+                "DevStack", "ServiceKit", "PushModels", "Kafka", "ReplayKit", "PushCrypto", "DeviceState", "RedisClient",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
+            swiftSettings: strict),
+        // The standing fuzz tests: the JSON reader alone, and every ingest endpoint on a running stack.
+        .testTarget(
+            name: "FuzzTests",
+            dependencies: ["DevStack", "PushModels", "PushCrypto"],
             swiftSettings: strict),
     ]
 )

@@ -51,11 +51,12 @@ start provider-fakes env PUSHRELAY_FAKES_DIR="$RUN/fakes" "$BIN/provider-fakes"
 wait_for "the provider fakes" "curl -sf http://127.0.0.1:8445/health"
 
 set -a; . "$RUN/fakes/dispatcher.env"; set +a
-PUSHRELAY_HTTP_PORT=$INGEST_PORT start ingest "$BIN/ingest"
+OPS_PORT="${PUSHRELAY_OPS_PORT:-9080}"
+PUSHRELAY_HTTP_PORT=$INGEST_PORT PUSHRELAY_OPS_PORT=$OPS_PORT start ingest "$BIN/ingest"
 PUSHRELAY_HTTP_PORT=8081 start encryptor "$BIN/encryptor"
 PUSHRELAY_HTTP_PORT=8082 start dispatcher "$BIN/dispatcher"
 PUSHRELAY_HTTP_PORT=8083 start feedback "$BIN/feedback"
-for port in "$INGEST_PORT" 8081 8082 8083; do
+for port in "$OPS_PORT" 8081 8082 8083; do
   wait_for "the service on :$port" "curl -sf http://127.0.0.1:$port/health/ready"
 done
 # The first consumer-group join takes a few seconds on the dev broker.
@@ -74,6 +75,8 @@ FCM_TOKEN="demo-fcm-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 echo "$PUSH_KEY" > "$RUN/demo/push-key"
 curl -sf -X POST "$API/api/v1/remotes/server/register" \
   -d "zulip_org_id=$SERVER&zulip_org_key=$KEY&hostname=demo.example.com&contact_email=admin%40demo.example.com" >/dev/null
+curl -sf -u "$SERVER:$KEY" -H 'content-type: application/json' -X POST "$API/v1/realms" \
+  -d "{\"realm_uuid\":\"$REALM\"}" >/dev/null
 for device in "\"token_kind\":\"apns\",\"token\":\"$APNS_TOKEN\",\"ios_app_id\":\"org.zulip.Zulip\"" \
               "\"token_kind\":\"fcm\",\"token\":\"$FCM_TOKEN\""; do
   curl -sf -u "$SERVER:$KEY" -H 'content-type: application/json' -X POST "$API/v1/devices" \
@@ -90,7 +93,7 @@ ENV
 cat <<TXT
 
 PushRelay is running (logs in $RUN/logs, stop with: make down).
-  API (ingest):   $API        health/metrics on :$INGEST_PORT, :8081, :8082, :8083
+  API (ingest):   $API        health/metrics (ops, loopback) on :$OPS_PORT, :8081, :8082, :8083
   Kafka (dev):    $(cat "$RUN/kafka-bootstrap")   Redis: 127.0.0.1:$REDIS_PORT
   Provider fakes: APNs https://localhost:8443, FCM https://localhost:8444, control http://127.0.0.1:8445
 

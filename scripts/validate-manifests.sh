@@ -27,5 +27,9 @@ for stage, wanted in needs.items():
     mounted = {v["secret"]["secretName"] for v in deployment["spec"]["template"]["spec"].get("volumes", []) if "secret" in v}
     k8s_wanted = {w.replace("_", "-") for w in wanted}
     assert k8s_wanted <= mounted, f"k8s {stage} lacks secrets {k8s_wanted - mounted}"
+ingest = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "ingest")
+probe = ingest["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]["port"]
+assert probe == "ops", "ingest's probes use the ops port"
+assert "9080" in str(compose["services"]["ingest"]["healthcheck"]["test"]), "compose ingest healthcheck uses the ops port"
 print(f"compose: {len(compose['services'])} services; k8s: {len(docs)} objects: ok")
 PY

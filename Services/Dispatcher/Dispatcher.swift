@@ -22,7 +22,7 @@ import ServiceLifecycle
 struct DispatcherMain {
     static func main() async throws {
         let config = ConfigReader.environment
-        let settings = CommonSettings(service: "dispatcher", defaultPort: 8082, config: config)
+        let settings = try CommonSettings(service: "dispatcher", defaultPort: 8082, config: config)
         let observability = Observability.bootstrap(service: "dispatcher", level: settings.logLevel)
         let logger = observability.logger
         let kafka = try settings.kafka()
@@ -198,7 +198,7 @@ struct DispatchStage: Sendable {
                     "an earlier send was interrupted before the provider answered; sending again",
                     metadata: [
                         LogKey.notificationID: "\(record.notificationID)", LogKey.deviceID: "\(record.deviceID)",
-                        "claimed_ms_ago": "\(Wire.nowMillis() - at)",
+                        "claimed_ms_ago": "\(Wire.nowMillis().saturatingSubtract(at))",
                     ])
             case .unknown?: break
             }
@@ -220,7 +220,7 @@ struct DispatchStage: Sendable {
 
     /// Expiry, rate limit, one provider attempt, and what follows from its answer.
     func step(for record: OutboundRecord, maxRateWait: Duration) async -> Step? {
-        let attemptsSoFar = record.attempts ?? 0
+        let attemptsSoFar = max(0, record.attempts ?? 0)
         if record.isExpired(atMs: Wire.nowMillis()) {
             return .dead(.expired, .failed(reason: record.lastError ?? "expired", status: nil), attempts: attemptsSoFar)
         }
@@ -242,7 +242,7 @@ struct DispatchStage: Sendable {
             label: "pushrelay_send_attempts_total",
             dimensions: [("provider", record.provider.rawValue), ("result", Self.label(result))]
         ).increment()
-        let attempts = attemptsSoFar + 1
+        let attempts = attemptsSoFar.saturatingAdd(1)
         switch result {
         case .sent, .invalidToken:
             return .outcome(result, attempts: attempts)

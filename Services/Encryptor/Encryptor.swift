@@ -15,7 +15,7 @@ import ServiceKit
 struct EncryptorMain {
     static func main() async throws {
         let config = ConfigReader.environment
-        let settings = CommonSettings(service: "encryptor", defaultPort: 8081, config: config)
+        let settings = try CommonSettings(service: "encryptor", defaultPort: 8081, config: config)
         let observability = Observability.bootstrap(service: "encryptor", level: settings.logLevel)
         let logger = observability.logger
         let kafka = try settings.kafka()

@@ -14,7 +14,7 @@ import ServiceKit
 struct FeedbackMain {
     static func main() async throws {
         let config = ConfigReader.environment
-        let settings = CommonSettings(service: "feedback", defaultPort: 8083, config: config)
+        let settings = try CommonSettings(service: "feedback", defaultPort: 8083, config: config)
         let observability = Observability.bootstrap(service: "feedback", level: settings.logLevel)
         let logger = observability.logger
         let redis = RedisClient(configuration: settings.redis)

@@ -29,14 +29,18 @@ struct APIError: Error, HTTPResponseError {
         APIError(status: .badRequest, code: code, message: error.description, field: error.field)
     }
 
+    static func tooManyTargets(field: String, limit: Int) -> APIError {
+        APIError(
+            status: .contentTooLarge, code: "TOO_MANY_DEVICES",
+            message: "\(field): at most \(limit) devices per request", field: field)
+    }
+
     static let unauthorized = APIError(
         status: .unauthorized, code: "UNAUTHORIZED", message: "Missing or invalid server credentials",
         headers: [.wwwAuthenticate: #"Basic realm="pushrelay""#])
     static let invalidServer = APIError(
         status: .unauthorized, code: "INVALID_ZULIP_SERVER", message: "Zulip server auth failure",
         headers: [.wwwAuthenticate: #"Basic realm="pushrelay""#])
-    static let realmForbidden = APIError(
-        status: .forbidden, code: "REALM_FORBIDDEN", message: "This realm belongs to another server")
     static let deviceNotFound = APIError(status: .notFound, code: "DEVICE_NOT_FOUND", message: "No such device")
     static let internalError = APIError(
         status: .internalServerError, code: "INTERNAL_ERROR", message: "Internal error; the request was not accepted")

@@ -10,16 +10,33 @@ import ServiceKit
 struct Acceptor: Sendable {
     let producer: KafkaProducer
     let topic: String
+    /// The producer's `message.timeout.ms` is set to this bound, so librdkafka gives up
+    /// on the record by then and a 503 is final; the wait here is a little longer, a
+    /// safety net should the delivery report itself be late.
+    let timeout: Duration
     let logger: Logger
 
     func publish(_ record: PushRequestRecord) async throws {
         let value = try Wire.encode(record)
+        let outgoing = KafkaOutgoing(
+            topic: topic, key: record.partitionKey, value: value,
+            headers: [("notification_id", Array(record.notificationID.utf8))])
+        let producer = self.producer
+        let limit = timeout + .seconds(1)
         do {
-            try await producer.publish([
-                KafkaOutgoing(
-                    topic: topic, key: record.partitionKey, value: value,
-                    headers: [("notification_id", Array(record.notificationID.utf8))])
-            ])
+            try await withThrowingTaskGroup(of: Bool.self) { group in
+                group.addTask {
+                    try await producer.publish([outgoing])
+                    return true
+                }
+                group.addTask {
+                    try await Task.sleep(for: limit)
+                    return false
+                }
+                let acknowledged = try await group.next() ?? false
+                group.cancelAll()
+                if !acknowledged { throw PublishTimeout() }
+            }
         } catch {
             logger.error(
                 "could not publish accepted notification",
@@ -28,4 +45,8 @@ struct Acceptor: Sendable {
             throw APIError.unavailable
         }
     }
+}
+
+struct PublishTimeout: Error, CustomStringConvertible {
+    var description: String { "no acknowledgement from Kafka in time" }
 }

@@ -1,55 +1,143 @@
 import DeviceState
 import Foundation
+import HTTPTypes
 import Hummingbird
 import Logging
+import Metrics
 import PushCrypto
+import PushModels
 import Synchronization
 
 /// HTTP Basic `server_uuid:api_key`, checked in constant time against the stored
-/// hash, then the per-server rate limit (shared by all ingest instances via Redis).
+/// HMAC, then the per-server rate limit (shared by all ingest instances via Redis).
+///
+/// Failed authentications are counted per client address: past `maxFailures` in a
+/// window, that address gets 429 until the window ends, whatever it sends. Every
+/// failure is answered alike (malformed header, unknown server, wrong key).
 final class ServerAuthenticator: Sendable {
+    struct Settings: Sendable {
+        var rateLimit: Int
+        var rateWindowSeconds: Int
+        var maxFailures: Int
+        var failureWindowSeconds: Int
+        var maxRegistrations: Int
+        var registrationWindowSeconds: Int
+        /// A header set by a trusted reverse proxy that carries the client address
+        /// (its last entry is used); empty: the connection's peer address.
+        var clientIPHeader: String
+    }
+
     let servers: ServerStore
-    let rateLimit: Int
-    let rateWindowSeconds: Int
+    let counter: WindowCounter
+    let keys: RedisKeys
+    let settings: Settings
     /// Recently verified credentials (hash of uuid:key → expiry), so a busy server
     /// does not cost a Redis round trip per request for its key.
     private let verified = Mutex<[String: ContinuousClock.Instant]>([:])
 
-    init(servers: ServerStore, rateLimit: Int, rateWindowSeconds: Int) {
+    init(servers: ServerStore, counter: WindowCounter, keys: RedisKeys, settings: Settings) {
         self.servers = servers
-        self.rateLimit = rateLimit
-        self.rateWindowSeconds = rateWindowSeconds
+        self.counter = counter
+        self.keys = keys
+        self.settings = settings
     }
 
-    /// The authenticated server's uuid. `failure` is the error for bad credentials
-    /// (the bouncer API answers Zulip's INVALID_ZULIP_SERVER).
-    func authenticate(_ request: Request, failure: APIError) async throws -> String {
-        guard let header = request.headers[.authorization], header.lowercased().hasPrefix("basic "),
-            let decoded = Data(base64Encoded: String(header.dropFirst(6)).trimmingCharacters(in: .whitespaces)),
-            let text = String(data: decoded, encoding: .utf8),
-            let colon = text.firstIndex(of: ":")
-        else { throw failure }
-        let uuid = String(text[..<colon]).lowercased()
-        let key = String(text[text.index(after: colon)...])
-        let cacheKey = Fingerprint.sha256Hex("\(uuid):\(key)")
+    /// The address limits are keyed on: the proxy's header when configured, else the peer.
+    func clientAddress(_ request: Request, context: IngestContext) -> String {
+        if !settings.clientIPHeader.isEmpty, let name = HTTPField.Name(settings.clientIPHeader),
+            let value = request.headers[values: name].last,
+            let last = value.split(separator: ",").last?.trimmingCharacters(in: .whitespaces),
+            Syntax.isHostname(last)
+        {
+            return last
+        }
+        return context.remoteAddress?.ipAddress ?? "unknown"
+    }
+
+    /// The authenticated server's uuid. `failure` is the error for bad credentials.
+    func authenticate(_ request: Request, context: IngestContext, failure: APIError) async throws -> String {
+        let credentials = Self.credentials(request)
+        let cacheKey = credentials.map { Fingerprint.sha256Hex("\($0.uuid):\($0.key)") }
         let now = ContinuousClock.now
-        let cached = verified.withLock { cache in cache[cacheKey].map { $0 > now } ?? false }
+        let cached = cacheKey.map { key in verified.withLock { $0[key].map { $0 > now } ?? false } } ?? false
+        guard let credentials, let cacheKey else {
+            try await refuse(request, context: context, failure: failure)
+        }
         if !cached {
-            guard try await servers.authenticate(uuid: uuid, apiKey: key) else { throw failure }
+            let client = clientAddress(request, context: context)
+            let nowMs = Wire.nowMillis()
+            let window = WindowCounter.window(nowMs: nowMs, seconds: settings.failureWindowSeconds)
+            let failures = try await counter.count(keys.authFailures(client: client, window: window))
+            if failures >= Int64(settings.maxFailures) {
+                throw Self.lockedOut(nowMs: nowMs, windowSeconds: settings.failureWindowSeconds)
+            }
+            guard try await servers.authenticate(uuid: credentials.uuid, apiKey: credentials.key) else {
+                try await refuse(request, context: context, failure: failure)
+            }
             verified.withLock { cache in
                 if cache.count > 10_000 { cache.removeAll() }
                 cache[cacheKey] = now + .seconds(30)
             }
         }
         if let retryAfter = try await servers.rateLimit(
-            server: uuid, limit: rateLimit, windowSeconds: rateWindowSeconds)
+            server: credentials.uuid, limit: settings.rateLimit, windowSeconds: settings.rateWindowSeconds)
         {
             throw APIError(
                 status: .tooManyRequests, code: "RATE_LIMIT_HIT",
                 message: "API usage exceeded rate limit; retry in \(retryAfter) s",
                 headers: [.retryAfter: "\(retryAfter)"])
         }
-        return uuid
+        return credentials.uuid
+    }
+
+    /// Counts a failed authentication against the client address and answers `failure`.
+    private func refuse(_ request: Request, context: IngestContext, failure: APIError) async throws -> Never {
+        let client = clientAddress(request, context: context)
+        let window = WindowCounter.window(nowMs: Wire.nowMillis(), seconds: settings.failureWindowSeconds)
+        try await counter.increment(
+            keys.authFailures(client: client, window: window), windowSeconds: settings.failureWindowSeconds)
+        Counter(label: "pushrelay_auth_failures_total").increment()
+        throw failure
+    }
+
+    static func lockedOut(nowMs: Int64, windowSeconds: Int) -> APIError {
+        let retryAfter = WindowCounter.secondsLeft(nowMs: nowMs, seconds: windowSeconds)
+        Counter(label: "pushrelay_auth_lockouts_total").increment()
+        return APIError(
+            status: .tooManyRequests, code: "TOO_MANY_FAILED_AUTHENTICATIONS",
+            message: "Too many failed authentications from this address; retry in \(retryAfter) s",
+            headers: [.retryAfter: "\(retryAfter)"])
+    }
+
+    /// `uuid:key` from an HTTP Basic header, or nil when it is not one. The uuid must
+    /// be a UUID and the key visible ASCII: anything else cannot be a credential.
+    static func credentials(_ request: Request) -> (uuid: String, key: String)? {
+        guard let header = request.headers[.authorization], header.utf8.count <= 1024,
+            header.lowercased().hasPrefix("basic "),
+            let decoded = Data(base64Encoded: String(header.dropFirst(6)).trimmingCharacters(in: .whitespaces)),
+            let text = String(data: decoded, encoding: .utf8),
+            let colon = text.firstIndex(of: ":"),
+            let uuid = UUID(uuidString: String(text[..<colon]))
+        else { return nil }
+        let key = String(text[text.index(after: colon)...])
+        guard Syntax.isVisibleASCII(key, maxBytes: 256) else { return nil }
+        return (uuid.uuidString.lowercased(), key)
+    }
+
+    /// Counts one server registration from the client address; throws 429 past the limit.
+    func countRegistration(_ request: Request, context: IngestContext) async throws {
+        let client = clientAddress(request, context: context)
+        let nowMs = Wire.nowMillis()
+        let window = WindowCounter.window(nowMs: nowMs, seconds: settings.registrationWindowSeconds)
+        let count = try await counter.increment(
+            keys.serverRegistrations(client: client, window: window), windowSeconds: settings.registrationWindowSeconds)
+        if count > Int64(settings.maxRegistrations) {
+            let retryAfter = WindowCounter.secondsLeft(nowMs: nowMs, seconds: settings.registrationWindowSeconds)
+            throw APIError(
+                status: .tooManyRequests, code: "TOO_MANY_REGISTRATIONS",
+                message: "Too many server registrations from this address; retry in \(retryAfter) s",
+                headers: [.retryAfter: "\(retryAfter)"])
+        }
     }
 
     /// Forgets every cached credential (the cache is keyed by a hash of uuid and key,

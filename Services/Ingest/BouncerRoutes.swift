@@ -6,77 +6,160 @@ import PushModels
 
 /// The push-bouncer API that self-hosted Zulip servers speak (protocols.md §1).
 extension IngestAPI {
-    func addBouncerRoutes(to router: Router<BasicRequestContext>) {
-        router.post("/api/v1/remotes/server/register") { request, _ in try await registerServer(request) }
-        router.post("/api/v1/remotes/push/e2ee/register") { request, _ in try await registerE2EEDevice(request) }
-        router.post("/api/v1/remotes/push/e2ee/notify") { request, _ in try await bouncerNotify(request) }
+    func addBouncerRoutes(to router: Router<IngestContext>) {
+        router.post("/api/v1/remotes/server/register") { request, context in
+            try await registerServer(request, context: context)
+        }
+        router.post("/api/v1/remotes/server/analytics") { request, context in
+            try await uploadAnalytics(request, context: context)
+        }
+        router.get("/api/v1/remotes/server/analytics/status") { request, context in
+            _ = try await authenticator.authenticate(request, context: context, failure: .invalidServer)
+            return success([
+                "last_realm_count_id": .null, "last_installation_count_id": .null, "last_realmauditlog_id": .null,
+            ])
+        }
+        router.post("/api/v1/remotes/push/e2ee/register") { request, context in
+            try await registerE2EEDevice(request, context: context)
+        }
+        router.post("/api/v1/remotes/push/e2ee/notify") { request, context in
+            try await bouncerNotify(request, context: context)
+        }
     }
 
-    func registerServer(_ request: Request) async throws -> Response {
+    func registerServer(_ request: Request, context: IngestContext) async throws -> Response {
+        try await authenticator.countRegistration(request, context: context)
         let body = try await RequestFields.read(request, limit: limits.maxBodyBytes)
         let uuid = try body.uuid("zulip_org_id")
         let key = try body.string("zulip_org_key")
-        guard key.count == 64 else {
-            throw APIError.badRequest("zulip_org_key: must be 64 characters", field: "zulip_org_key")
+        guard Syntax.isAPIKey(key) else {
+            throw APIError.badRequest("zulip_org_key: must be 64 ASCII letters and digits", field: "zulip_org_key")
         }
         let hostname = try body.string("hostname")
-        guard !hostname.isEmpty, hostname.count <= 128 else {
-            throw APIError.badRequest("hostname: must be 1 to 128 characters", field: "hostname")
+        guard Syntax.isHostname(hostname) else {
+            throw APIError.badRequest(
+                "hostname: must be a host name (ASCII letters, digits, '-', '.', optional :port), 1 to \(Syntax.maxHostnameBytes) bytes",
+                field: "hostname")
         }
         let email = try body.string("contact_email")
-        guard email.contains("@"), email.count <= 254 else {
-            throw APIError.badRequest("contact_email: must be an email address", field: "contact_email")
+        guard Syntax.isEmail(email) else {
+            throw APIError.badRequest(
+                "contact_email: must be an email address of at most \(Syntax.maxEmailBytes) bytes",
+                field: "contact_email")
         }
         let newKey = try body.optionalString("new_org_key")
-        if let newKey, newKey.count != 64 {
-            throw APIError.badRequest("new_org_key: must be 64 characters", field: "new_org_key")
+        if let newKey, !Syntax.isAPIKey(newKey) {
+            throw APIError.badRequest("new_org_key: must be 64 ASCII letters and digits", field: "new_org_key")
         }
         do {
             let created = try await servers.register(
-                uuid: uuid, apiKey: key, hostname: hostname, contactEmail: email, newAPIKey: newKey)
+                uuid: uuid, apiKey: key, hostname: hostname, contactEmail: email, newAPIKey: newKey,
+                allowCreate: openServerRegistration)
             if newKey != nil { authenticator.forgetAll() }
             return success(["created": .bool(created)])
         } catch ServerRegistrationError.keyMismatch {
             throw APIError.invalidServer
+        } catch ServerRegistrationError.registrationClosed {
+            throw APIError(
+                status: .forbidden, code: "REGISTRATION_CLOSED",
+                message: "This relay does not take new servers; ask its operator to register yours")
         }
     }
 
-    func registerE2EEDevice(_ request: Request) async throws -> Response {
-        let server = try await authenticator.authenticate(request, failure: .invalidServer)
+    /// Zulip's analytics upload. PushRelay keeps no statistics; it takes the `realms`
+    /// list, which is how a Zulip server tells its bouncer which realms are its own
+    /// (the explicit ownership step), and answers each realm's push status.
+    func uploadAnalytics(_ request: Request, context: IngestContext) async throws -> Response {
+        let server = try await authenticator.authenticate(request, context: context, failure: .invalidServer)
+        let body = try await RequestFields.read(request, limit: limits.maxBodyBytes)
+        var realmList: [JSONValue] = []
+        if let value = body.json["realms"], value != .null {
+            // Zulip form-encodes each field as JSON text.
+            let decoded: JSONValue?
+            if case .string(let text) = value { decoded = try? Wire.decode(JSONValue.self, from: Array(text.utf8)) } else {
+                decoded = value
+            }
+            guard let items = decoded?.arrayValue else {
+                throw APIError.badRequest("realms: must be a JSON list of realms", field: "realms")
+            }
+            realmList = items
+        }
+        guard realmList.count <= limits.maxRealmsPerServer else {
+            throw APIError(
+                status: .contentTooLarge, code: "TOO_MANY_REALMS",
+                message: "realms: at most \(limits.maxRealmsPerServer) realms per server", field: "realms")
+        }
+        var statuses: [String: JSONValue] = [:]
+        for (index, item) in realmList.enumerated() {
+            let reader = FieldReader(json: item, path: "realms[\(index)]")
+            let uuidText: String
+            do { uuidText = try reader.string("uuid") } catch { throw APIError.invalid(error) }
+            guard let realm = UUID(uuidString: uuidText)?.uuidString.lowercased() else {
+                throw APIError.badRequest("realms[\(index)].uuid: must be a UUID", field: "realms[\(index)].uuid")
+            }
+            if case .bool(true)? = item["deactivated"] { continue }
+            switch try await realms.register(realm, to: server, maxRealms: limits.maxRealmsPerServer) {
+            case .registered, .alreadyYours:
+                statuses[realm] = ["can_push": true, "expected_end_timestamp": .null]
+            case .taken:
+                throw APIError(
+                    status: .badRequest, code: "REMOTE_REALM_SERVER_MISMATCH_ERROR",
+                    message: "Your server is registered to a different realm", field: "realms[\(index)].uuid")
+            case .quotaExceeded:
+                throw APIError(
+                    status: .forbidden, code: "REALM_QUOTA_EXCEEDED",
+                    message: "This server holds as many realms as it may (\(limits.maxRealmsPerServer))")
+            }
+        }
+        return success(["realms": .object(statuses)])
+    }
+
+    /// The realm belongs to the calling server. Unknown realms and other servers'
+    /// realms get the same answer, so a caller learns nothing of realms not its own.
+    func requireBouncerRealm(_ realm: String, server: String) async throws {
+        guard try await servers.realmOwner(realm) == server else {
+            throw APIError(
+                status: .badRequest, code: "MISSING_REMOTE_REALM",
+                message: "Realm \(realm) is not registered to this server; upload it with remotes/server/analytics")
+        }
+    }
+
+    func registerE2EEDevice(_ request: Request, context: IngestContext) async throws -> Response {
+        let server = try await authenticator.authenticate(request, context: context, failure: .invalidServer)
         let body = try await RequestFields.read(request, limit: limits.maxBodyBytes)
         let realm = try body.uuid("realm_uuid")
         let account = try body.int("push_account_id")
         let registration = try openRegistration(
             sealed: try body.string("encrypted_push_registration"),
             bouncerPublicKey: try body.string("bouncer_public_key"))
-        guard try await servers.claimRealm(realm, for: server) == server else {
-            throw APIError(
-                status: .forbidden, code: "MISSING_REMOTE_REALM",
-                message: "Realm \(realm) is not registered to this server")
-        }
-        let (id, _) = try await devices.register(
+        try await requireBouncerRealm(realm, server: server)
+        let id = try await registerWithinQuota(
             DeviceRegistration(
                 realmUUID: realm, userID: nil, token: registration.token, appID: registration.appID,
-                pushAccountID: account, pushKey: nil))
+                pushAccountID: account, pushKey: nil),
+            server: server
+        ).id
         return success(["device_id": .int(id)])
     }
 
-    func bouncerNotify(_ request: Request) async throws -> Response {
-        let server = try await authenticator.authenticate(request, failure: .invalidServer)
+    func bouncerNotify(_ request: Request, context: IngestContext) async throws -> Response {
+        let server = try await authenticator.authenticate(request, context: context, failure: .invalidServer)
         let body = try await RequestFields.read(request, limit: limits.maxBodyBytes)
         let realm = try body.uuid("realm_uuid")
         guard let requests = body.json["push_requests"]?.arrayValue else {
             throw APIError.badRequest("push_requests: must be an array", field: "push_requests")
         }
         var items: [PassThroughItem] = []
+        var seen = Set<Int64>()
         for (index, item) in requests.enumerated() {
-            items.append(try Self.passThroughItem(item, path: "push_requests[\(index)]"))
+            let parsed = try Self.passThroughItem(item, path: "push_requests[\(index)]")
+            // One push per device: a repeated device id is sent once (its first entry).
+            if seen.insert(parsed.deviceID).inserted { items.append(parsed) }
         }
-        guard try await servers.realmOwner(realm) == server else {
-            throw APIError(
-                status: .forbidden, code: "MISSING_REMOTE_REALM",
-                message: "Realm \(realm) is not registered to this server")
+        guard items.count <= limits.maxDeviceIDs else {
+            throw APIError.tooManyTargets(field: "push_requests", limit: limits.maxDeviceIDs)
         }
+        try await requireBouncerRealm(realm, server: server)
         let known = try await devices.devices(items.map(\.deviceID))
         var deleteIDs: [Int64] = []
         var counts: [Provider: Int] = [:]

@@ -6,30 +6,64 @@ import PushModels
 
 /// The native API, for realms whose devices hand the relay their push keys.
 extension IngestAPI {
-    func addNativeRoutes(to router: Router<BasicRequestContext>) {
-        router.post("/v1/devices") { request, _ in try await registerDevice(request) }
+    func addNativeRoutes(to router: Router<IngestContext>) {
+        router.post("/v1/realms") { request, context in try await registerRealm(request, context: context) }
+        router.post("/v1/devices") { request, context in try await registerDevice(request, context: context) }
         router.delete("/v1/devices/:device_id") { request, context in
-            try await deleteDevice(request, id: context.parameters.get("device_id"))
+            try await deleteDevice(request, context: context, id: context.parameters.get("device_id"))
         }
-        router.get("/v1/devices") { request, _ in try await listDevices(request) }
-        router.post("/v1/notify") { request, _ in try await notify(request) }
-        router.get("/v1/feedback") { request, _ in try await feedback(request) }
+        router.get("/v1/devices") { request, context in try await listDevices(request, context: context) }
+        router.post("/v1/notify") { request, context in try await notify(request, context: context) }
+        router.get("/v1/feedback") { request, context in try await feedback(request, context: context) }
         router.get("/v1/bouncer-public-keys") { _, _ in
             success(["public_keys": .array(bouncerKeys.publicKeysBase64.map { .string($0) })])
         }
     }
 
-    /// Checks that `realm` belongs to `server`, claiming it on first use when `claim` is set.
-    func ownRealm(_ realm: String, server: String, claim: Bool) async throws {
-        let owner = claim ? try await servers.claimRealm(realm, for: server) : try await servers.realmOwner(realm)
-        guard owner == server else {
-            if owner == nil { throw APIError(status: .notFound, code: "REALM_NOT_FOUND", message: "Unknown realm") }
-            throw APIError.realmForbidden
+    /// Checks that `realm` belongs to `server`. An unknown realm and another server's
+    /// realm get the same 404, so a caller learns nothing of realms not its own.
+    func ownRealm(_ realm: String, server: String) async throws {
+        guard try await servers.realmOwner(realm) == server else {
+            throw APIError(status: .notFound, code: "REALM_NOT_FOUND", message: "No such realm on this server")
         }
     }
 
-    func registerDevice(_ request: Request) async throws -> Response {
-        let server = try await authenticator.authenticate(request, failure: .unauthorized)
+    /// `POST /v1/realms {realm_uuid}`: the explicit step that makes a realm the calling
+    /// server's. 201 when new, 200 when it already was; a realm has one owner for good.
+    func registerRealm(_ request: Request, context: IngestContext) async throws -> Response {
+        let server = try await authenticator.authenticate(request, context: context, failure: .unauthorized)
+        let body = try await RequestFields.read(request, limit: limits.maxBodyBytes)
+        let realm = try body.uuid("realm_uuid")
+        switch try await realms.register(realm, to: server, maxRealms: limits.maxRealmsPerServer) {
+        case .registered: return success(["realm_uuid": .string(realm), "created": true], status: .created)
+        case .alreadyYours: return success(["realm_uuid": .string(realm), "created": false])
+        case .taken:
+            throw APIError(
+                status: .conflict, code: "REALM_UNAVAILABLE", message: "This realm uuid cannot be registered",
+                field: "realm_uuid")
+        case .quotaExceeded:
+            throw APIError(
+                status: .forbidden, code: "REALM_QUOTA_EXCEEDED",
+                message: "This server holds as many realms as it may (\(limits.maxRealmsPerServer))")
+        }
+    }
+
+    /// Registers a device unless the server is at its device quota (counted per new device).
+    func registerWithinQuota(_ registration: DeviceRegistration, server: String) async throws -> (
+        id: Int64, created: Bool
+    ) {
+        if try await realms.deviceCount(server: server) >= Int64(limits.maxDevicesPerServer) {
+            throw APIError(
+                status: .forbidden, code: "DEVICE_QUOTA_EXCEEDED",
+                message: "This server holds as many devices as it may (\(limits.maxDevicesPerServer))")
+        }
+        let result = try await devices.register(registration)
+        if result.created { try await realms.countDevice(server: server, by: 1) }
+        return result
+    }
+
+    func registerDevice(_ request: Request, context: IngestContext) async throws -> Response {
+        let server = try await authenticator.authenticate(request, context: context, failure: .unauthorized)
         let body = try await RequestFields.read(request, limit: limits.maxBodyBytes)
         let realm = try body.uuid("realm_uuid")
         let userID = try body.int("user_id")
@@ -50,33 +84,38 @@ extension IngestAPI {
         guard let keyID32 = UInt32(exactly: keyID) else {
             throw APIError.badRequest("push_key_id: must be an unsigned 32-bit integer", field: "push_key_id")
         }
-        try await ownRealm(realm, server: server, claim: true)
-        let (id, created) = try await devices.register(
+        let account = try body.optionalInt("push_account_id")
+        try await ownRealm(realm, server: server)
+        let (id, created) = try await registerWithinQuota(
             DeviceRegistration(
                 realmUUID: realm, userID: userID, token: registration.token, appID: registration.appID,
-                pushAccountID: try body.optionalInt("push_account_id"), pushKey: (keyID32, key)))
+                pushAccountID: account, pushKey: (keyID32, key)),
+            server: server)
         return success(["device_id": .int(id), "created": .bool(created)], status: created ? .created : .ok)
     }
 
-    func deleteDevice(_ request: Request, id: String?) async throws -> Response {
-        let server = try await authenticator.authenticate(request, failure: .unauthorized)
-        guard let id = id.flatMap({ Int64($0) }) else { throw APIError.deviceNotFound }
+    func deleteDevice(_ request: Request, context: IngestContext, id: String?) async throws -> Response {
+        let server = try await authenticator.authenticate(request, context: context, failure: .unauthorized)
+        guard let id = id.flatMap({ Syntax.parseUInt64(Substring($0)) }).flatMap({ Int64(exactly: $0) }) else {
+            throw APIError.deviceNotFound
+        }
         // Another server's device answers 404 too: its existence is not disclosed.
         guard let device = try await devices.device(id), try await servers.realmOwner(device.realmUUID) == server
         else { throw APIError.deviceNotFound }
         try await devices.delete(device)
+        try await realms.countDevice(server: server, by: -1)
         return success(["device_id": .int(id)])
     }
 
-    func listDevices(_ request: Request) async throws -> Response {
-        let server = try await authenticator.authenticate(request, failure: .unauthorized)
+    func listDevices(_ request: Request, context: IngestContext) async throws -> Response {
+        let server = try await authenticator.authenticate(request, context: context, failure: .unauthorized)
         let query = request.uri.queryParameters
         guard let realmText = query.get("realm_uuid"), let realm = UUID(uuidString: realmText)?.uuidString.lowercased()
         else { throw APIError.badRequest("realm_uuid: must be a UUID", field: "realm_uuid") }
         guard let userID = query.get("user_id").flatMap({ Int64($0) }) else {
             throw APIError.badRequest("user_id: must be an integer", field: "user_id")
         }
-        try await ownRealm(realm, server: server, claim: false)
+        try await ownRealm(realm, server: server)
         let found = try await devices.devices(try await devices.deviceIDs(realm: realm, userID: userID))
         let list: [JSONValue] = found.values.sorted { $0.id < $1.id }.map { d in
             var entry: [String: JSONValue] = [
@@ -94,8 +133,9 @@ extension IngestAPI {
         return success(["devices": .array(list)])
     }
 
-    func notify(_ request: Request) async throws -> Response {
-        let server = try await authenticator.authenticate(request, failure: .unauthorized)
+    func notify(_ request: Request, context: IngestContext) async throws -> Response {
+        let server = try await authenticator.authenticate(request, context: context, failure: .unauthorized)
+        let idempotency = try IdempotencyKey(request)
         let body = try await RequestFields.read(request, limit: limits.maxBodyBytes)
         let realm = try body.uuid("realm_uuid")
         let userID = try body.int("user_id")
@@ -112,7 +152,11 @@ extension IngestAPI {
         }
         var requestedIDs: [Int64]?
         if body.has("device_ids") {
-            do { requestedIDs = try body.reader.intArray("device_ids") } catch { throw APIError.invalid(error) }
+            // A repeated id is one device: it gets one push and is listed once.
+            do { requestedIDs = Self.unique(try body.reader.intArray("device_ids")) } catch { throw APIError.invalid(error) }
+            if let count = requestedIDs?.count, count > limits.maxDeviceIDs {
+                throw APIError.tooManyTargets(field: "device_ids", limit: limits.maxDeviceIDs)
+            }
         }
         let plaintext = Wire.canonical(payloadJSON)
         guard plaintext.count <= limits.maxPlaintextBytes else {
@@ -121,8 +165,34 @@ extension IngestAPI {
                 message: "payload: encrypted it would exceed the providers' 4096-byte limit (max \(limits.maxPlaintextBytes) bytes of JSON)",
                 field: "payload")
         }
-        try await ownRealm(realm, server: server, claim: true)
+        try await ownRealm(realm, server: server)
+        if let idempotency, let earlier = try await idempotency.claim(
+            server: server, fingerprint: Fingerprint.hex(Fingerprint.sha256(body.bytes)), api: self)
+        {
+            return earlier
+        }
+        do {
+            let response = try await acceptNotification(
+                server: server, realm: realm, userID: userID, requestedIDs: requestedIDs,
+                notification: notification, plaintext: plaintext)
+            try await idempotency?.complete(server: server, response: response, api: self)
+            return response.http
+        } catch {
+            try? await idempotency?.abandon(server: server, api: self)
+            throw error
+        }
+    }
 
+    static func unique(_ ids: [Int64]) -> [Int64] {
+        var seen = Set<Int64>()
+        return ids.filter { seen.insert($0).inserted }
+    }
+
+    /// Resolves the targets, seals and publishes one notification; the answer it gives.
+    func acceptNotification(
+        server: String, realm: String, userID: Int64, requestedIDs: [Int64]?, notification: ZulipNotification,
+        plaintext: [UInt8]
+    ) async throws -> StoredAnswer {
         let userDevices = try await devices.deviceIDs(realm: realm, userID: userID)
         let targets = requestedIDs ?? userDevices
         let loaded = try await devices.devices(targets)
@@ -140,31 +210,41 @@ extension IngestAPI {
         let notificationID = UUID().uuidString.lowercased()
         if !targets.isEmpty {
             let sealed: SealedBlob
-            do { sealed = try pipelineKeys.seal(plaintext) } catch { throw APIError.internalError }
+            do {
+                sealed = try pipelineKeys.seal(
+                    plaintext, binding: .payload(notificationID: notificationID, realmUUID: realm, userID: userID))
+            } catch { throw APIError.internalError }
             try await acceptor.publish(
                 PushRequestRecord(
                     kind: .native, notificationID: notificationID, serverUUID: server, realmUUID: realm,
                     userID: userID, deviceIDs: requestedIDs, notificationType: notification.type,
                     sealedPayload: sealed, acceptedAtMs: Wire.nowMillis()))
         }
-        return success(
-            [
+        return StoredAnswer(
+            status: 202,
+            fields: [
                 "notification_id": .string(notificationID), "device_count": .int(Int64(deliverable)),
                 "delete_device_ids": .array(Array(Set(deleteIDs)).sorted().map { .int($0) }),
-            ], status: .accepted)
+            ])
     }
 
-    func feedback(_ request: Request) async throws -> Response {
-        let server = try await authenticator.authenticate(request, failure: .unauthorized)
+    func feedback(_ request: Request, context: IngestContext) async throws -> Response {
+        let server = try await authenticator.authenticate(request, context: context, failure: .unauthorized)
         let query = request.uri.queryParameters
         guard let realmText = query.get("realm_uuid"), let realm = UUID(uuidString: realmText)?.uuidString.lowercased()
         else { throw APIError.badRequest("realm_uuid: must be a UUID", field: "realm_uuid") }
         let after: String? = query.get("after").map { String($0) }
-        if let after, after.split(separator: "-").count != 2 || !after.allSatisfy({ $0.isNumber || $0 == "-" }) {
+        if let after, !Self.isCursor(after) {
             throw APIError.badRequest("after: must be a cursor returned by this endpoint", field: "after")
         }
-        let limit = min(max(query.get("limit").flatMap { Int($0) } ?? 100, 1), 1000)
-        try await ownRealm(realm, server: server, claim: false)
+        var limit = 100
+        if let text = query.get("limit") {
+            guard let n = Syntax.parseUInt64(Substring(text)), (1...1000).contains(n) else {
+                throw APIError.badRequest("limit: must be a whole number from 1 to 1000", field: "limit")
+            }
+            limit = Int(n)
+        }
+        try await ownRealm(realm, server: server)
         let entries = try await devices.feedback(realm: realm, after: after, limit: limit)
         let invalidated: [JSONValue] = entries.map { entry in
             let fields: [String: JSONValue] = [
@@ -178,5 +258,12 @@ extension IngestAPI {
             next = .null
         }
         return success(["invalidated": .array(invalidated), "next_cursor": next])
+    }
+
+    /// A Redis stream id as the feedback endpoint hands them out: `ms-seq`, two
+    /// ASCII-decimal numbers that each fit in UInt64.
+    static func isCursor(_ text: String) -> Bool {
+        let parts = text.split(separator: "-", omittingEmptySubsequences: false)
+        return parts.count == 2 && parts.allSatisfy { Syntax.parseUInt64($0) != nil }
     }
 }

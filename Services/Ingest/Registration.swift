@@ -23,10 +23,16 @@ extension IngestAPI {
         else { throw invalid }
         let reader = FieldReader(json: json, path: "encrypted_push_registration")
         do {
+            // Compared, never subtracted: the timestamp is the sender's number and may be anything.
             let timestamp = try reader.int("timestamp")
             let now = Int64(Date().timeIntervalSince1970)
-            guard now - timestamp <= 24 * 3600 else {
+            guard timestamp >= now - Self.registrationMaxAgeSeconds else {
                 throw APIError.badRequest("Request is expired", code: "REQUEST_EXPIRED")
+            }
+            guard timestamp <= now + Self.registrationMaxSkewSeconds else {
+                throw APIError.badRequest(
+                    "encrypted_push_registration.timestamp: is in the future (more than 5 minutes ahead)",
+                    code: "BAD_REQUEST", field: "encrypted_push_registration.timestamp")
             }
             return try tokenAndApp(
                 kind: try reader.string("token_kind"), token: try reader.string("token"),
@@ -36,11 +42,17 @@ extension IngestAPI {
         }
     }
 
+    /// A sealed registration is accepted for 24 hours after its timestamp (Zulip's rule)
+    /// and at most 5 minutes before it (clock skew), so a captured one expires.
+    static let registrationMaxAgeSeconds: Int64 = 24 * 3600
+    static let registrationMaxSkewSeconds: Int64 = 5 * 60
+
     /// Token kind, token and app id rules shared by both registration paths.
     func tokenAndApp(kind: String, token: String, appID: String?, path: String) throws -> OpenedRegistration {
         guard let provider = Provider(rawValue: kind) else {
+            let shown = kind.utf8.count <= 32 && !Syntax.hasControlOrSpace(kind) ? "'\(kind)'" : "given"
             throw APIError.badRequest(
-                "token_kind: unsupported token type '\(kind)'; supported: \(Provider.allCases.map(\.rawValue).joined(separator: ", "))",
+                "token_kind: unsupported token type \(shown); supported: \(Provider.allCases.map(\.rawValue).joined(separator: ", "))",
                 code: "UNSUPPORTED_TOKEN_TYPE", field: path.isEmpty ? "token_kind" : "\(path).token_kind")
         }
         let deviceToken: DeviceToken
@@ -53,8 +65,14 @@ extension IngestAPI {
         }
         switch provider {
         case .apns:
-            guard let appID, !appID.isEmpty, appID.count <= 255 else {
+            guard let appID else {
                 throw APIError.badRequest("ios_app_id: required for APNs tokens", field: "ios_app_id")
+            }
+            // It becomes the apns-topic header: a bundle id, nothing else.
+            guard Syntax.isBundleID(appID) else {
+                throw APIError.badRequest(
+                    "ios_app_id: must be a bundle id (letters, digits and '-' in dot-separated parts, at most \(Syntax.maxBundleIDBytes) bytes)",
+                    code: "INVALID_APP_ID", field: "ios_app_id")
             }
             return OpenedRegistration(token: deviceToken, appID: appID)
         case .fcm:

@@ -7,6 +7,8 @@ import PushModels
 struct RequestFields {
     let json: JSONValue
     let reader: FieldReader
+    /// The body as received (for the idempotency fingerprint).
+    var bytes: [UInt8] = []
     /// Form bodies carry every value as text, so integer fields accept decimal strings.
     var isForm = false
 
@@ -27,7 +29,7 @@ struct RequestFields {
         }
         guard case .object = json else { throw APIError.badRequest("Request body must be a JSON object") }
         return RequestFields(
-            json: json, reader: FieldReader(json: json, path: ""),
+            json: json, reader: FieldReader(json: json, path: ""), bytes: bytes,
             isForm: contentType.hasPrefix("application/x-www-form-urlencoded"))
     }
 

@@ -27,7 +27,17 @@ public struct RealmClient: Sendable {
         let client = RealmClient(stack: stack, client: http)
         let reply = try await client.registerServer()
         guard reply.status == 200 else { throw StackError("server registration failed: \(reply.status)") }
+        let realm = try await client.registerRealm()
+        guard realm.status == 201 else { throw StackError("realm registration failed: \(realm.status)") }
         return client
+    }
+
+    /// Registers the client's realm to its server (`POST /v1/realms`), the explicit
+    /// ownership step both APIs rely on.
+    public func registerRealm(_ realm: String? = nil) async throws -> HTTP.Reply {
+        try await HTTP.send(
+            "POST", "\(stack.ingestURL)/v1/realms", json: ["realm_uuid": .string(realm ?? realmUUID)], auth: auth,
+            client: client)
     }
 
     public func registerServer() async throws -> HTTP.Reply {

@@ -35,6 +35,8 @@ public final class Stack: Sendable {
     public let redisPort: Int
     public let kafkaBrokers: String
     public let ports: [Service: Int]
+    /// Ingest's ops listener (health, metrics), apart from its API port.
+    public let ingestOpsPort: Int
     public let controlPort: Int
     public let dispatcherEnvironment: [String: String]
     public let bouncerPublicKey: String
@@ -67,7 +69,12 @@ public final class Stack: Sendable {
         }
 
         /// What the integration tests run with: short retry delays so retries finish within a test.
+        /// Every test shares 127.0.0.1, so the per-address limits on failed
+        /// authentication and server registration are lifted here; the hardening tests
+        /// start an extra ingest with them (`launchExtraIngest`).
         public static let tests = Options(environment: [
+            "PUSHRELAY_AUTH_FAILURES_MAX": "1000000",
+            "PUSHRELAY_SERVER_REGISTRATIONS_MAX": "1000000",
             "PUSHRELAY_RATELIMIT_REQUESTS": "300",
             "PUSHRELAY_RETRY_DELAYS": "1s,2s,3s",
             "PUSHRELAY_RETRY_MAX_ATTEMPTS": "4",
@@ -202,6 +209,9 @@ public final class Stack: Sendable {
 
         try PipelineKeyring.generateLine(id: "test1").write(
             toFile: "\(dir)/pipeline-keys", atomically: true, encoding: .utf8)
+        try StorageKeyring.generateLine(id: "test1").write(
+            toFile: "\(dir)/storage-keys", atomically: true, encoding: .utf8)
+        try APIKeyPepper.generateLine().write(toFile: "\(dir)/apikey-pepper", atomically: true, encoding: .utf8)
         let bouncerLine = try BouncerKeyring.generateLine()
         try bouncerLine.write(toFile: "\(dir)/bouncer-keys", atomically: true, encoding: .utf8)
         let bouncerKey = try BouncerKeyring(fileContents: bouncerLine).publicKeysBase64[0]
@@ -209,11 +219,8 @@ public final class Stack: Sendable {
         var ports: [Service: Int] = [:]
         for service in Service.allCases { ports[service] = try freePort() }
         let stack = Stack(
-        try StorageKeyring.generateLine(id: "test1").write(
-            toFile: "\(dir)/storage-keys", atomically: true, encoding: .utf8)
-        try APIKeyPepper.generateLine().write(toFile: "\(dir)/apikey-pepper", atomically: true, encoding: .utf8)
             directory: dir, binDirectory: bin, redisPort: redisPort, kafkaBrokers: brokers, ports: ports,
-            controlPort: fakePorts.control, dispatcherEnvironment: dispatcherEnvironment,
+            ingestOpsPort: try freePort(), controlPort: fakePorts.control, dispatcherEnvironment: dispatcherEnvironment,
             bouncerPublicKey: bouncerKey, options: options)
         stack.redis.withLock { $0 = redis }
         stack.helpers.withLock { $0 = ["redis": redis, "provider-fakes": fakes, "devbroker": broker] }
@@ -224,7 +231,7 @@ public final class Stack: Sendable {
 
     private init(
         directory: String, binDirectory: String, redisPort: Int, kafkaBrokers: String, ports: [Service: Int],
-        controlPort: Int, dispatcherEnvironment: [String: String], bouncerPublicKey: String, options: Options
+        ingestOpsPort: Int, controlPort: Int, dispatcherEnvironment: [String: String], bouncerPublicKey: String, options: Options
     ) {
         self.options = options
         self.directory = directory
@@ -232,6 +239,7 @@ public final class Stack: Sendable {
         self.redisPort = redisPort
         self.kafkaBrokers = kafkaBrokers
         self.ports = ports
+        self.ingestOpsPort = ingestOpsPort
         self.controlPort = controlPort
         self.dispatcherEnvironment = dispatcherEnvironment
         self.bouncerPublicKey = bouncerPublicKey
@@ -244,7 +252,10 @@ public final class Stack: Sendable {
             "PUSHRELAY_HTTP_PORT": "\(ports[service] ?? 0)",
             "PUSHRELAY_PIPELINE_KEYS_FILE": "\(directory)/pipeline-keys",
             "PUSHRELAY_BOUNCER_KEYS_FILE": "\(directory)/bouncer-keys",
+            "PUSHRELAY_STORAGE_KEYS_FILE": "\(directory)/storage-keys",
+            "PUSHRELAY_APIKEY_PEPPER_FILE": "\(directory)/apikey-pepper",
         ]
+        if service == .ingest { env["PUSHRELAY_OPS_PORT"] = "\(ingestOpsPort)" }
         env.merge(options.environment) { _, new in new }
         if service == .dispatcher { env.merge(dispatcherEnvironment) { _, new in new } }
         return env
@@ -252,15 +263,40 @@ public final class Stack: Sendable {
 
     public func start(_ service: Service) throws {
         let process = try Stack.launch(
-            "PUSHRELAY_STORAGE_KEYS_FILE": "\(directory)/storage-keys",
-            "PUSHRELAY_APIKEY_PEPPER_FILE": "\(directory)/apikey-pepper",
             "\(binDirectory)/\(service.rawValue)", [], environment: environment(for: service),
             log: "\(directory)/\(service.rawValue).log")
         processes.withLock { $0[service] = process }
     }
 
+    /// Where a service answers health and metrics: ingest's ops port, the others' HTTP port.
+    public func opsURL(_ service: Service) -> String {
+        "http://127.0.0.1:\(service == .ingest ? ingestOpsPort : ports[service] ?? 0)"
+    }
+
+    /// Starts one more ingest on the same Redis and Kafka with extra settings (for
+    /// limits and timeouts the shared one must not have). Stopped with the stack.
+    public func launchExtraIngest(_ extra: [String: String], name: String, ready: Bool = true) async throws -> (
+        api: String, ops: String
+    ) {
+        let apiPort = try Stack.freePort()
+        let opsPort = try Stack.freePort()
+        var env = environment(for: .ingest)
+        env["PUSHRELAY_HTTP_PORT"] = "\(apiPort)"
+        env["PUSHRELAY_OPS_PORT"] = "\(opsPort)"
+        env.merge(extra) { _, new in new }
+        let process = try Stack.launch(
+            "\(binDirectory)/ingest", [], environment: env, log: "\(directory)/ingest-\(name).log")
+        helpers.withLock { $0["ingest-\(name)"] = process }
+        let ops = "http://127.0.0.1:\(opsPort)"
+        let probe = ready ? "ready" : "live"
+        try await Stack.waitFor("ingest \(name) to be \(probe)") {
+            (try? await HTTP.get("\(ops)/health/\(probe)"))?.status == 200
+        }
+        return ("http://127.0.0.1:\(apiPort)", ops)
+    }
+
     public func waitReady(_ service: Service) async throws {
-        let url = "http://127.0.0.1:\(ports[service] ?? 0)/health/ready"
+        let url = "\(opsURL(service))/health/ready"
         try await Stack.waitFor("\(service.rawValue) to be ready") { (try? await HTTP.get(url))?.status == 200 }
     }
 
@@ -402,17 +438,22 @@ public enum HTTP {
     }
 
     public static func send(
-        _ method: String, _ url: String, json: JSONValue, auth: (String, String)? = nil, client: HTTPClient = .shared
+        _ method: String, _ url: String, json: JSONValue, auth: (String, String)? = nil,
+        headers: [(String, String)] = [], client: HTTPClient = .shared
     ) async throws -> Reply {
-        try await send(method, url, body: Wire.canonical(json), contentType: "application/json", auth: auth, client: client)
+        try await send(
+            method, url, body: Wire.canonical(json), contentType: "application/json", auth: auth, headers: headers,
+            client: client)
     }
 
     public static func send(
         _ method: String, _ url: String, body: [UInt8]?, contentType: String = "application/json",
-        auth: (String, String)? = nil, maxBytes: Int = 16 << 20, client: HTTPClient = .shared
+        auth: (String, String)? = nil, headers: [(String, String)] = [], maxBytes: Int = 16 << 20,
+        client: HTTPClient = .shared
     ) async throws -> Reply {
         var request = HTTPClientRequest(url: url)
         request.method = .init(rawValue: method)
+        for (name, value) in headers { request.headers.add(name: name, value: value) }
         if let body {
             request.body = .bytes(ByteBuffer(bytes: body))
             request.headers.add(name: "content-type", value: contentType)

@@ -7,6 +7,8 @@ import RedisClient
 public enum ServerRegistrationError: Error, Sendable {
     /// The server exists and the key given is not its key.
     case keyMismatch
+    /// The server does not exist and the operator closed open registration.
+    case registrationClosed
 }
 
 /// Realm-hosting servers and their realms. API keys are stored only as
@@ -25,12 +27,16 @@ public struct ServerStore: Sendable {
     }
 
     /// Registers a server, or updates it when `apiKey` matches; `newAPIKey` rotates the key.
-    /// Returns true when the server was created.
+    /// Returns true when the server was created. With `allowCreate` false (registration
+    /// closed by the operator) only existing servers may update themselves.
     public func register(
         uuid: String, apiKey: String, hostname: String, contactEmail: String, newAPIKey: String?,
-        nowMs: Int64 = Wire.nowMillis()
+        allowCreate: Bool = true, nowMs: Int64 = Wire.nowMillis()
     ) async throws -> Bool {
         let key = keys.server(uuid)
+        if !allowCreate, try await redis.command("EXISTS", RedisArgument(key)).int != 1 {
+            throw ServerRegistrationError.registrationClosed
+        }
         // Created only when no record exists: a server with just the old hash field is not new.
         let created = try await redis.command(
             "EVAL", RedisArgument(Self.createScript), "1", RedisArgument(key), RedisArgument(pepper.hmacHex(apiKey)),
@@ -112,6 +118,8 @@ public struct ServerStore: Sendable {
     public func rateLimit(server: String, limit: Int, windowSeconds: Int, nowMs: Int64 = Wire.nowMillis()) async throws
         -> Int?
     {
+        // Settings are validated at start; a window below a second is still never a division by zero.
+        let windowSeconds = max(1, windowSeconds)
         let window = nowMs / 1000 / Int64(windowSeconds)
         let key = keys.rateLimit(server: server, window: window)
         let replies = try await redis.pipeline([

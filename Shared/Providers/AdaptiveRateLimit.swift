@@ -93,6 +93,7 @@ public final class AdaptiveRateLimiter: Sendable {
         let limit = Double(RetrySchedule.milliseconds(maxWait)) / 1000
         let now = self.now
         let wait = rates.withLock { rates in
+            Self.evictIfFull(&rates)
             var rate = rates[target] ?? AIMDRate(ceiling: settings.ceiling, floor: settings.floor, now: now)
             defer { rates[target] = rate }
             return rate.reserve(now: now, maxWait: limit)
@@ -114,6 +115,17 @@ public final class AdaptiveRateLimiter: Sendable {
             }
             rates[target] = rate
         }
+    }
+
+    /// Targets come from records (an app id is a target), so the table is bounded: when
+    /// it is full, targets running at their ceiling (nothing to remember) are dropped,
+    /// and if all are throttled the whole table starts again.
+    static let maxTargets = 10_000
+
+    private static func evictIfFull(_ rates: inout [String: AIMDRate]) {
+        guard rates.count >= maxTargets else { return }
+        rates = rates.filter { $0.value.rate < $0.value.ceiling }
+        if rates.count >= maxTargets { rates.removeAll() }
     }
 
     /// Current rate per target, for metrics and logs.

@@ -29,9 +29,11 @@ func makeHTTPClient(caFile: String?, connectTimeout: Duration) throws -> HTTPCli
 
 /// Parses `Retry-After` in seconds (the form APNs and Google use).
 func retryAfter(_ headers: HTTPHeaders) -> Duration? {
-    guard let value = headers.first(name: "retry-after"), let seconds = Int(value.trimmingCharacters(in: .whitespaces))
+    guard let value = headers.first(name: "retry-after"),
+        let seconds = Syntax.parseUInt64(Substring(value.trimmingCharacters(in: .whitespaces)))
     else { return nil }
-    return .seconds(max(0, seconds))
+    // Any number of seconds may arrive; a day is the most the retry schedule honours.
+    return .seconds(Int64(min(seconds, 86_400)))
 }
 
 /// A request that failed below HTTP (connection, TLS, timeout): retryable. Logged with

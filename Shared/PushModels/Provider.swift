@@ -18,16 +18,30 @@ public struct DeviceToken: Sendable, Hashable {
     public let value: String
 
     public static let maximumLength = 4096
+    /// APNs tokens are opaque bytes, 32 today; Apple says they may grow, so up to 100.
+    public static let apnsHexLengths = 64...200
 
-    /// Validates a token for `provider`: non-empty, at most 4096 characters, hex for APNs.
+    /// Validates a token for `provider`, by bytes:
+    /// - APNs: 32 to 100 bytes in hexadecimal (either case);
+    /// - FCM: 1 to 4096 of the characters FCM registration tokens use: ASCII letters,
+    ///   digits, `-`, `_`, `:` and `.`.
     public init(provider: Provider, value: String) throws(PayloadValidationError) {
-        guard !value.isEmpty else { throw PayloadValidationError(field: "token", problem: "must not be empty") }
-        guard value.utf8.count <= Self.maximumLength else {
-            throw PayloadValidationError(field: "token", problem: "must be at most \(Self.maximumLength) characters")
+        let bytes = value.utf8
+        guard !bytes.isEmpty else { throw PayloadValidationError(field: "token", problem: "must not be empty") }
+        guard bytes.count <= Self.maximumLength else {
+            throw PayloadValidationError(field: "token", problem: "must be at most \(Self.maximumLength) bytes")
         }
-        if provider == .apns {
-            guard value.utf8.count % 2 == 0, value.utf8.allSatisfy(\.isHexDigit) else {
-                throw PayloadValidationError(field: "token", problem: "an APNs token must be hexadecimal")
+        switch provider {
+        case .apns:
+            guard Self.apnsHexLengths.contains(bytes.count), bytes.count % 2 == 0, bytes.allSatisfy(\.isHexDigit) else {
+                throw PayloadValidationError(
+                    field: "token", problem: "an APNs token must be 64 to 200 hexadecimal digits (32 to 100 bytes)")
+            }
+        case .fcm:
+            guard bytes.allSatisfy({ $0.isASCIIAlphanumeric || $0 == 0x2d || $0 == 0x5f || $0 == 0x3a || $0 == 0x2e })
+            else {
+                throw PayloadValidationError(
+                    field: "token", problem: "an FCM token may hold only ASCII letters, digits, '-', '_', ':' and '.'")
             }
         }
         self.provider = provider

@@ -30,14 +30,16 @@ public struct RetrySchedule: Sendable, Equatable {
     /// The plan after attempt number `attempt` (1-based) failed at `nowMs`. `random` is in 0...1.
     public func plan(afterAttempt attempt: Int, retryAfter: Duration?, nowMs: Int64, random: Double) -> Plan {
         var stage = min(max(attempt, 1), delays.count)
+        // A provider's Retry-After is outside input: past a day it is read as a day.
+        let retryAfter = retryAfter.map { min(max($0, .zero), Self.longestRetryAfter) }
         if let retryAfter {
             while stage < delays.count && delays[stage - 1] < retryAfter { stage += 1 }
         }
         let base = Self.milliseconds(delays[stage - 1])
         let spread = Double(base) * jitter * (random * 2 - 1)
-        var wait = max(0, Int64((Double(base) + spread).rounded()))
+        var wait = max(0, Int64(exactly: (Double(base) + spread).rounded()) ?? base)
         if let retryAfter { wait = max(wait, Self.milliseconds(retryAfter)) }
-        return Plan(stage: stage, dueAtMs: nowMs + wait)
+        return Plan(stage: stage, dueAtMs: nowMs.saturatingAdd(wait))
     }
 
     /// The longest a push can spend in retries: every stage's delay, plus jitter.
@@ -47,9 +49,10 @@ public struct RetrySchedule: Sendable, Equatable {
         return total * (1 + jitter)
     }
 
-    public static func milliseconds(_ d: Duration) -> Int64 {
-        d.components.seconds * 1000 + d.components.attoseconds / 1_000_000_000_000_000
-    }
+    /// The longest `Retry-After` honoured; a provider asking for more gets a day.
+    public static let longestRetryAfter = Duration.seconds(86_400)
+
+    public static func milliseconds(_ d: Duration) -> Int64 { d.saturatingMilliseconds }
 
     /// Parses a delay list such as `5s,1m,10m` (units ms, s, m, h).
     public static func parseDelays(_ text: String) throws -> [Duration] {
@@ -58,7 +61,10 @@ public struct RetrySchedule: Sendable, Equatable {
         return try parts.map { part in
             let units: [(String, Int64)] = [("ms", 1), ("s", 1000), ("m", 60_000), ("h", 3_600_000)]
             for (suffix, factor) in units where part.hasSuffix(suffix) {
-                if let n = Int64(part.dropLast(suffix.count)), n > 0 { return .milliseconds(n * factor) }
+                // At most 7 days per stage; longer waits outlive the send ledger's markers.
+                if let n = Int64(part.dropLast(suffix.count)), n > 0, n <= 7 * 86_400_000 / factor {
+                    return .milliseconds(n * factor)
+                }
             }
             throw RetryScheduleError(text: text)
         }
@@ -67,5 +73,7 @@ public struct RetrySchedule: Sendable, Equatable {
 
 public struct RetryScheduleError: Error, CustomStringConvertible {
     public var text: String
-    public var description: String { "cannot read retry delays \"\(text)\": expected a list like 5s,1m,10m" }
+    public var description: String {
+        "cannot read retry delays \"\(text)\": expected a list like 5s,1m,10m (each 1 ms to 7 days)"
+    }
 }

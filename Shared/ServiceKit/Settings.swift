@@ -18,12 +18,17 @@ public struct CommonSettings: Sendable {
     public var topics: TopicNames
     /// Retry stages (`PUSHRELAY_RETRY_DELAYS`, e.g. `5s,1m,10m`) and attempts before dead-lettering.
     public var retry: RetrySchedule
-    /// Address of the service's HTTP endpoint (health, metrics, and for ingest the API).
+    /// Address of the service's HTTP endpoint: ingest's API; the ops endpoint of the others.
     public var httpHost: String
     public var httpPort: Int
+    /// Connection limits and timeouts of every HTTP listener.
+    public var http: HTTPHygiene
     public var logLevel: Logger.Level
 
-    public init(service: String, defaultPort: Int, config: ConfigReader = .environment) {
+    /// Reads the settings after checking every `PUSHRELAY_` variable against
+    /// `SettingsCatalog`: a value that makes no sense throws, naming the variable.
+    public init(service: String, defaultPort: Int, config: ConfigReader = .environment) throws {
+        try SettingsCatalog.validateEnvironment()
         serviceName = service
         kafkaBrokers = config.string(forKey: "pushrelay.kafka.brokers", default: "")
         kafkaBrokersFile = config.string(forKey: "pushrelay.kafka.brokers.file", default: ".run/kafka-bootstrap")
@@ -43,11 +48,16 @@ public struct CommonSettings: Sendable {
         self.topics = topics
         let delays = config.string(forKey: "pushrelay.retry.delays", default: "5s,1m,10m")
         retry = RetrySchedule(
-            delays: (try? RetrySchedule.parseDelays(delays)) ?? RetrySchedule.standard.delays,
+            delays: try RetrySchedule.parseDelays(delays),
             maxAttempts: config.int(forKey: "pushrelay.retry.max.attempts", default: RetrySchedule.standard.maxAttempts),
             jitter: config.double(forKey: "pushrelay.retry.jitter", default: 0.2))
         httpHost = config.string(forKey: "pushrelay.http.host", default: "127.0.0.1")
         httpPort = config.int(forKey: "pushrelay.http.port", default: defaultPort)
+        http = HTTPHygiene(
+            maxConnections: config.int(forKey: "pushrelay.http.max.connections", default: 10_000),
+            headerTimeout: .milliseconds(config.int(forKey: "pushrelay.http.header.timeout.ms", default: 10_000)),
+            bodyTimeout: .milliseconds(config.int(forKey: "pushrelay.http.body.timeout.ms", default: 30_000)),
+            idleTimeout: .milliseconds(config.int(forKey: "pushrelay.http.idle.timeout.ms", default: 60_000)))
         logLevel = Logger.Level(rawValue: config.string(forKey: "pushrelay.log.level", default: "info")) ?? .info
     }
 

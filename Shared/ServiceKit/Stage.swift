@@ -20,15 +20,43 @@ extension CommonSettings {
     }
 }
 
-/// The HTTP endpoint of a consumer stage: health and metrics only.
+/// The HTTP endpoint of a consumer stage: health and metrics only, on `PUSHRELAY_HTTP_*`.
 public func opsApplication(
     settings: CommonSettings, readiness: Readiness, observability: Observability
 ) -> some Service {
     let router = Router(context: BasicRequestContext.self)
     router.addOpsRoutes(readiness: readiness, registry: observability.registry)
     return Application(
-        router: router, configuration: .init(address: .hostname(settings.httpHost, port: settings.httpPort)),
+        router: router, server: settings.http.server(listener: "ops"),
+        configuration: settings.http.configuration(
+            host: settings.httpHost, port: settings.httpPort, logger: observability.logger),
         logger: observability.logger)
+}
+
+/// Health and metrics on their own listener, apart from a public API:
+/// `PUSHRELAY_OPS_HOST` (default 127.0.0.1) and `PUSHRELAY_OPS_PORT` (default 9080).
+public struct OpsListener {
+    public let service: any Service
+    public let host: String
+    public let port: Int
+}
+
+public func opsApplication(
+    settings: CommonSettings, readiness: Readiness, observability: Observability, config: ConfigReader,
+    separateFromAPI: Bool
+) throws -> OpsListener {
+    let host = config.string(forKey: "pushrelay.ops.host", default: "127.0.0.1")
+    let port = config.int(forKey: "pushrelay.ops.port", default: 9080)
+    if separateFromAPI && port == settings.httpPort && port != 0 {
+        throw SettingsError("PUSHRELAY_OPS_PORT (\(port)) must differ from PUSHRELAY_HTTP_PORT")
+    }
+    let router = Router(context: BasicRequestContext.self)
+    router.addOpsRoutes(readiness: readiness, registry: observability.registry)
+    let app = Application(
+        router: router, server: settings.http.server(listener: "ops"),
+        configuration: settings.http.configuration(host: host, port: port, logger: observability.logger),
+        logger: observability.logger)
+    return OpsListener(service: app, host: host, port: port)
 }
 
 /// Decodes a consumed record. A record no stage can ever read is counted, logged

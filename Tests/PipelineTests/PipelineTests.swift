@@ -192,15 +192,20 @@ extension StackTests {
 
         let list = try await HTTP.get(
             "\(stack.ingestURL)/v1/devices?realm_uuid=\(alice.realmUUID)&user_id=1", auth: mallory.auth)
-        #expect(list.status == 403)
-        #expect(list.code == "REALM_FORBIDDEN")
+        // Another server's realm answers exactly like an unknown one.
+        #expect(list.status == 404)
+        #expect(list.code == "REALM_NOT_FOUND")
+        let unknown = try await HTTP.get(
+            "\(stack.ingestURL)/v1/devices?realm_uuid=\(UUID().uuidString.lowercased())&user_id=1", auth: mallory.auth)
+        #expect(unknown.status == list.status)
+        #expect(unknown.body == list.body)
         let delete = try await HTTP.send("DELETE", "\(stack.ingestURL)/v1/devices/\(device)", body: nil, auth: mallory.auth)
         #expect(delete.status == 404)
         let notify = try await HTTP.send(
             "POST", "\(stack.ingestURL)/v1/notify",
             json: ["realm_uuid": .string(alice.realmUUID), "user_id": 1, "payload": alice.messagePayload(userID: 1, messageID: 1)],
             auth: mallory.auth)
-        #expect(notify.status == 403)
+        #expect(notify.status == 404)
         // Re-registering someone else's server uuid with another key is refused.
         let hijack = try await RealmClient(stack: stack, serverUUID: alice.serverUUID).registerServer()
         #expect(hijack.status == 401)
@@ -333,7 +338,7 @@ extension StackTests {
 
         for service in Stack.Service.allCases {
             #expect(stack.isRunning(service))
-            let ready = try await HTTP.get("http://127.0.0.1:\(stack.ports[service] ?? 0)/health/ready")
+            let ready = try await HTTP.get("\(stack.opsURL(service))/health/ready")
             #expect(ready.status == 200)
         }
     }
@@ -366,15 +371,17 @@ extension StackTests {
         var environment = stack.environment(for: .ingest)
         let port = try Stack.freePort()
         environment["PUSHRELAY_HTTP_PORT"] = "\(port)"
+        let opsPort = try Stack.freePort()
+        environment["PUSHRELAY_OPS_PORT"] = "\(opsPort)"
         environment["PUSHRELAY_REDIS_PORT"] = "\(try Stack.freePort())"
         environment["PUSHRELAY_REDIS_TIMEOUT_MS"] = "200"
         let process = try Stack.launch(
             "\(stack.binDirectory)/ingest", [], environment: environment, log: "\(stack.directory)/ingest-noredis.log")
         defer { process.terminate() }
         try await Stack.waitFor("the second ingest to listen") {
-            (try? await HTTP.get("http://127.0.0.1:\(port)/health/live"))?.status == 200
+            (try? await HTTP.get("http://127.0.0.1:\(opsPort)/health/live"))?.status == 200
         }
-        #expect(try await HTTP.get("http://127.0.0.1:\(port)/health/ready").status == 503)
+        #expect(try await HTTP.get("http://127.0.0.1:\(opsPort)/health/ready").status == 503)
         let realm = RealmClient(stack: stack)
         let register = try await HTTP.send(
             "POST", "http://127.0.0.1:\(port)/api/v1/remotes/server/register",

@@ -143,7 +143,11 @@ enum Samples {
     @Test func apnsTokensMustBeHex() throws {
         #expect(throws: PayloadValidationError.self) { try DeviceToken(provider: .apns, value: "xyz1") }
         #expect(throws: PayloadValidationError.self) { try DeviceToken(provider: .fcm, value: "") }
-        #expect(try DeviceToken(provider: .apns, value: "ABCD12").value == "abcd12")
+        #expect(try DeviceToken(provider: .apns, value: String(repeating: "AB12", count: 16)).value == String(repeating: "ab12", count: 16))
+        #expect(throws: PayloadValidationError.self) { try DeviceToken(provider: .apns, value: "ABCD12") }
+        #expect(throws: PayloadValidationError.self) { try DeviceToken(provider: .fcm, value: "a\u{0}b") }
+        #expect(throws: PayloadValidationError.self) { try DeviceToken(provider: .fcm, value: "a\r\nb") }
+        #expect(try DeviceToken(provider: .fcm, value: "dXNlcjE:APA91b-H_x.y").value == "dXNlcjE:APA91b-H_x.y")
         #expect(DeviceToken.redact("0123456789abcdef") == "0123…cdef")
     }
 

@@ -1,0 +1,106 @@
+/// Syntax rules for identifiers that come from outside (requests, records, settings).
+/// Lengths are counted in UTF-8 bytes, never in characters: a string of combining marks
+/// is one character and megabytes long.
+public enum Syntax {
+    /// Largest hostname Zulip's server registration may carry (RFC 1035 name plus `:port`).
+    public static let maxHostnameBytes = 255
+    public static let maxEmailBytes = 254
+    /// Apple limits bundle ids to 155 characters; the VoIP topic adds `.voip`.
+    public static let maxBundleIDBytes = 155
+
+    /// A DNS name or IP address, optionally with `:port`: ASCII letters, digits, `-`, `.`,
+    /// `:` (port, IPv6) and `[`/`]` (IPv6 literals).
+    public static func isHostname(_ text: String) -> Bool {
+        let bytes = text.utf8
+        guard !bytes.isEmpty, bytes.count <= maxHostnameBytes else { return false }
+        return bytes.allSatisfy { $0.isASCIIAlphanumeric || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: ".")
+            || $0 == UInt8(ascii: ":") || $0 == UInt8(ascii: "[") || $0 == UInt8(ascii: "]")
+        }
+    }
+
+    /// A contact address: printable, no white space or control characters, one `@`
+    /// with text on both sides. Non-ASCII letters are allowed (internationalised mail).
+    public static func isEmail(_ text: String) -> Bool {
+        let bytes = text.utf8
+        guard bytes.count >= 3, bytes.count <= maxEmailBytes, !hasControlOrSpace(text) else { return false }
+        let parts = text.split(separator: "@", omittingEmptySubsequences: false)
+        return parts.count == 2 && !parts[0].isEmpty && !parts[1].isEmpty
+    }
+
+    /// An Apple bundle id (reverse-DNS): segments of ASCII letters, digits and `-`,
+    /// separated by single dots, at least two segments.
+    public static func isBundleID(_ text: String) -> Bool {
+        let bytes = text.utf8
+        guard !bytes.isEmpty, bytes.count <= maxBundleIDBytes else { return false }
+        let segments = text.split(separator: ".", omittingEmptySubsequences: false)
+        guard segments.count >= 2 else { return false }
+        return segments.allSatisfy { segment in
+            !segment.isEmpty && segment.utf8.allSatisfy { $0.isASCIIAlphanumeric || $0 == UInt8(ascii: "-") }
+        }
+    }
+
+    /// An API key as Zulip generates them: exactly `length` ASCII letters and digits.
+    public static func isAPIKey(_ text: String, length: Int = 64) -> Bool {
+        text.utf8.count == length && text.utf8.allSatisfy(\.isASCIIAlphanumeric)
+    }
+
+    /// An opaque client-chosen key (for example `Idempotency-Key`): 1 to `maxBytes`
+    /// visible ASCII characters.
+    public static func isVisibleASCII(_ text: String, maxBytes: Int) -> Bool {
+        let bytes = text.utf8
+        return !bytes.isEmpty && bytes.count <= maxBytes && bytes.allSatisfy { (0x21...0x7e).contains($0) }
+    }
+
+    /// True when the text holds a C0/C1 control character, NUL, or any white space.
+    public static func hasControlOrSpace(_ text: String) -> Bool {
+        text.unicodeScalars.contains { scalar in
+            scalar.value < 0x21 || (0x7f...0x9f).contains(scalar.value) || scalar.properties.isWhitespace
+        }
+    }
+
+    /// A decimal unsigned integer of ASCII digits only (no sign, no other scripts' digits),
+    /// that fits in UInt64.
+    public static func parseUInt64(_ text: Substring) -> UInt64? {
+        guard !text.isEmpty, text.utf8.count <= 20, text.utf8.allSatisfy({ (0x30...0x39).contains($0) }) else {
+            return nil
+        }
+        return UInt64(text)
+    }
+}
+
+extension UInt8 {
+    var isASCIIAlphanumeric: Bool {
+        (0x30...0x39).contains(self) || (0x41...0x5a).contains(self) || (0x61...0x7a).contains(self)
+    }
+}
+
+/// Arithmetic on numbers from outside that must never trap: the result saturates at the
+/// type's bounds instead. Use for time stamps, durations and counters read from
+/// requests, records, provider answers and settings.
+extension FixedWidthInteger {
+    public func saturatingAdd(_ other: Self) -> Self {
+        let (result, overflow) = addingReportingOverflow(other)
+        guard overflow else { return result }
+        return other > 0 ? .max : .min
+    }
+
+    public func saturatingSubtract(_ other: Self) -> Self {
+        let (result, overflow) = subtractingReportingOverflow(other)
+        guard overflow else { return result }
+        return other > 0 ? .min : .max
+    }
+
+    public func saturatingMultiply(_ other: Self) -> Self {
+        let (result, overflow) = multipliedReportingOverflow(by: other)
+        guard overflow else { return result }
+        return (self < 0) == (other < 0) ? .max : .min
+    }
+}
+
+extension Duration {
+    /// Whole milliseconds, saturating at Int64's bounds (a `Duration` holds far more).
+    public var saturatingMilliseconds: Int64 {
+        let (seconds, attoseconds) = components
+        return seconds.saturatingMultiply(1000).saturatingAdd(attoseconds / 1_000_000_000_000_000)
+    }
+}

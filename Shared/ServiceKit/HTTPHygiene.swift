@@ -1,0 +1,139 @@
+import Hummingbird
+import HummingbirdCore
+import Logging
+import Metrics
+import NIOCore
+import NIOHTTPTypes
+
+/// Connection limits and timeouts every HTTP listener of the relay runs with, so a
+/// client that opens connections and never finishes a request cannot hold them:
+///
+/// - `headerTimeout`: from the connection's start until the first request head is complete;
+/// - `bodyTimeout`: from the head until the body is complete;
+/// - `idleTimeout`: a keep-alive connection with no whole request part in flight
+///   (Hummingbird's; it sees request parts, not bytes, so it also bounds a later
+///   request whose head trickles in);
+/// - `maxConnections`: past this many open connections the listener stops accepting
+///   until one closes (the kernel's backlog holds the rest).
+///
+/// Connections cut for being slow are counted in `pushrelay_http_slow_clients_total`.
+public struct HTTPHygiene: Sendable {
+    public var maxConnections: Int
+    public var headerTimeout: Duration
+    public var bodyTimeout: Duration
+    public var idleTimeout: Duration
+
+    public init(maxConnections: Int, headerTimeout: Duration, bodyTimeout: Duration, idleTimeout: Duration) {
+        self.maxConnections = maxConnections
+        self.headerTimeout = headerTimeout
+        self.bodyTimeout = bodyTimeout
+        self.idleTimeout = idleTimeout
+    }
+
+    /// The HTTP/1.1 server with the request deadlines installed.
+    public func server(listener: String) -> HTTPServerBuilder {
+        let header = TimeAmount(headerTimeout)
+        let body = TimeAmount(bodyTimeout)
+        return .http1(
+            configuration: .init(
+                additionalChannelHandlers: [
+                    RequestDeadlineHandler(headerTimeout: header, bodyTimeout: body, listener: listener)
+                ],
+                idleTimeout: TimeAmount(idleTimeout)))
+    }
+
+    /// Application configuration with the connection cap.
+    public func configuration(host: String, port: Int, serverName: String? = nil, logger: Logger)
+        -> ApplicationConfiguration
+    {
+        ApplicationConfiguration(
+            address: .hostname(host, port: port), serverName: serverName,
+            availableConnectionsDelegate: MaximumAvailableConnections(maxConnections, logger: logger))
+    }
+}
+
+extension TimeAmount {
+    init(_ duration: Duration) {
+        self = .nanoseconds(duration.components.seconds.saturatingMultiply(1_000_000_000))
+    }
+}
+
+/// Closes a connection whose request head or body does not arrive in time. It sits
+/// after HTTP decoding, so it sees whole request parts: a client that trickles header
+/// bytes never produces a head, and its header deadline fires.
+final class RequestDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPRequestPart
+    typealias InboundOut = HTTPRequestPart
+    typealias OutboundIn = HTTPResponsePart
+    typealias OutboundOut = HTTPResponsePart
+
+    enum Phase: String {
+        case header
+        case body
+    }
+
+    let headerTimeout: TimeAmount
+    let bodyTimeout: TimeAmount
+    let listener: String
+    private var deadline: Scheduled<Void>?
+    private var phase: Phase?
+
+    init(headerTimeout: TimeAmount, bodyTimeout: TimeAmount, listener: String) {
+        self.headerTimeout = headerTimeout
+        self.bodyTimeout = bodyTimeout
+        self.listener = listener
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        if context.channel.isActive { arm(.header, context: context) }
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        if phase == nil { arm(.header, context: context) }
+        context.fireChannelActive()
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        disarm()
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        disarm()
+        context.fireChannelInactive()
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch unwrapInboundIn(data) {
+        case .head: arm(.body, context: context)
+        case .body: break
+        case .end: disarm()
+        }
+        context.fireChannelRead(data)
+    }
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        // Between requests of a keep-alive connection, the idle timeout applies.
+        context.write(data, promise: promise)
+    }
+
+    private func arm(_ next: Phase, context: ChannelHandlerContext) {
+        disarm()
+        phase = next
+        let timeout = next == .header ? headerTimeout : bodyTimeout
+        let listener = self.listener
+        let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
+        deadline = context.eventLoop.scheduleTask(in: timeout) {
+            let context = loopBound.value
+            Counter(
+                label: "pushrelay_http_slow_clients_total", dimensions: [("listener", listener), ("phase", next.rawValue)]
+            ).increment()
+            context.close(promise: nil)
+        }
+    }
+
+    private func disarm() {
+        deadline?.cancel()
+        deadline = nil
+        phase = nil
+    }
+}

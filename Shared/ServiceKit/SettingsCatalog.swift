@@ -1,0 +1,175 @@
+import Foundation
+import Logging
+import PushModels
+
+/// Every setting the services read, with the values that make sense for it. Each
+/// executable checks its environment against this table before it reads anything, so
+/// a value that makes no sense stops the process at start with a message naming the
+/// variable, instead of being replaced by a default without a word.
+///
+/// swift-configuration's `config.int(forKey:default:)` answers the default for a value
+/// it cannot read; after this check every value it reads is known to be valid.
+public enum SettingsCatalog {
+    public enum Kind: Sendable {
+        case int(ClosedRange<Int>)
+        case double(ClosedRange<Double>)
+        /// Free text of at most 4,096 bytes without control characters.
+        case text
+        /// A file path (read where used; a missing file fails there, at start).
+        case path
+        case oneOf([String])
+        /// A duration list such as `5s,1m,10m`.
+        case delays
+        /// A Kafka topic name or prefix: ASCII letters, digits, `.`, `_`, `-`; 1 to 200 bytes.
+        case topic
+        case bool
+    }
+
+    /// The settings every service may read (keys as written in code; the environment
+    /// variable is the key upper-cased with `.` as `_`).
+    public static let entries: [String: Kind] = [
+        "pushrelay.kafka.brokers": .text,
+        "pushrelay.kafka.brokers.file": .path,
+        "pushrelay.kafka.message.timeout.ms": .int(1000...300_000),
+        "pushrelay.redis.host": .text,
+        "pushrelay.redis.port": .int(1...65535),
+        "pushrelay.redis.connections": .int(1...256),
+        "pushrelay.redis.timeout.ms": .int(1...600_000),
+        "pushrelay.redis.prefix": .topic,
+        "pushrelay.topic.requests": .topic,
+        "pushrelay.topic.outbound": .topic,
+        "pushrelay.topic.feedback": .topic,
+        "pushrelay.topic.deliveries": .topic,
+        "pushrelay.topic.deadletter": .topic,
+        "pushrelay.topic.retry.prefix": .topic,
+        "pushrelay.retry.delays": .delays,
+        "pushrelay.retry.max.attempts": .int(1...100),
+        "pushrelay.retry.jitter": .double(0...0.9),
+        "pushrelay.http.host": .text,
+        "pushrelay.http.port": .int(0...65535),
+        "pushrelay.ops.host": .text,
+        "pushrelay.ops.port": .int(0...65535),
+        "pushrelay.http.max.connections": .int(1...1_000_000),
+        "pushrelay.http.header.timeout.ms": .int(100...600_000),
+        "pushrelay.http.body.timeout.ms": .int(100...600_000),
+        "pushrelay.http.idle.timeout.ms": .int(100...3_600_000),
+        "pushrelay.http.max.body.bytes": .int(1024...(64 << 20)),
+        "pushrelay.http.client.ip.header": .text,
+        "pushrelay.log.level": .oneOf(Logger.Level.allCases.map(\.rawValue)),
+        "pushrelay.pipeline.keys.file": .path,
+        "pushrelay.bouncer.keys.file": .path,
+        "pushrelay.storage.keys.file": .path,
+        "pushrelay.apikey.pepper.file": .path,
+        "pushrelay.ratelimit.requests": .int(1...1_000_000_000),
+        "pushrelay.ratelimit.window.seconds": .int(1...86_400),
+        "pushrelay.auth.failures.max": .int(1...1_000_000),
+        "pushrelay.auth.failures.window.seconds": .int(1...86_400),
+        "pushrelay.server.registration": .oneOf(["open", "closed"]),
+        "pushrelay.server.registrations.max": .int(1...1_000_000),
+        "pushrelay.server.registrations.window.seconds": .int(1...86_400 * 7),
+        "pushrelay.max.plaintext.bytes": .int(64...3500),
+        "pushrelay.notify.max.device.ids": .int(1...10_000),
+        "pushrelay.server.max.realms": .int(1...10_000_000),
+        "pushrelay.server.max.devices": .int(1...1_000_000_000),
+        "pushrelay.notify.publish.timeout.ms": .int(100...120_000),
+        "pushrelay.idempotency.ttl.seconds": .int(60...(7 * 86_400)),
+        "pushrelay.notification.ttl.seconds": .int(0...2_419_200),
+        "pushrelay.encryptor.group": .topic,
+        "pushrelay.encryptor.concurrency": .int(1...10_000),
+        "pushrelay.dispatcher.group": .topic,
+        "pushrelay.dispatcher.concurrency": .int(1...10_000),
+        "pushrelay.feedback.group": .topic,
+        "pushrelay.feedback.concurrency": .int(1...10_000),
+        "pushrelay.dispatcher.retry.group": .topic,
+        "pushrelay.dispatcher.retry.concurrency": .int(1...10_000),
+        "pushrelay.dispatcher.dedupe.ttl.seconds": .int(3600...(30 * 86_400)),
+        "pushrelay.dispatcher.provider.concurrency": .int(1...100_000),
+        "pushrelay.dispatcher.rate.ceiling": .double(1...1_000_000),
+        "pushrelay.dispatcher.rate.floor": .double(0.01...1_000_000),
+        "pushrelay.dispatcher.rate.max.wait.ms": .int(0...60_000),
+        "pushrelay.apns.url": .text,
+        "pushrelay.apns.team.id": .text,
+        "pushrelay.apns.key.id": .text,
+        "pushrelay.apns.key.file": .path,
+        "pushrelay.apns.ca.file": .path,
+        "pushrelay.apns.connections": .int(1...64),
+        "pushrelay.fcm.url": .text,
+        "pushrelay.fcm.service.account.file": .path,
+        "pushrelay.fcm.project.id": .text,
+        "pushrelay.fcm.ca.file": .path,
+    ]
+
+    /// Variables that belong to the dev tools and the test harness, not to a service.
+    static let toolPrefixes = ["PUSHRELAY_FAKES_", "PUSHRELAY_DEVBROKER_", "PUSHRELAY_FUZZ_", "PUSHRELAY_BENCH_"]
+    static let toolVariables: Set<String> = ["PUSHRELAY_BIN_DIR", "PUSHRELAY_EXIT_WITH_PARENT"]
+
+    public static func environmentName(_ key: String) -> String {
+        key.uppercased().replacingOccurrences(of: ".", with: "_")
+    }
+
+    /// Problems with the given environment: one line per variable whose value makes no
+    /// sense. Unknown `PUSHRELAY_` variables are returned separately (likely typos).
+    public static func check(_ environment: [String: String]) -> (errors: [String], unknown: [String]) {
+        var byName: [String: (String, Kind)] = [:]
+        for (key, kind) in entries { byName[environmentName(key)] = (key, kind) }
+        var errors: [String] = []
+        var unknown: [String] = []
+        for (name, value) in environment.sorted(by: { $0.key < $1.key }) where name.hasPrefix("PUSHRELAY_") {
+            guard let (_, kind) = byName[name] else {
+                if !toolVariables.contains(name) && !toolPrefixes.contains(where: name.hasPrefix) {
+                    unknown.append(name)
+                }
+                continue
+            }
+            if let problem = problem(value, kind) { errors.append("\(name)=\(shown(value)): \(problem)") }
+        }
+        return (errors, unknown)
+    }
+
+    /// Checks the process environment; throws a `SettingsError` listing every bad value.
+    public static func validateEnvironment(logger: Logger? = nil) throws {
+        let (errors, unknown) = check(ProcessInfo.processInfo.environment)
+        for name in unknown {
+            logger?.warning("unknown setting ignored (a typo?)", metadata: ["variable": "\(name)"])
+        }
+        guard errors.isEmpty else {
+            throw SettingsError("invalid configuration:\n  " + errors.joined(separator: "\n  "))
+        }
+    }
+
+    static func problem(_ value: String, _ kind: Kind) -> String? {
+        let trimmed = value.trimmingCharacters(in: .whitespaces)
+        switch kind {
+        case .int(let range):
+            guard let n = Int(trimmed) else { return "must be a whole number" }
+            return range.contains(n) ? nil : "must be between \(range.lowerBound) and \(range.upperBound)"
+        case .double(let range):
+            guard let d = Double(trimmed), d.isFinite else { return "must be a number" }
+            return range.contains(d) ? nil : "must be between \(range.lowerBound) and \(range.upperBound)"
+        case .text, .path:
+            guard value.utf8.count <= 4096 else { return "is longer than 4096 bytes" }
+            return value.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7f })
+                ? "must not contain control characters" : nil
+        case .oneOf(let allowed):
+            return allowed.contains(trimmed) ? nil : "must be one of \(allowed.joined(separator: ", "))"
+        case .delays:
+            do { _ = try RetrySchedule.parseDelays(trimmed) } catch { return "\(error)" }
+            return nil
+        case .topic:
+            let ok =
+                !trimmed.isEmpty && trimmed.utf8.count <= 200
+                && trimmed.utf8.allSatisfy { b in
+                    (0x30...0x39).contains(b) || (0x41...0x5a).contains(b) || (0x61...0x7a).contains(b)
+                        || b == UInt8(ascii: ".") || b == UInt8(ascii: "_") || b == UInt8(ascii: "-")
+                        || b == UInt8(ascii: ":")
+                }
+            return ok ? nil : "must be 1 to 200 ASCII letters, digits, '.', '_', '-' or ':'"
+        case .bool:
+            return ["true", "false", "1", "0"].contains(trimmed.lowercased()) ? nil : "must be true or false"
+        }
+    }
+
+    private static func shown(_ value: String) -> String {
+        value.utf8.count > 40 ? "\(value.prefix(40))…" : value
+    }
+}
