@@ -15,6 +15,11 @@ import PushModels
 /// | `{p}tok:{realm}:{provider}:{hmac(token)}:{push_account_id}` | string | device id (same token + account → same device); keyed with the storage key, one digest per storage key id; the first form, unkeyed SHA-256, is still found and moved on registration |
 /// | `{p}fb:{realm}` | stream | invalidations: `device_id`, `reason`, `at_ms`; entry id = feedback cursor |
 /// | `{p}rl:{server}:{window}` | string | requests in the current rate-limit window (expires) |
+/// | `{p}af:{client address}:{window}` | string | failed authentications from one address in a window (expires) |
+/// | `{p}sr:{client address}:{window}` | string | server registrations from one address in a window (expires) |
+/// | `{p}server:{uuid}:realms` | set | realm uuids the server registered (realm quota) |
+/// | `{p}server:{uuid}:devices` | string | devices the server registered (device quota) |
+/// | `{p}idem:{server}:{sha256(Idempotency-Key)}` | hash | `state` (pending/done), `fp` (body SHA-256), `status`, `body`: a notify's first answer (expires) |
 /// | `{p}sent:{notification_id}:{device_id}` | string | send ledger: `claimed {ms}` while a send is under way, `sent {ms} {provider message id}` once accepted; expires after the retry horizon |
 public struct RedisKeys: Sendable {
     public let prefix: String
