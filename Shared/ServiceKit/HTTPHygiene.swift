@@ -2,7 +2,9 @@ import Hummingbird
 import HummingbirdCore
 import Logging
 import Metrics
+import HTTPTypes
 import NIOCore
+import NIOHTTP1
 import NIOHTTPTypes
 
 /// Connection limits and timeouts every HTTP listener of the relay runs with, so a
@@ -77,6 +79,8 @@ final class RequestDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandle
     let listener: String
     private var deadline: Scheduled<Void>?
     private var phase: Phase?
+    /// Answered and closing: nothing more is passed on.
+    private var refused = false
 
     init(headerTimeout: TimeAmount, bodyTimeout: TimeAmount, listener: String) {
         self.headerTimeout = headerTimeout
@@ -97,13 +101,44 @@ final class RequestDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandle
         disarm()
     }
 
+    /// Bytes that are not HTTP/1.1 get the relay's JSON error shape and a closed
+    /// connection, instead of the bare 400 the server would write.
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        guard error is HTTPParserError else {
+            context.fireErrorCaught(error)
+            return
+        }
+        Counter(label: "pushrelay_http_malformed_requests_total", dimensions: [("listener", listener)]).increment()
+        refuse(context: context, status: .badRequest, code: "MALFORMED_REQUEST", message: "The request is not valid HTTP/1.1")
+    }
+
+    /// Answers the relay's JSON error shape directly and closes the connection: for what
+    /// never reaches the router (bytes that are not HTTP, CONNECT, whose answer NIO
+    /// would send without a body).
+    private func refuse(context: ChannelHandlerContext, status: HTTPResponse.Status, code: String, message: String) {
+        disarm()
+        refused = true
+        let body = ByteBuffer(string: #"{"code":"\#(code)","msg":"\#(message)","result":"error"}"#)
+        let head = HTTPResponse(
+            status: status,
+            headerFields: [.contentType: "application/json", .contentLength: "\(body.readableBytes)", .connection: "close"])
+        context.write(wrapOutboundOut(.head(head)), promise: nil)
+        context.write(wrapOutboundOut(.body(body)), promise: nil)
+        let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
+        context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in loopBound.value.close(promise: nil) }
+    }
+
     func channelInactive(context: ChannelHandlerContext) {
         disarm()
         context.fireChannelInactive()
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard !refused else { return }
         switch unwrapInboundIn(data) {
+        case .head(let head) where head.method == .connect:
+            refuse(context: context, status: .methodNotAllowed, code: "METHOD_NOT_ALLOWED", message: "Method not allowed")
+            return
         case .head: arm(.body, context: context)
         case .body: break
         case .end: disarm()

@@ -181,6 +181,30 @@ import Glibc
         #expect(metrics.contains(#"phase="body""#))
     }
 
+    @Test func bytesThatAreNotHTTPGetAJSONError() async throws {
+        let stack = try await Stack.get()
+        let port = try #require(URL(string: stack.ingestURL)?.port)
+        for raw in [
+            "FUZZ /v1/notify HTTP/1.1\r\nHost: x\r\n\r\n", "\u{0}\u{1}\u{2}garbage\r\n\r\n",
+            "GET /v1/devices HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n",
+        ] {
+            let connection = try RawConnection(port: port)
+            try connection.send(raw)
+            let answer = connection.readAll(timeout: .seconds(5))
+            let status = answer.split(separator: " ").dropFirst().first.map(String.init) ?? ""
+            #expect(status.hasPrefix("4"), "\(raw.debugDescription): \(answer.prefix(80).debugDescription)")
+            let body = answer.components(separatedBy: "\r\n\r\n").dropFirst().joined(separator: "\r\n\r\n")
+            let json = try? Wire.decode(JSONValue.self, from: Array(body.utf8))
+            #expect(json?["result"] == "error", "\(raw.debugDescription): \(answer.debugDescription)")
+            #expect(json?["code"]?.stringValue != nil)
+        }
+        // A response to CONNECT carries no body (RFC 9110 §9.3.6; NIO frames it so): 405 and close.
+        let connect = try RawConnection(port: port)
+        try connect.send("CONNECT /v1/devices HTTP/1.1\r\nHost: x\r\n\r\n")
+        #expect(connect.readAll(timeout: .seconds(5)).hasPrefix("HTTP/1.1 405"))
+        #expect(stack.isRunning(.ingest))
+    }
+
     // MARK: authentication and registration throttles
 
     @Test func failedAuthenticationIsLimitedPerAddressAndAnsweredAlike() async throws {
@@ -469,6 +493,34 @@ final class RawConnection {
     func send(_ text: String) throws {
         let bytes = Array(text.utf8)
         guard write(fd, bytes, bytes.count) == bytes.count else { throw StackError("short write") }
+    }
+
+    /// What the peer sends until it closes the connection or `timeout` passes.
+    func readAll(timeout: Duration) -> String {
+        let deadline = ContinuousClock.now + timeout
+        var received: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while ContinuousClock.now < deadline {
+            var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            guard poll(&poller, 1, 200) >= 0 else { break }
+            if poller.revents != 0 {
+                let n = read(fd, &buffer, buffer.count)
+                if n <= 0 { break }
+                received += buffer[0..<n]
+                // One answer is enough: stop once a whole body by Content-Length has arrived.
+                let text = String(decoding: received, as: UTF8.self)
+                if let range = text.range(of: "\r\n\r\n"),
+                    let lengthLine = text[..<range.lowerBound].split(separator: "\r\n").first(where: {
+                        $0.lowercased().hasPrefix("content-length:")
+                    }),
+                    let length = Int(lengthLine.dropFirst("content-length:".count).trimmingCharacters(in: .whitespaces)),
+                    text[range.upperBound...].utf8.count >= length
+                {
+                    break
+                }
+            }
+        }
+        return String(decoding: received, as: UTF8.self)
     }
 
     /// True when the peer closes the connection within `timeout`.
