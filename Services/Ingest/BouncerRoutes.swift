@@ -184,6 +184,10 @@ extension IngestAPI {
         ])
     }
 
+    /// Base64 characters, standard and URL-safe, with padding.
+    static let base64Alphabet = Set(
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/-_=".utf8)
+
     /// Validates one `push_requests` entry: APNs entries carry `http_headers`, FCM ones `fcm_priority`.
     static func passThroughItem(_ item: JSONValue, path: String) throws -> PassThroughItem {
         let reader = FieldReader(json: item, path: path)
@@ -194,11 +198,19 @@ extension IngestAPI {
             let deviceID = try reader.int("device_id")
             let payload = try reader.object("payload")
             let payloadReader = FieldReader(json: payload, path: "\(path).payload")
-            _ = try payloadReader.string("encrypted_data")
+            let encrypted = try payloadReader.string("encrypted_data")
+            // The realm's ciphertext goes to the provider as it is: base64, within its 4 KiB.
+            guard !encrypted.isEmpty, encrypted.utf8.count <= 4096,
+                encrypted.utf8.allSatisfy({ Self.base64Alphabet.contains($0) })
+            else {
+                throw payloadReader.error("encrypted_data", "must be base64 of at most 4096 bytes")
+            }
             if !payloadReader.has("push_key_id") && !payloadReader.has("push_account_id") {
                 throw PayloadValidationError(field: "\(path).payload.push_key_id", problem: "is required")
             }
-            _ = try payloadReader.optionalInt("push_key_id")
+            if let keyID = try payloadReader.optionalInt("push_key_id"), UInt32(exactly: keyID) == nil {
+                throw payloadReader.error("push_key_id", "must be an unsigned 32-bit integer")
+            }
             _ = try payloadReader.optionalInt("push_account_id")
             if reader.has("http_headers") {
                 let headers = FieldReader(json: try reader.object("http_headers"), path: "\(path).http_headers")

@@ -394,6 +394,17 @@ import Glibc
             #expect(reply.status == 400, "\(kind) token \(token.debugDescription.prefix(40))")
             #expect(reply.code == "INVALID_TOKEN")
         }
+        // Pass-through payloads: base64 ciphertext and a 32-bit key id, nothing else.
+        for payload: JSONValue in [
+            ["push_key_id": 1, "encrypted_data": "AAAA\u{0}"], ["push_key_id": -1, "encrypted_data": "AAAA"],
+            ["push_key_id": 4_294_967_296, "encrypted_data": "AAAA"], ["push_key_id": 1, "encrypted_data": ""],
+        ] {
+            let reply = try await HTTP.send(
+                "POST", "\(stack.ingestURL)/api/v1/remotes/push/e2ee/notify",
+                json: ["realm_uuid": .string(realm.realmUUID), "push_requests": [["device_id": 1, "payload": payload]]],
+                auth: realm.auth)
+            #expect(reply.status == 400, "\(payload)")
+        }
         // API keys with control characters never authenticate (and never reach Redis).
         let nul = try await HTTP.get(
             "\(stack.ingestURL)/v1/feedback?realm_uuid=\(realm.realmUUID)", auth: (realm.serverUUID, realm.apiKey + "\u{0}"))
