@@ -15,8 +15,13 @@ extension IngestAPI {
         }
         router.get("/api/v1/remotes/server/analytics/status") { request, context in
             _ = try await authenticator.authenticate(request, context: context, failure: .invalidServer)
+            // PushRelay keeps no statistics. Answering "everything up to the largest id is
+            // already here" makes a Zulip server upload only its realm list, never its count
+            // tables (whose rows would be discarded anyway).
             return success([
-                "last_realm_count_id": .null, "last_installation_count_id": .null, "last_realmauditlog_id": .null,
+                "last_realm_count_id": .int(Self.everythingUploaded),
+                "last_installation_count_id": .int(Self.everythingUploaded),
+                "last_realmauditlog_id": .int(Self.everythingUploaded),
             ])
         }
         router.post("/api/v1/remotes/push/e2ee/register") { request, context in
@@ -183,6 +188,9 @@ extension IngestAPI {
             "realm_push_status": ["can_push": true, "expected_end_timestamp": .null],
         ])
     }
+
+    /// The largest integer every JSON reader keeps exactly (2^53 − 1).
+    static let everythingUploaded: Int64 = 9_007_199_254_740_991
 
     /// Base64 characters, standard and URL-safe, with padding.
     static let base64Alphabet = Set(
