@@ -233,10 +233,67 @@ struct JSONReader {
         }
         let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<i]), as: UTF8.self)
         if integral, let n = Int64(text) { return .int(n) }
+        // As JSONDecoder reads it: a number whose text is exactly a whole Int64 (2.0, 1e3) is an
+        // integer. Decided on the text, not on its Double: 1.0000000000000000001, 2^53 + 0.5 and
+        // -9223372036854775809 round to whole Doubles but are not integers, let alone Int64.min.
+        if !integral, let n = Self.exactInteger(UnsafeBufferPointer(rebasing: bytes[start..<i])) { return .int(n) }
         guard let d = Double(text), d.isFinite else { throw Failure(offset: start, problem: "number out of range") }
-        // As JSONDecoder reads it: a number that is a whole Int64 (2.0, 1e3) is an integer.
-        if d == d.rounded(), let n = Int64(exactly: d) { return .int(n) }
         return .double(d)
+    }
+
+    /// The value of a well-formed JSON number's text if it is exactly an integer that fits
+    /// Int64, without rounding through Double. Linear in the text, whatever its exponent.
+    static func exactInteger(_ text: UnsafeBufferPointer<UInt8>) -> Int64? {
+        var k = 0
+        let negative = text.first == UInt8(ascii: "-")
+        if negative { k += 1 }
+        let intStart = k
+        while k < text.count, (0x30...0x39).contains(text[k]) { k += 1 }
+        let intEnd = k
+        var fracStart = k, fracEnd = k
+        if k < text.count, text[k] == UInt8(ascii: ".") {
+            k += 1
+            fracStart = k
+            while k < text.count, (0x30...0x39).contains(text[k]) { k += 1 }
+            fracEnd = k
+        }
+        var exponent = 0
+        if k < text.count, text[k] == UInt8(ascii: "e") || text[k] == UInt8(ascii: "E") {
+            k += 1
+            var exponentNegative = false
+            if k < text.count, text[k] == UInt8(ascii: "+") || text[k] == UInt8(ascii: "-") {
+                exponentNegative = text[k] == UInt8(ascii: "-")
+                k += 1
+            }
+            while k < text.count {
+                // Saturates: past a million the answer no longer depends on the exponent.
+                exponent = min(exponent * 10 + Int(text[k] - 0x30), 1_000_000)
+                k += 1
+            }
+            if exponentNegative { exponent = -exponent }
+        }
+        // Digit n of the mantissa (integer digits then fraction digits) has place value
+        // 10^(intCount - 1 - n + exponent).
+        let intCount = intEnd - intStart
+        let count = intCount + (fracEnd - fracStart)
+        func digit(_ n: Int) -> UInt64 { UInt64(text[n < intCount ? intStart + n : fracStart + n - intCount] - 0x30) }
+        var first = 0
+        while first < count, digit(first) == 0 { first += 1 }
+        if first == count { return 0 }
+        var last = count - 1
+        while digit(last) == 0 { last -= 1 }
+        let lowestPlace = intCount - 1 - last + exponent
+        let highestPlace = intCount - 1 - first + exponent
+        guard lowestPlace >= 0, highestPlace <= 18 else { return nil }
+        var magnitude: UInt64 = 0
+        for n in first...last { magnitude = magnitude * 10 + digit(n) }
+        for _ in 0..<lowestPlace {
+            let (product, overflow) = magnitude.multipliedReportingOverflow(by: 10)
+            if overflow { return nil }
+            magnitude = product
+        }
+        if negative { return magnitude <= UInt64(Int64.max) + 1 ? Int64(truncatingIfNeeded: 0 &- magnitude) : nil }
+        return Int64(exactly: magnitude)
     }
 }
 
@@ -388,9 +445,11 @@ struct JSONValueDecoder: Decoder {
             case .int(let i):
                 guard let exact = I(exactly: i) else { throw mismatch(type, value, codingPath) }
                 return exact
-            case .double(let d):
-                guard let exact = I(exactly: d) else { throw mismatch(type, value, codingPath) }
-                return exact
+            case .double:
+                // The reader makes every number whose text is exactly an Int64 an `.int`; a
+                // `.double` is a fraction or beyond Int64, and rounding it into an integer would
+                // read 2^53 + 0.5 or -9223372036854775809 as a different number.
+                throw mismatch(type, value, codingPath)
             default: throw mismatch(type, value, codingPath)
             }
         }
