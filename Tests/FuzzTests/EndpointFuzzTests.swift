@@ -65,6 +65,8 @@ struct EndpointFuzzTests {
         #expect(FuzzChecker.problem(method: "POST", status: 400, body: error) == nil)
         #expect(FuzzChecker.problem(method: "POST", status: 202, body: Array(#"{"result":"success"}"#.utf8)) == nil)
         #expect(FuzzChecker.problem(method: "HEAD", status: 404, body: []) == nil)
+        #expect(FuzzChecker.problem(method: "CONNECT", status: 405, body: []) == nil)
+        #expect(FuzzChecker.problem(method: "CONNECT", status: 200, body: []) != nil)
     }
 
     @Test func reportKeepsOneExamplePerDistinctFailure() throws {
