@@ -212,7 +212,10 @@ let package = Package(
         .testTarget(name: "PushModelsTests", dependencies: ["PushModels", "ReplayKit"], swiftSettings: strict),
         .testTarget(
             name: "PushCryptoTests", dependencies: ["PushCrypto", "PushModels"], swiftSettings: strict),
-        .testTarget(name: "ProvidersTests", dependencies: ["Providers", "PushModels"], swiftSettings: strict),
+        .testTarget(
+            name: "ProvidersTests",
+            dependencies: ["Providers", "PushModels", .product(name: "NIOHTTP1", package: "swift-nio")],
+            swiftSettings: strict),
         .testTarget(
             name: "KafkaTests", dependencies: ["Kafka", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strict),

@@ -326,7 +326,7 @@ struct DispatchStage: Sendable {
             switch result {
             case .sent(let status, let id):
                 Timer(label: "pushrelay_end_to_end_seconds", dimensions: [("provider", record.provider.rawValue)])
-                    .recordMilliseconds(max(0, now - record.acceptedAtMs))
+                    .recordMilliseconds(max(0, now.saturatingSubtract(record.acceptedAtMs)))
                 // An ambiguous re-send is marked, so accounting can tell a possible duplicate from a bug.
                 let reason = ambiguous ? "resent_after_interrupted_send" : nil
                 return [

@@ -10,9 +10,8 @@ import ServiceKit
 struct Acceptor: Sendable {
     let producer: KafkaProducer
     let topic: String
-    /// The producer's `message.timeout.ms` is set to this bound, so librdkafka gives up
-    /// on the record by then and a 503 is final; the wait here is a little longer, a
-    /// safety net should the delivery report itself be late.
+    /// The notify bound. Ingest's producer runs with `message.timeout.ms` set to it, so
+    /// librdkafka reports a record it could not deliver by then; that report is the 503.
     let timeout: Duration
     let logger: Logger
 
@@ -21,22 +20,8 @@ struct Acceptor: Sendable {
         let outgoing = KafkaOutgoing(
             topic: topic, key: record.partitionKey, value: value,
             headers: [("notification_id", Array(record.notificationID.utf8))])
-        let producer = self.producer
-        let limit = timeout + .seconds(1)
         do {
-            try await withThrowingTaskGroup(of: Bool.self) { group in
-                group.addTask {
-                    try await producer.publish([outgoing])
-                    return true
-                }
-                group.addTask {
-                    try await Task.sleep(for: limit)
-                    return false
-                }
-                let acknowledged = try await group.next() ?? false
-                group.cancelAll()
-                if !acknowledged { throw PublishTimeout() }
-            }
+            try await producer.publish([outgoing])
         } catch {
             logger.error(
                 "could not publish accepted notification",
@@ -47,6 +32,3 @@ struct Acceptor: Sendable {
     }
 }
 
-struct PublishTimeout: Error, CustomStringConvertible {
-    var description: String { "no acknowledgement from Kafka in time" }
-}

@@ -42,43 +42,58 @@ final class ServerAuthenticator: Sendable {
         self.settings = settings
     }
 
-    /// The address limits are keyed on: the proxy's header when configured, else the peer.
+    /// The address limits are keyed on: the proxy's header when configured, else the
+    /// peer. IPv6 addresses count per /64, the block one subscriber usually holds.
     func clientAddress(_ request: Request, context: IngestContext) -> String {
         if !settings.clientIPHeader.isEmpty, let name = HTTPField.Name(settings.clientIPHeader),
             let value = request.headers[values: name].last,
             let last = value.split(separator: ",").last?.trimmingCharacters(in: .whitespaces),
             Syntax.isHostname(last)
         {
-            return last
+            return Syntax.clientLimitKey(last)
         }
-        return context.remoteAddress?.ipAddress ?? "unknown"
+        return Syntax.clientLimitKey(context.remoteAddress?.ipAddress ?? "unknown")
     }
 
     /// The authenticated server's uuid. `failure` is the error for bad credentials.
+    ///
+    /// An attempt that is not already verified is counted against the client address
+    /// before anything is checked (and taken back when it succeeds), so guesses sent in
+    /// parallel cannot pass the limit between a read and a write.
     func authenticate(_ request: Request, context: IngestContext, failure: APIError) async throws -> String {
         let credentials = Self.credentials(request)
         let cacheKey = credentials.map { Fingerprint.sha256Hex("\($0.uuid):\($0.key)") }
         let now = ContinuousClock.now
-        let cached = cacheKey.map { key in verified.withLock { $0[key].map { $0 > now } ?? false } } ?? false
-        guard let credentials, let cacheKey else {
-            try await refuse(request, context: context, failure: failure)
-        }
+        let cached = cacheKey.map { key in
+            verified.withLock { cache in
+                guard let expiry = cache[key], expiry > now else { return false }
+                // A server in use stays verified: its entry slides with each request.
+                cache[key] = now + .seconds(30)
+                return true
+            }
+        } ?? false
         if !cached {
             let client = clientAddress(request, context: context)
             let nowMs = Wire.nowMillis()
-            let window = WindowCounter.window(nowMs: nowMs, seconds: settings.failureWindowSeconds)
-            let failures = try await counter.count(keys.authFailures(client: client, window: window))
-            if failures >= Int64(settings.maxFailures) {
+            let counterKey = keys.authFailures(
+                client: client, window: WindowCounter.window(nowMs: nowMs, seconds: settings.failureWindowSeconds))
+            let attempts = try await counter.increment(counterKey, windowSeconds: settings.failureWindowSeconds)
+            if attempts > Int64(settings.maxFailures) {
                 throw Self.lockedOut(nowMs: nowMs, windowSeconds: settings.failureWindowSeconds)
             }
-            guard try await servers.authenticate(uuid: credentials.uuid, apiKey: credentials.key) else {
-                try await refuse(request, context: context, failure: failure)
+            guard let credentials, let cacheKey,
+                try await servers.authenticate(uuid: credentials.uuid, apiKey: credentials.key)
+            else {
+                Counter(label: "pushrelay_auth_failures_total").increment()
+                throw failure
             }
+            try await counter.decrement(counterKey)
             verified.withLock { cache in
                 if cache.count > 10_000 { cache.removeAll() }
                 cache[cacheKey] = now + .seconds(30)
             }
         }
+        guard let credentials else { throw failure }
         if let retryAfter = try await servers.rateLimit(
             server: credentials.uuid, limit: settings.rateLimit, windowSeconds: settings.rateWindowSeconds)
         {
@@ -88,16 +103,6 @@ final class ServerAuthenticator: Sendable {
                 headers: [.retryAfter: "\(retryAfter)"])
         }
         return credentials.uuid
-    }
-
-    /// Counts a failed authentication against the client address and answers `failure`.
-    private func refuse(_ request: Request, context: IngestContext, failure: APIError) async throws -> Never {
-        let client = clientAddress(request, context: context)
-        let window = WindowCounter.window(nowMs: Wire.nowMillis(), seconds: settings.failureWindowSeconds)
-        try await counter.increment(
-            keys.authFailures(client: client, window: window), windowSeconds: settings.failureWindowSeconds)
-        Counter(label: "pushrelay_auth_failures_total").increment()
-        throw failure
     }
 
     static func lockedOut(nowMs: Int64, windowSeconds: Int) -> APIError {

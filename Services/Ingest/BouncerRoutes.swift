@@ -94,7 +94,8 @@ extension IngestAPI {
                 status: .contentTooLarge, code: "TOO_MANY_REALMS",
                 message: "realms: at most \(limits.maxRealmsPerServer) realms per server", field: "realms")
         }
-        var statuses: [String: JSONValue] = [:]
+        // Every entry is checked before any realm is registered.
+        var wanted: [(index: Int, uuid: String)] = []
         for (index, item) in realmList.enumerated() {
             let reader = FieldReader(json: item, path: "realms[\(index)]")
             let uuidText: String
@@ -103,13 +104,19 @@ extension IngestAPI {
                 throw APIError.badRequest("realms[\(index)].uuid: must be a UUID", field: "realms[\(index)].uuid")
             }
             if case .bool(true)? = item["deactivated"] { continue }
-            switch try await realms.register(realm, to: server, maxRealms: limits.maxRealmsPerServer) {
+            wanted.append((index, realm))
+        }
+        let outcomes = try await realms.register(
+            wanted.map(\.uuid), to: server, maxRealms: limits.maxRealmsPerServer)
+        var statuses: [String: JSONValue] = [:]
+        for (entry, outcome) in zip(wanted, outcomes) {
+            switch outcome {
             case .registered, .alreadyYours:
-                statuses[realm] = ["can_push": true, "expected_end_timestamp": .null]
+                statuses[entry.uuid] = ["can_push": true, "expected_end_timestamp": .null]
             case .taken:
                 throw APIError(
                     status: .badRequest, code: "REMOTE_REALM_SERVER_MISMATCH_ERROR",
-                    message: "Your server is registered to a different realm", field: "realms[\(index)].uuid")
+                    message: "Your server is registered to a different realm", field: "realms[\(entry.index)].uuid")
             case .quotaExceeded:
                 throw APIError(
                     status: .forbidden, code: "REALM_QUOTA_EXCEEDED",

@@ -22,10 +22,9 @@ struct StoredAnswer: Sendable {
 struct IdempotencyKey: Sendable {
     static let header = HTTPField.Name("Idempotency-Key")!
     static let maxBytes = 255
-    /// How long a claim lives if its ingest dies mid-request.
-    static let pendingSeconds = 60
-
     let key: String
+    /// This request's claim, so only it can complete or release the key.
+    let claimID = UUID().uuidString
 
     /// Nil when the request carries no key; 400 when the key is not 1 to 255 visible ASCII characters.
     init?(_ request: Request) throws {
@@ -43,9 +42,12 @@ struct IdempotencyKey: Sendable {
     /// used before with the same body; nil when this request is the first.
     func claim(server: String, fingerprint: String, api: IngestAPI) async throws -> Response? {
         let redisKey = api.servers.keys.idempotency(server: server, key: key)
+        // A claim outlives the longest the request can take (the publish bound plus
+        // margin), and expires if its ingest dies mid-request.
+        let pendingSeconds = api.limits.publishTimeout.components.seconds.saturatingAdd(60)
         let reply = try await api.servers.redis.command(
             "EVAL", RedisArgument(Self.claimScript), "1", RedisArgument(redisKey), RedisArgument(fingerprint),
-            RedisArgument(Self.pendingSeconds))
+            RedisArgument(pendingSeconds), RedisArgument(claimID))
         if case .error(let message) = reply { throw RedisError(code: .replyError, message: message) }
         let parts = reply.array.map { $0.string ?? "" }
         guard parts.first != "new" else { return nil }
@@ -54,7 +56,7 @@ struct IdempotencyKey: Sendable {
                 status: .unprocessableContent, code: "IDEMPOTENCY_KEY_REUSED",
                 message: "Idempotency-Key was used before with a different request", field: "Idempotency-Key")
         }
-        guard parts[0] == "done", let status = Int(parts[2]),
+        guard parts[0] == "done", let status = Int(parts[2]), (200...599).contains(status),
             let body = try? Wire.decode(JSONValue.self, from: Array(parts[3].utf8)), let fields = body.objectValue
         else {
             throw APIError(
@@ -65,33 +67,32 @@ struct IdempotencyKey: Sendable {
         return StoredAnswer(status: status, fields: fields).http
     }
 
-    /// Keeps the answer for the TTL.
+    /// Keeps the answer for the TTL (only while this request still holds the claim).
     func complete(server: String, response: StoredAnswer, api: IngestAPI) async throws {
         let redisKey = api.servers.keys.idempotency(server: server, key: key)
         var fields = response.fields
         fields["result"] = nil
         fields["msg"] = nil
-        _ = try await api.servers.redis.pipeline([
-            [
-                "HSET", RedisArgument(redisKey), "state", "done", "status", RedisArgument(response.status), "body",
-                RedisArgument(String(decoding: Wire.canonical(.object(fields)), as: UTF8.self)),
-            ],
-            ["EXPIRE", RedisArgument(redisKey), RedisArgument(api.limits.idempotencyTTLSeconds)],
-        ])
+        let reply = try await api.servers.redis.command(
+            "EVAL", RedisArgument(Self.completeScript), "1", RedisArgument(redisKey), RedisArgument(claimID),
+            RedisArgument(response.status),
+            RedisArgument(String(decoding: Wire.canonical(.object(fields)), as: UTF8.self)),
+            RedisArgument(api.limits.idempotencyTTLSeconds))
+        if case .error(let message) = reply { throw RedisError(code: .replyError, message: message) }
     }
 
-    /// Releases a claim whose request failed, so a retry is handled afresh.
+    /// Releases this request's claim after it failed, so a retry is handled afresh.
     func abandon(server: String, api: IngestAPI) async throws {
         let redisKey = api.servers.keys.idempotency(server: server, key: key)
         _ = try await api.servers.redis.command(
-            "EVAL", RedisArgument(Self.abandonScript), "1", RedisArgument(redisKey))
+            "EVAL", RedisArgument(Self.abandonScript), "1", RedisArgument(redisKey), RedisArgument(claimID))
     }
 
-    /// KEYS[1] the key's hash; ARGV fingerprint, pending TTL. Returns {'new'} or
-    /// {state, fingerprint, status, body}.
+    /// KEYS[1] the key's hash; ARGV fingerprint, pending TTL, claim id. Returns {'new'}
+    /// or {state, fingerprint, status, body}.
     static let claimScript = """
         if redis.call('EXISTS', KEYS[1]) == 0 then
-          redis.call('HSET', KEYS[1], 'state', 'pending', 'fp', ARGV[1])
+          redis.call('HSET', KEYS[1], 'state', 'pending', 'fp', ARGV[1], 'claim', ARGV[3])
           redis.call('EXPIRE', KEYS[1], tonumber(ARGV[2]))
           return {'new'}
         end
@@ -99,8 +100,21 @@ struct IdempotencyKey: Sendable {
         return {v[1] or '', v[2] or '', v[3] or '', v[4] or ''}
         """
 
+    /// KEYS[1] the key's hash; ARGV claim id.
     static let abandonScript = """
-        if redis.call('HGET', KEYS[1], 'state') == 'pending' then redis.call('DEL', KEYS[1]) end
+        if redis.call('HGET', KEYS[1], 'state') == 'pending' and redis.call('HGET', KEYS[1], 'claim') == ARGV[1] then
+          redis.call('DEL', KEYS[1])
+        end
         return 0
+        """
+
+    /// KEYS[1] the key's hash; ARGV claim id, status, body, TTL. A claim that expired and
+    /// was taken by another request is left to it.
+    static let completeScript = """
+        local claim = redis.call('HGET', KEYS[1], 'claim')
+        if claim and claim ~= ARGV[1] then return 0 end
+        redis.call('HSET', KEYS[1], 'state', 'done', 'claim', ARGV[1], 'status', ARGV[2], 'body', ARGV[3])
+        redis.call('EXPIRE', KEYS[1], tonumber(ARGV[4]))
+        return 1
         """
 }

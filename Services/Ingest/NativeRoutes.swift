@@ -1,6 +1,7 @@
 import DeviceState
 import Foundation
 import Hummingbird
+import Metrics
 import PushCrypto
 import PushModels
 
@@ -102,8 +103,8 @@ extension IngestAPI {
         // Another server's device answers 404 too: its existence is not disclosed.
         guard let device = try await devices.device(id), try await servers.realmOwner(device.realmUUID) == server
         else { throw APIError.deviceNotFound }
-        try await devices.delete(device)
-        try await realms.countDevice(server: server, by: -1)
+        // Only the call that removed it takes it off the quota (two deletes race).
+        if try await devices.delete(device) { try await realms.countDevice(server: server, by: -1) }
         return success(["device_id": .int(id)])
     }
 
@@ -171,16 +172,24 @@ extension IngestAPI {
         {
             return earlier
         }
+        let response: StoredAnswer
         do {
-            let response = try await acceptNotification(
+            response = try await acceptNotification(
                 server: server, realm: realm, userID: userID, requestedIDs: requestedIDs,
                 notification: notification, plaintext: plaintext)
-            try await idempotency?.complete(server: server, response: response, api: self)
-            return response.http
         } catch {
             try? await idempotency?.abandon(server: server, api: self)
             throw error
         }
+        // The notification is accepted: the answer is 202 whatever happens to the stored
+        // copy. If it cannot be kept, the claim stays pending until it expires, so a retry
+        // meanwhile gets 409 rather than a second notification.
+        do {
+            try await idempotency?.complete(server: server, response: response, api: self)
+        } catch {
+            Counter(label: "pushrelay_idempotency_store_failures_total").increment()
+        }
+        return response.http
     }
 
     static func unique(_ ids: [Int64]) -> [Int64] {
@@ -264,6 +273,8 @@ extension IngestAPI {
     /// ASCII-decimal numbers that each fit in UInt64.
     static func isCursor(_ text: String) -> Bool {
         let parts = text.split(separator: "-", omittingEmptySubsequences: false)
-        return parts.count == 2 && parts.allSatisfy { Syntax.parseUInt64($0) != nil }
+        let numbers = parts.compactMap { Syntax.parseUInt64($0) }
+        // The largest stream id has nothing after it; Redis refuses it as an exclusive start.
+        return parts.count == 2 && numbers.count == 2 && numbers != [.max, .max]
     }
 }

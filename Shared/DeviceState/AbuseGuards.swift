@@ -48,6 +48,11 @@ public struct WindowCounter: Sendable {
         return replies.first?.int ?? 0
     }
 
+    /// Takes one back (an attempt that turned out fine).
+    public func decrement(_ key: String) async throws {
+        try await redis.command("DECR", RedisArgument(key))
+    }
+
     /// The count held by `key` (0 when absent).
     public func count(_ key: String) async throws -> Int64 {
         try await redis.command("GET", RedisArgument(key)).int ?? 0
@@ -80,16 +85,34 @@ public struct RealmDirectory: Sendable {
     public func register(
         _ realm: String, to server: String, maxRealms: Int, nowMs: Int64 = Wire.nowMillis()
     ) async throws -> RealmRegistration {
-        let reply = try await redis.command(
-            "EVAL", RedisArgument(Self.registerScript), "2", RedisArgument(keys.realm(realm)),
-            RedisArgument(keys.serverRealms(server)), RedisArgument(server), RedisArgument(nowMs),
-            RedisArgument(maxRealms), RedisArgument(realm))
-        if case .error(let message) = reply { throw RedisError(code: .replyError, message: message) }
-        switch reply.int {
-        case 0: return .registered
-        case 1: return .alreadyYours
-        case -2: return .quotaExceeded
-        default: return .taken
+        try await register([realm], to: server, maxRealms: maxRealms, nowMs: nowMs)[0]
+    }
+
+    /// Registers several realms in one pipelined round trip (one script per realm, each
+    /// atomic); the outcomes in the order given.
+    public func register(
+        _ realms: [String], to server: String, maxRealms: Int, nowMs: Int64 = Wire.nowMillis()
+    ) async throws -> [RealmRegistration] {
+        guard !realms.isEmpty else { return [] }
+        let replies = try await redis.pipeline(
+            realms.map { realm in
+                [
+                    "EVAL", RedisArgument(Self.registerScript), "2", RedisArgument(keys.realm(realm)),
+                    RedisArgument(keys.serverRealms(server)), RedisArgument(server), RedisArgument(nowMs),
+                    RedisArgument(maxRealms), RedisArgument(realm),
+                ]
+            })
+        guard replies.count == realms.count else {
+            throw RedisError(code: .protocolError, message: "expected \(realms.count) replies, got \(replies.count)")
+        }
+        return try replies.map { reply in
+            if case .error(let message) = reply { throw RedisError(code: .replyError, message: message) }
+            switch reply.int {
+            case 0: return .registered
+            case 1: return .alreadyYours
+            case -2: return .quotaExceeded
+            default: return .taken
+            }
         }
     }
 
@@ -111,8 +134,18 @@ public struct RealmDirectory: Sendable {
         try await redis.command("GET", RedisArgument(keys.serverDevices(server))).int ?? 0
     }
 
-    /// Counts a device in or out of the server's quota.
+    /// Counts a device in or out of the server's quota. Never below zero: devices
+    /// registered before the quota existed were never counted in.
     public func countDevice(server: String, by delta: Int64) async throws {
-        try await redis.command("INCRBY", RedisArgument(keys.serverDevices(server)), RedisArgument(delta))
+        try await redis.command(
+            "EVAL", RedisArgument(Self.countScript), "1", RedisArgument(keys.serverDevices(server)),
+            RedisArgument(delta))
     }
+
+    static let countScript = """
+        local n = tonumber(redis.call('GET', KEYS[1]) or '0') + tonumber(ARGV[1])
+        if n < 0 then n = 0 end
+        redis.call('SET', KEYS[1], n)
+        return n
+        """
 }

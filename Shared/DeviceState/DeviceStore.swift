@@ -295,7 +295,9 @@ public struct DeviceStore: Sendable {
     }
 
     /// Forgets a device entirely: its record, keys, user membership and token index.
-    public func delete(_ device: DeviceRecord) async throws {
+    /// Returns true when this call removed the device (false when it was already gone).
+    @discardableResult
+    public func delete(_ device: DeviceRecord) async throws -> Bool {
         let indexes = tokenIndexes(
             realm: device.realmUUID, provider: device.provider, token: device.token, pushAccountID: device.pushAccountID)
         var commands: [[RedisArgument]] = [
@@ -308,7 +310,9 @@ public struct DeviceStore: Sendable {
                 RedisArgument(device.id),
             ])
         }
-        try check(try await redis.pipeline(commands))
+        let replies = try await redis.pipeline(commands)
+        try check(replies)
+        return (replies.first?.int ?? 0) > 0
     }
 
     /// Marks a device invalid, atomically and idempotently. Ignored when the device is

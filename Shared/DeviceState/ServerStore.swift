@@ -98,16 +98,6 @@ public struct ServerStore: Sendable {
         }
     }
 
-    /// The server that owns a realm, claiming it for `server` on first use.
-    public func claimRealm(_ realm: String, for server: String, nowMs: Int64 = Wire.nowMillis()) async throws -> String {
-        let replies = try await redis.pipeline([
-            ["HSETNX", RedisArgument(keys.realm(realm)), "server_uuid", RedisArgument(server)],
-            ["HSETNX", RedisArgument(keys.realm(realm)), "created_ms", RedisArgument(nowMs)],
-            ["HGET", RedisArgument(keys.realm(realm)), "server_uuid"],
-        ])
-        return replies[2].string ?? server
-    }
-
     /// The owning server of a realm, or nil if the realm is unknown.
     public func realmOwner(_ realm: String) async throws -> String? {
         try await redis.command("HGET", RedisArgument(keys.realm(realm)), "server_uuid").string

@@ -156,11 +156,11 @@ public final class KafkaTopicReader {
             }
             read += 1
             if read % 5000 == 0 { progress?(ReadProgress(read: read, total: total)) }
-            if record.offset + 1 >= (end[partition] ?? 0) { remaining.remove(partition) }
+            if record.offset.nextOffset >= (end[partition] ?? 0) { remaining.remove(partition) }
             if let from = range.fromTimeMs, record.timestampMs < from { continue }
             if let to = range.toTimeMs, record.timestampMs >= to { continue }
             if try !each(record) {
-                position[partition] = record.offset + 1
+                position[partition] = record.offset.nextOffset
                 return position
             }
         }

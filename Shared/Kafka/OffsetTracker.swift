@@ -46,7 +46,7 @@ public struct OffsetTracker: Sendable {
     public func pendingCommits() -> [TopicPartition: Int64] {
         var result: [TopicPartition: Int64] = [:]
         for (tp, state) in partitions where state.highestSeen >= 0 {
-            let position = state.inFlight.min() ?? (state.highestSeen + 1)
+            let position = state.inFlight.min() ?? state.highestSeen.nextOffset
             if position > state.committed { result[tp] = position }
         }
         return result
@@ -67,4 +67,10 @@ public struct OffsetTracker: Sendable {
     }
 
     public var inFlightCount: Int { partitions.values.reduce(0) { $0 + $1.inFlight.count } }
+}
+
+extension Int64 {
+    /// The offset after this one. Offsets come from the broker: the last possible one
+    /// has no successor, and stays where it is rather than trap.
+    var nextOffset: Int64 { self < .max ? self + 1 : .max }
 }

@@ -58,6 +58,19 @@ public enum Syntax {
         }
     }
 
+    /// The key per-address limits count under: IPv4 addresses as they are, IPv6 ones by
+    /// their /64 prefix (the block one subscriber usually holds), so an attacker cannot
+    /// take a fresh bucket per address.
+    public static func clientLimitKey(_ address: String) -> String {
+        guard address.contains(":"), !address.contains(".") else { return address }
+        let halves = address.split(separator: "::", maxSplits: 1, omittingEmptySubsequences: false)
+        let head = halves.first.map { $0.split(separator: ":").map(String.init) } ?? []
+        let tail = halves.count > 1 ? halves[1].split(separator: ":").map(String.init) : []
+        let zeros = Array(repeating: "0", count: max(0, 8 - head.count - tail.count))
+        let groups = (head + (halves.count > 1 ? zeros : []) + tail).prefix(4).map { $0.lowercased() }
+        return groups.joined(separator: ":") + "::/64"
+    }
+
     /// A decimal unsigned integer of ASCII digits only (no sign, no other scripts' digits),
     /// that fits in UInt64.
     public static func parseUInt64(_ text: Substring) -> UInt64? {

@@ -54,12 +54,6 @@ public struct HTTPHygiene: Sendable {
     }
 }
 
-extension TimeAmount {
-    init(_ duration: Duration) {
-        self = .nanoseconds(duration.components.seconds.saturatingMultiply(1_000_000_000))
-    }
-}
-
 /// Closes a connection whose request head or body does not arrive in time. It sits
 /// after HTTP decoding, so it sees whole request parts: a client that trickles header
 /// bytes never produces a head, and its header deadline fires.

@@ -23,6 +23,8 @@ public enum SettingsCatalog {
         /// A Kafka topic name or prefix: ASCII letters, digits, `.`, `_`, `-`; 1 to 200 bytes.
         case topic
         case bool
+        /// An HTTP header field name (RFC 9110 token), or empty.
+        case headerName
     }
 
     /// The settings every service may read (keys as written in code; the environment
@@ -30,7 +32,6 @@ public enum SettingsCatalog {
     public static let entries: [String: Kind] = [
         "pushrelay.kafka.brokers": .text,
         "pushrelay.kafka.brokers.file": .path,
-        "pushrelay.kafka.message.timeout.ms": .int(1000...300_000),
         "pushrelay.redis.host": .text,
         "pushrelay.redis.port": .int(1...65535),
         "pushrelay.redis.connections": .int(1...256),
@@ -54,7 +55,7 @@ public enum SettingsCatalog {
         "pushrelay.http.body.timeout.ms": .int(100...600_000),
         "pushrelay.http.idle.timeout.ms": .int(100...3_600_000),
         "pushrelay.http.max.body.bytes": .int(1024...(64 << 20)),
-        "pushrelay.http.client.ip.header": .text,
+        "pushrelay.http.client.ip.header": .headerName,
         "pushrelay.log.level": .oneOf(Logger.Level.allCases.map(\.rawValue)),
         "pushrelay.pipeline.keys.file": .path,
         "pushrelay.bouncer.keys.file": .path,
@@ -138,34 +139,39 @@ public enum SettingsCatalog {
     }
 
     static func problem(_ value: String, _ kind: Kind) -> String? {
-        let trimmed = value.trimmingCharacters(in: .whitespaces)
+        // Checked as given, unvalue: swift-configuration reads "5 " as no number at all
+        // and would fall back to its default.
         switch kind {
+        case .headerName:
+            let token = Set("!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz".utf8)
+            return value.utf8.count <= 256 && value.utf8.allSatisfy(token.contains)
+                ? nil : "must be an HTTP header name (letters, digits and !#$%&'*+-.^_`|~)"
         case .int(let range):
-            guard let n = Int(trimmed) else { return "must be a whole number" }
+            guard let n = Int(value) else { return "must be a whole number" }
             return range.contains(n) ? nil : "must be between \(range.lowerBound) and \(range.upperBound)"
         case .double(let range):
-            guard let d = Double(trimmed), d.isFinite else { return "must be a number" }
+            guard let d = Double(value), d.isFinite else { return "must be a number" }
             return range.contains(d) ? nil : "must be between \(range.lowerBound) and \(range.upperBound)"
         case .text, .path:
             guard value.utf8.count <= 4096 else { return "is longer than 4096 bytes" }
             return value.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7f })
                 ? "must not contain control characters" : nil
         case .oneOf(let allowed):
-            return allowed.contains(trimmed) ? nil : "must be one of \(allowed.joined(separator: ", "))"
+            return allowed.contains(value) ? nil : "must be one of \(allowed.joined(separator: ", "))"
         case .delays:
-            do { _ = try RetrySchedule.parseDelays(trimmed) } catch { return "\(error)" }
+            do { _ = try RetrySchedule.parseDelays(value) } catch { return "\(error)" }
             return nil
         case .topic:
             let ok =
-                !trimmed.isEmpty && trimmed.utf8.count <= 200
-                && trimmed.utf8.allSatisfy { b in
+                !value.isEmpty && value.utf8.count <= 200
+                && value.utf8.allSatisfy { b in
                     (0x30...0x39).contains(b) || (0x41...0x5a).contains(b) || (0x61...0x7a).contains(b)
                         || b == UInt8(ascii: ".") || b == UInt8(ascii: "_") || b == UInt8(ascii: "-")
                         || b == UInt8(ascii: ":")
                 }
             return ok ? nil : "must be 1 to 200 ASCII letters, digits, '.', '_', '-' or ':'"
         case .bool:
-            return ["true", "false", "1", "0"].contains(trimmed.lowercased()) ? nil : "must be true or false"
+            return ["true", "false", "1", "0"].contains(value.lowercased()) ? nil : "must be true or false"
         }
     }
 

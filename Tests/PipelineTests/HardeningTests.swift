@@ -347,7 +347,8 @@ import Glibc
     @Test func feedbackCursorsAndLimitsAreValidated() async throws {
         let stack = try await Stack.get()
         let realm = try await RealmClient.registered(stack)
-        for after in ["-1-2", "1--2", "%D9%A1-1", "99999999999999999999999-1", "1-", "-", "1-2-3", "%2B1-2", ""] {
+        for after in ["-1-2", "1--2", "%D9%A1-1", "99999999999999999999999-1", "1-", "-", "1-2-3", "%2B1-2", "",
+            "18446744073709551615-18446744073709551615"] {
             let reply = try await HTTP.get(
                 "\(stack.ingestURL)/v1/feedback?realm_uuid=\(realm.realmUUID)&after=\(after)", auth: realm.auth)
             #expect(reply.status == 400, "after=\(after)")

@@ -1,0 +1,62 @@
+import PushModels
+import Testing
+
+/// The syntax rules ingest applies to identifiers from outside, and the checked arithmetic.
+@Suite struct SyntaxTests {
+    @Test func hostnamesAreASCIIHostNamesCountedInBytes() {
+        #expect(Syntax.isHostname("chat.example.com"))
+        #expect(Syntax.isHostname("chat.example.com:8443"))
+        #expect(Syntax.isHostname("[::1]:9991"))
+        #expect(!Syntax.isHostname(""))
+        #expect(!Syntax.isHostname("chat\u{0}.example.com"))
+        #expect(!Syntax.isHostname("chat.example.com\r\n"))
+        #expect(!Syntax.isHostname("é.example.com"))
+        #expect(!Syntax.isHostname(String(repeating: "a", count: 256)))
+        // One character, 401 bytes.
+        #expect(!Syntax.isHostname("a" + String(repeating: "\u{0301}", count: 200)))
+    }
+
+    @Test func bundleIDsAndKeys() {
+        #expect(Syntax.isBundleID("org.zulip.Zulip"))
+        #expect(Syntax.isBundleID("com.example.app-beta"))
+        for bad in ["Zulip", "org..zulip", ".org.zulip", "org.zulip.", "org.zulip/x", "org.zulip\u{0}", "org.zülip"] {
+            #expect(!Syntax.isBundleID(bad), "\(bad.debugDescription)")
+        }
+        #expect(Syntax.isAPIKey(String(repeating: "aZ9", count: 21) + "x"))
+        #expect(!Syntax.isAPIKey(String(repeating: "a", count: 63) + "\u{0}"))
+        #expect(!Syntax.isAPIKey(String(repeating: "é", count: 32)))
+        #expect(Syntax.isEmail("admin@example.com"))
+        #expect(!Syntax.isEmail("admin@exa mple.com"))
+        #expect(!Syntax.isEmail("admin"))
+    }
+
+    @Test func decimalsAreASCIIDigitsThatFit() {
+        #expect(Syntax.parseUInt64("18446744073709551615") == .max)
+        #expect(Syntax.parseUInt64("18446744073709551616") == nil)
+        #expect(Syntax.parseUInt64("-1") == nil)
+        #expect(Syntax.parseUInt64("+1") == nil)
+        #expect(Syntax.parseUInt64("١٢") == nil)
+        #expect(Syntax.parseUInt64("") == nil)
+    }
+
+    @Test func ipv6AddressesCountPerSlash64() {
+        #expect(Syntax.clientLimitKey("203.0.113.7") == "203.0.113.7")
+        #expect(Syntax.clientLimitKey("2001:db8:1:2:3:4:5:6") == "2001:db8:1:2::/64")
+        #expect(Syntax.clientLimitKey("2001:db8:1:2::9") == Syntax.clientLimitKey("2001:DB8:1:2:ffff::1"))
+        #expect(Syntax.clientLimitKey("2001:db8::1") == "2001:db8:0:0::/64")
+        #expect(Syntax.clientLimitKey("::1") == "0:0:0:0::/64")
+        #expect(Syntax.clientLimitKey("::ffff:192.0.2.1") == "::ffff:192.0.2.1")
+    }
+
+    @Test func arithmeticSaturates() {
+        #expect(Int64.max.saturatingAdd(1) == .max)
+        #expect(Int64.min.saturatingAdd(-1) == .min)
+        #expect(Int64.min.saturatingSubtract(1) == .min)
+        #expect(Int64.max.saturatingSubtract(-1) == .max)
+        #expect(Int64.max.saturatingMultiply(1000) == .max)
+        #expect(Int64.min.saturatingMultiply(1000) == .min)
+        #expect(Int64(-3).saturatingMultiply(4) == -12)
+        #expect(Duration.seconds(Int64.max).saturatingMilliseconds == .max)
+        #expect(Duration.milliseconds(1500).saturatingMilliseconds == 1500)
+    }
+}
