@@ -235,6 +235,27 @@ import Glibc
         #expect(other.status == 200, "other addresses are not affected")
     }
 
+    @Test func parallelGuessesCannotSlipPastTheLimit() async throws {
+        let stack = try await Stack.get()
+        let strict = try await Self.strictIngest(stack)
+        let realm = try await RealmClient.registered(stack)
+        let address = Self.randomAddress()
+        let replies = try await withThrowingTaskGroup(of: Int.self) { group in
+            for i in 0..<30 {
+                group.addTask {
+                    try await HTTP.send(
+                        "GET", "\(strict.api)/v1/feedback?realm_uuid=\(realm.realmUUID)", body: nil,
+                        auth: (realm.serverUUID, String(repeating: "g", count: 63) + "\(i % 10)"),
+                        headers: [("X-Test-Client", address)]
+                    ).status
+                }
+            }
+            return try await group.reduce(into: []) { $0.append($1) }
+        }
+        #expect(replies.filter { $0 == 401 }.count <= 5, "at most the limit is checked: \(replies.sorted())")
+        #expect(replies.filter { $0 == 429 }.count >= 25)
+    }
+
     @Test func serverRegistrationIsThrottledAndCanBeClosed() async throws {
         let stack = try await Stack.get()
         let strict = try await Self.strictIngest(stack)
@@ -470,6 +491,34 @@ import Glibc
         #expect(reused.code == "IDEMPOTENCY_KEY_REUSED")
         let bad = try await HTTP.send("POST", "\(stack.ingestURL)/v1/notify", json: body, auth: realm.auth, headers: [("Idempotency-Key", "a b")])
         #expect(bad.status == 400)
+        _ = try await stack.waitForPushes("fcm") { $0.contains { $0.token == token } }
+        try await Task.sleep(for: .seconds(1))
+        #expect(try await stack.received("fcm").filter { $0.token == token }.count == 1)
+    }
+
+    @Test func concurrentRetriesWithOneIdempotencyKeyMakeOneNotification() async throws {
+        let stack = try await Stack.get()
+        let realm = try await RealmClient.registered(stack)
+        let token = RealmClient.fcmToken()
+        _ = try await realm.device(userID: 15, kind: "fcm", token: token, key: try RealmClient.pushKey())
+        let body: JSONValue = [
+            "realm_uuid": .string(realm.realmUUID), "user_id": 15, "payload": realm.messagePayload(userID: 15, messageID: 5),
+        ]
+        let key = UUID().uuidString
+        let replies = try await withThrowingTaskGroup(of: HTTP.Reply.self) { group in
+            for _ in 0..<8 {
+                group.addTask {
+                    try await HTTP.send(
+                        "POST", "\(stack.ingestURL)/v1/notify", json: body, auth: realm.auth,
+                        headers: [("Idempotency-Key", key)])
+                }
+            }
+            return try await group.reduce(into: []) { $0.append($1) }
+        }
+        let accepted = replies.filter { $0.status == 202 }
+        #expect(!accepted.isEmpty)
+        #expect(Set(accepted.map { $0.json["notification_id"] }).count == 1, "every 202 names the same notification")
+        #expect(replies.allSatisfy { $0.status == 202 || ($0.status == 409 && $0.code == "IDEMPOTENCY_KEY_IN_USE") })
         _ = try await stack.waitForPushes("fcm") { $0.contains { $0.token == token } }
         try await Task.sleep(for: .seconds(1))
         #expect(try await stack.received("fcm").filter { $0.token == token }.count == 1)
