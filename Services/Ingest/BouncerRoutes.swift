@@ -103,7 +103,7 @@ extension IngestAPI {
             guard let realm = UUID(uuidString: uuidText)?.uuidString.lowercased() else {
                 throw APIError.badRequest("realms[\(index)].uuid: must be a UUID", field: "realms[\(index)].uuid")
             }
-            if case .bool(true)? = item["deactivated"] { continue }
+            // Zulip's bouncer keeps deactivated realms too (as the uploader's).
             wanted.append((index, realm))
         }
         let outcomes = try await realms.register(
@@ -114,9 +114,10 @@ extension IngestAPI {
             case .registered, .alreadyYours:
                 statuses[entry.uuid] = ["can_push": true, "expected_end_timestamp": .null]
             case .taken:
+                // Zulip's bouncer answers a realm uploaded by two servers so.
                 throw APIError(
-                    status: .badRequest, code: "REMOTE_REALM_SERVER_MISMATCH_ERROR",
-                    message: "Your server is registered to a different realm", field: "realms[\(entry.index)].uuid")
+                    status: .badRequest, code: "BAD_REQUEST", message: "Duplicate registration detected.",
+                    field: "realms[\(entry.index)].uuid")
             case .quotaExceeded:
                 throw APIError(
                     status: .forbidden, code: "REALM_QUOTA_EXCEEDED",
@@ -131,7 +132,7 @@ extension IngestAPI {
     func requireBouncerRealm(_ realm: String, server: String) async throws {
         guard try await servers.realmOwner(realm) == server else {
             throw APIError(
-                status: .badRequest, code: "MISSING_REMOTE_REALM",
+                status: .forbidden, code: "MISSING_REMOTE_REALM",
                 message: "Realm \(realm) is not registered to this server; upload it with remotes/server/analytics")
         }
     }
