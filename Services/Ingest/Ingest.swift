@@ -57,9 +57,11 @@ struct Ingest {
         let keys = RedisKeys(prefix: settings.redisPrefix)
         let producer = try KafkaProducer(configuration: kafka, logger: logger)
         let servers = ServerStore(redis: redis, keys: keys, pepper: try config.apiKeyPepper())
+        var devices = DeviceStore(redis: redis, keys: keys, storage: try config.storageKeyring())
+        devices.maxStoredKeys = config.int(forKey: "pushrelay.device.max.push.keys", default: 3)
         let api = IngestAPI(
             servers: servers,
-            devices: DeviceStore(redis: redis, keys: keys, storage: try config.storageKeyring()),
+            devices: devices,
             realms: RealmDirectory(redis: redis, keys: keys),
             authenticator: ServerAuthenticator(
                 servers: servers, counter: WindowCounter(redis: redis), keys: keys,

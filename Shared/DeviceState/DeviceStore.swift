@@ -168,8 +168,9 @@ public struct DeviceStore: Sendable {
 
     /// Drops push keys replaced longer than the grace period ago, and encrypts the ones
     /// still stored in the first, cleartext form.
-    /// Push keys kept per device (the current one included).
-    public static let maxStoredKeys = 3
+    /// Push keys kept per device (the current one included); ingest sets it from
+    /// `PUSHRELAY_DEVICE_MAX_PUSH_KEYS`.
+    public var maxStoredKeys = 3
 
     private func pruneKeys(_ id: Int64, nowMs: Int64) async throws {
         let replies = try await redis.pipeline([
@@ -192,7 +193,7 @@ public struct DeviceStore: Sendable {
         // However fast new key ids arrive, a device keeps at most `maxStoredKeys`: the
         // current one and the newest before it. Every look-up loads them all.
         var kept = entries.filter { !staleFields.contains($0.0) }
-        while kept.count > Self.maxStoredKeys, let oldest = kept.firstIndex(where: { $0.0 != current }) {
+        while kept.count > max(1, maxStoredKeys), let oldest = kept.firstIndex(where: { $0.0 != current }) {
             stale.append(RedisArgument(kept[oldest].0))
             staleFields.insert(kept[oldest].0)
             kept.remove(at: oldest)

@@ -70,6 +70,7 @@ public enum SettingsCatalog {
         "pushrelay.server.registrations.window.seconds": .int(1...86_400 * 7),
         "pushrelay.max.plaintext.bytes": .int(64...3500),
         "pushrelay.notify.max.device.ids": .int(1...10_000),
+        "pushrelay.device.max.push.keys": .int(1...16),
         "pushrelay.server.max.realms": .int(1...10_000_000),
         "pushrelay.server.max.devices": .int(1...1_000_000_000),
         "pushrelay.notify.publish.timeout.ms": .int(100...120_000),
