@@ -4,7 +4,7 @@ import Hummingbird
 import PushCrypto
 import PushModels
 
-/// The push-bouncer API that self-hosted Zulip servers speak (protocols.md §1).
+/// The push-bouncer API that self-hosted Zulip servers speak (docs/wire.md §1).
 extension IngestAPI {
     func addBouncerRoutes(to router: Router<IngestContext>) {
         router.post("/api/v1/remotes/server/register") { request, context in

@@ -1,7 +1,7 @@
 import CRdKafka
 
 /// librdkafka's in-process mock Kafka cluster (rdkafka_mock.h): real Kafka protocol on
-/// loopback ports, memory only. Used by the dev broker; see protocols.md §7 for its limits.
+/// loopback ports, memory only. Used by the dev broker; see docs/wire.md §7 for its limits.
 public final class MockCluster: Sendable {
     private let handle: HandleBox
     private let cluster: HandleBox
