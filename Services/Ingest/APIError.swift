@@ -29,6 +29,12 @@ struct APIError: Error, HTTPResponseError {
         APIError(status: .badRequest, code: code, message: error.description, field: error.field)
     }
 
+    static func realmQuotaExceeded(limit: Int) -> APIError {
+        APIError(
+            status: .forbidden, code: "REALM_QUOTA_EXCEEDED",
+            message: "This server holds as many realms as it may (\(limit))")
+    }
+
     static func tooManyTargets(field: String, limit: Int) -> APIError {
         APIError(
             status: .contentTooLarge, code: "TOO_MANY_DEVICES",

@@ -119,9 +119,7 @@ extension IngestAPI {
                     status: .badRequest, code: "BAD_REQUEST", message: "Duplicate registration detected.",
                     field: "realms[\(entry.index)].uuid")
             case .quotaExceeded:
-                throw APIError(
-                    status: .forbidden, code: "REALM_QUOTA_EXCEEDED",
-                    message: "This server holds as many realms as it may (\(limits.maxRealmsPerServer))")
+                throw APIError.realmQuotaExceeded(limit: limits.maxRealmsPerServer)
             }
         }
         return success(["realms": .object(statuses)])

@@ -43,9 +43,7 @@ extension IngestAPI {
                 status: .conflict, code: "REALM_UNAVAILABLE", message: "This realm uuid cannot be registered",
                 field: "realm_uuid")
         case .quotaExceeded:
-            throw APIError(
-                status: .forbidden, code: "REALM_QUOTA_EXCEEDED",
-                message: "This server holds as many realms as it may (\(limits.maxRealmsPerServer))")
+            throw APIError.realmQuotaExceeded(limit: limits.maxRealmsPerServer)
         }
     }
 

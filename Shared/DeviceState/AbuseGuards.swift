@@ -52,11 +52,6 @@ public struct WindowCounter: Sendable {
     public func decrement(_ key: String) async throws {
         try await redis.command("DECR", RedisArgument(key))
     }
-
-    /// The count held by `key` (0 when absent).
-    public func count(_ key: String) async throws -> Int64 {
-        try await redis.command("GET", RedisArgument(key)).int ?? 0
-    }
 }
 
 /// What registering a realm to a server came to.

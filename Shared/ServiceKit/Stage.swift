@@ -24,13 +24,9 @@ extension CommonSettings {
 public func opsApplication(
     settings: CommonSettings, readiness: Readiness, observability: Observability
 ) -> some Service {
-    let router = Router(context: BasicRequestContext.self)
-    router.addOpsRoutes(readiness: readiness, registry: observability.registry)
-    return Application(
-        router: router, server: settings.http.server(listener: "ops"),
-        configuration: settings.http.configuration(
-            host: settings.httpHost, port: settings.httpPort, logger: observability.logger),
-        logger: observability.logger)
+    makeOpsApplication(
+        host: settings.httpHost, port: settings.httpPort, settings: settings, readiness: readiness,
+        observability: observability)
 }
 
 /// Health and metrics on their own listener, apart from a public API:
@@ -50,13 +46,20 @@ public func opsApplication(
     if separateFromAPI && port == settings.httpPort && port != 0 {
         throw SettingsError("PUSHRELAY_OPS_PORT (\(port)) must differ from PUSHRELAY_HTTP_PORT")
     }
+    let app = makeOpsApplication(
+        host: host, port: port, settings: settings, readiness: readiness, observability: observability)
+    return OpsListener(service: app, host: host, port: port)
+}
+
+private func makeOpsApplication(
+    host: String, port: Int, settings: CommonSettings, readiness: Readiness, observability: Observability
+) -> some Service {
     let router = Router(context: BasicRequestContext.self)
     router.addOpsRoutes(readiness: readiness, registry: observability.registry)
-    let app = Application(
+    return Application(
         router: router, server: settings.http.server(listener: "ops"),
         configuration: settings.http.configuration(host: host, port: port, logger: observability.logger),
         logger: observability.logger)
-    return OpsListener(service: app, host: host, port: port)
 }
 
 /// Decodes a consumed record. A record no stage can ever read is counted, logged
