@@ -147,7 +147,7 @@ let package = Package(
             path: "Services/Dispatcher", swiftSettings: strict),
         .executableTarget(
             name: "feedback",
-            dependencies: ["ServiceKit", "DeviceState", "PushModels", "Kafka"],
+            dependencies: ["ServiceKit", "DeviceState", "PushModels", "PushCrypto", "Kafka"],
             path: "Services/Feedback", swiftSettings: strict),
         // Dev tooling: the embedded Kafka-protocol broker and the provider fakes.
         .executableTarget(

@@ -111,19 +111,19 @@ struct DispatchStage: Sendable {
 
     func handle(_ record: KafkaRecord, maxRateWait: Duration) async -> RecordDisposition {
         guard var decoded = decodeRecord(OutboundRecord.self, from: record, logger: logger) else { return .done }
-        let readable = readToken(&decoded)
+        let unreadable: String? =
+            !readToken(&decoded) ? "token_unreadable" : !readBody(&decoded) ? "body_unreadable" : nil
         let outbound = decoded
         let force = record.header(RecordHeader.replay).map { String(decoding: $0, as: UTF8.self) } == "force"
         let decision: Decision
-        if readable {
+        if let unreadable {
+            // Nothing can be sent without the token or body; the dead letter keeps them sealed for a re-drive.
+            decision = Decision(
+                step: .dead(.rejected, .failed(reason: unreadable, status: nil), attempts: max(0, outbound.attempts ?? 0)),
+                claimed: false, ambiguous: false)
+        } else {
             guard let decided = await decide(outbound, force: force, maxRateWait: maxRateWait) else { return .abandoned }
             decision = decided
-        } else {
-            // Nothing can be sent without the token; the dead letter keeps it sealed for a re-drive.
-            decision = Decision(
-                step: .dead(
-                    .rejected, .failed(reason: "token_unreadable", status: nil), attempts: max(0, outbound.attempts ?? 0)),
-                claimed: false, ambiguous: false)
         }
         if decision.claimed && !decision.step.isSent {
             // Refused, parked or dead: nothing reached the phone, so a later send is not a duplicate.
@@ -166,16 +166,39 @@ struct DispatchStage: Sendable {
             record.token = token
             return true
         } catch {
-            Counter(label: "pushrelay_unreadable_tokens_total", dimensions: [("provider", record.provider.rawValue)])
-                .increment()
-            logger.error(
-                "cannot open the sealed token",
-                metadata: [
-                    LogKey.notificationID: "\(record.notificationID)", LogKey.deviceID: "\(record.deviceID)",
-                    LogKey.error: "\(error)",
-                ])
-            return false
+            return unreadable("token", record, error)
         }
+    }
+
+    /// Puts a sealed body (legacy Zulip content) in `record.body` for the provider request;
+    /// `record.sealedBody` stays, so whatever is published next carries it sealed. False
+    /// when it does not open for this record.
+    func readBody(_ record: inout OutboundRecord) -> Bool {
+        guard let sealed = record.sealedBody else { return true }
+        do {
+            let bytes = try pipelineKeys.open(
+                sealed,
+                binding: .body(notificationID: record.notificationID, realmUUID: record.realmUUID, deviceID: record.deviceID))
+            record.body = try Wire.decode(JSONValue.self, from: bytes)
+            return true
+        } catch {
+            return unreadable("body", record, error)
+        }
+    }
+
+    /// Counts and logs a sealed part (`token` or `body`) that does not open; returns false.
+    private func unreadable(_ part: String, _ record: OutboundRecord, _ error: any Error) -> Bool {
+        Counter(
+            label: "pushrelay_unreadable_\(part == "body" ? "bodies" : "tokens")_total",
+            dimensions: [("provider", record.provider.rawValue)]
+        ).increment()
+        logger.error(
+            "cannot open the sealed \(part)",
+            metadata: [
+                LogKey.notificationID: "\(record.notificationID)", LogKey.deviceID: "\(record.deviceID)",
+                LogKey.error: "\(error)",
+            ])
+        return false
     }
 
     /// Claims, decides and (when it is time) sends. Nil when shutdown interrupted waiting

@@ -73,6 +73,7 @@ struct EncryptorStage: Sendable {
         switch request.kind {
         case .native: try await nativeMessages(request)
         case .passThrough: try await passThroughMessages(request)
+        case .legacy: try await legacyMessages(request)
         }
     }
 
@@ -165,6 +166,57 @@ struct EncryptorStage: Sendable {
             let body = ProviderBody.passThrough(provider: device.provider, payload: item.payload)
             messages.append(
                 try .outbound(try outbound(request, device: device, delivery: delivery, body: body), topic: topics.outbound))
+        }
+        return messages
+    }
+
+    /// Zulip's legacy API: the server's own APNs and FCM payloads, readable by the relay,
+    /// built into provider bodies as Zulip's bouncer builds them. The bodies travel
+    /// sealed on `push.outbound`, like the token.
+    private func legacyMessages(_ request: PushRequestRecord) async throws -> [KafkaOutgoing] {
+        let ids = request.deviceIDs ?? []
+        let payload: ZulipLegacyPayload
+        do {
+            guard let sealed = request.sealedPayload else { throw CryptoError(.invalidCiphertext, "no sealed payload") }
+            let plaintext = try pipelineKeys.open(
+                sealed,
+                binding: .payload(notificationID: request.notificationID, realmUUID: request.realmUUID, userID: nil))
+            payload = try Wire.decode(ZulipLegacyPayload.self, from: plaintext)
+        } catch {
+            logger.error(
+                "cannot open sealed legacy payload",
+                metadata: [LogKey.notificationID: "\(request.notificationID)", LogKey.error: "\(error)"])
+            return try ids.map { try unsent(request, device: $0, provider: nil, .failed, "pipeline_key_unavailable") }
+        }
+        let found = try await devices.devices(ids)
+        let owner = "\(request.serverUUID)|"
+        var messages: [KafkaOutgoing] = []
+        for id in ids {
+            guard let device = found[id], device.zulipLegacyOwner?.hasPrefix(owner) == true else {
+                messages.append(try unsent(request, device: id, provider: nil, .unknownDevice, "unknown_device"))
+                continue
+            }
+            guard device.status == .active else {
+                messages.append(
+                    try unsent(request, device: id, provider: device.provider, .invalidToken, device.invalidReason ?? "device_invalid"))
+                continue
+            }
+            let body: JSONValue
+            let delivery: DeliveryClass
+            switch device.provider {
+            case .apns:
+                let (pushType, priority) = ZulipLegacy.apnsDelivery(payload.apnsPayload)
+                body = ZulipLegacy.apnsBody(payload.apnsPayload)
+                delivery = DeliveryClass(apnsPriority: priority, apnsPushType: pushType, fcmPriority: payload.fcmPriority)
+            case .fcm:
+                body = ZulipLegacy.fcmData(payload.gcmPayload)
+                delivery = DeliveryClass(apnsPriority: 10, apnsPushType: "alert", fcmPriority: payload.fcmPriority)
+            }
+            var record = try outbound(request, device: device, delivery: delivery, body: .null)
+            record.sealedBody = try pipelineKeys.seal(
+                Wire.canonical(body),
+                binding: .body(notificationID: request.notificationID, realmUUID: request.realmUUID, deviceID: device.id))
+            messages.append(try .outbound(record, topic: topics.outbound))
         }
         return messages
     }

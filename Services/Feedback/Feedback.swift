@@ -3,13 +3,16 @@ import DeviceState
 import Kafka
 import Logging
 import Metrics
+import PushCrypto
 import PushModels
 import RedisClient
 import ServiceKit
 
 /// feedback: applies providers' dead-token reports. The device is marked invalid
 /// (dropping it from fan-out), and the invalidation is recorded for the realm's
-/// `GET /v1/feedback` and for `delete_device_ids`. Replays are harmless.
+/// `GET /v1/feedback` and for `delete_device_ids` / `delete_token_ids`. A device of
+/// Zulip's legacy API is deleted instead, as Zulip's bouncer does: the server learns it
+/// from `deleted_devices`. Replays are harmless.
 @main
 struct FeedbackMain {
     static func main() async throws {
@@ -39,7 +42,17 @@ struct FeedbackMain {
     static func apply(_ record: KafkaRecord, devices: DeviceStore, logger: Logger) async -> RecordDisposition {
         guard let report = decodeRecord(FeedbackRecord.self, from: record, logger: logger) else { return .done }
         let changed = await untilSuccess("invalidate device", logger: logger) {
-            try await devices.invalidate(
+            if let device = try await devices.device(report.deviceID), let owner = device.zulipLegacyOwner {
+                // Only the registration the report is about: not a token registered again since.
+                guard Fingerprint.token(device.token) == report.tokenFingerprint,
+                    report.providerTimestampMs.map({ device.registeredAtMs <= $0 }) ?? true
+                else { return false }
+                guard try await ZulipLegacyDevices(devices: devices).remove(device) else { return false }
+                try await RealmDirectory(redis: devices.redis, keys: devices.keys)
+                    .countDevice(server: String(owner.prefix { $0 != "|" }), by: -1)
+                return true
+            }
+            return try await devices.invalidate(
                 deviceID: report.deviceID, tokenFingerprint: report.tokenFingerprint, reason: report.reason,
                 providerTimestampMs: report.providerTimestampMs)
         }

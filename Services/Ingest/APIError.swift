@@ -12,9 +12,14 @@ struct APIError: Error, HTTPResponseError {
     /// The request field at fault, when there is one.
     var field: String?
     var headers: HTTPFields = [:]
+    /// Further fields of the answer (Zulip's errors carry some: `retry-after`, `var_name`).
+    var data: [String: JSONValue] = [:]
 
     func response(from request: Request, context: some RequestContext) throws -> Response {
-        var body: [String: JSONValue] = ["result": "error", "code": .string(code), "msg": .string(message)]
+        var body = data
+        body["result"] = "error"
+        body["code"] = .string(code)
+        body["msg"] = .string(message)
         if let field { body["field"] = .string(field) }
         var response = jsonResponse(status, .object(body))
         response.headers.append(contentsOf: headers)
@@ -43,9 +48,6 @@ struct APIError: Error, HTTPResponseError {
 
     static let unauthorized = APIError(
         status: .unauthorized, code: "UNAUTHORIZED", message: "Missing or invalid server credentials",
-        headers: [.wwwAuthenticate: #"Basic realm="pushrelay""#])
-    static let invalidServer = APIError(
-        status: .unauthorized, code: "INVALID_ZULIP_SERVER", message: "Zulip server auth failure",
         headers: [.wwwAuthenticate: #"Basic realm="pushrelay""#])
     static let deviceNotFound = APIError(status: .notFound, code: "DEVICE_NOT_FOUND", message: "No such device")
     static let internalError = APIError(

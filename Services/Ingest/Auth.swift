@@ -55,13 +55,23 @@ final class ServerAuthenticator: Sendable {
         return Syntax.clientLimitKey(context.remoteAddress?.ipAddress ?? "unknown")
     }
 
-    /// The authenticated server's uuid. `failure` is the error for bad credentials.
+    /// Which API is asking: errors are answered in its words.
+    enum API {
+        /// `/v1/…`: one 401 for every credential failure.
+        case native
+        /// `/api/v1/remotes/…`: Zulip's bouncer answers (docs/zulip-bouncer-wire.md §2).
+        case zulip
+    }
+
+    /// The authenticated server's uuid.
     ///
     /// An attempt that is not already verified is counted against the client address
     /// before anything is checked (and taken back when it succeeds), so guesses sent in
-    /// parallel cannot pass the limit between a read and a write.
-    func authenticate(_ request: Request, context: IngestContext, failure: APIError) async throws -> String {
+    /// parallel cannot pass the limit between a read and a write. An unknown server and
+    /// a wrong key get the same answer.
+    func authenticate(_ request: Request, context: IngestContext, api: API) async throws -> String {
         let credentials = Self.credentials(request)
+        let failure = Self.failure(request, api: api, uuid: credentials?.uuid)
         let cacheKey = credentials.map { Fingerprint.sha256Hex("\($0.uuid):\($0.key)") }
         let now = ContinuousClock.now
         let cached = cacheKey.map { key in
@@ -81,9 +91,18 @@ final class ServerAuthenticator: Sendable {
             if attempts > Int64(settings.maxFailures) {
                 throw Self.lockedOut(nowMs: nowMs, windowSeconds: settings.failureWindowSeconds)
             }
-            guard let credentials, let cacheKey,
-                try await servers.authenticate(uuid: credentials.uuid, apiKey: credentials.key)
-            else {
+            let check: ServerCredentialCheck
+            if let credentials {
+                check = try await servers.check(uuid: credentials.uuid, apiKey: credentials.key)
+            } else {
+                check = .invalid
+            }
+            guard let cacheKey, check == .valid else {
+                if check == .deactivated {
+                    // The right key: not a guess.
+                    try await counter.decrement(counterKey)
+                    throw Self.deactivated
+                }
                 Counter(label: "pushrelay_auth_failures_total").increment()
                 throw failure
             }
@@ -100,9 +119,42 @@ final class ServerAuthenticator: Sendable {
             throw APIError(
                 status: .tooManyRequests, code: "RATE_LIMIT_HIT",
                 message: "API usage exceeded rate limit; retry in \(retryAfter) s",
-                headers: [.retryAfter: "\(retryAfter)"])
+                headers: [.retryAfter: "\(retryAfter)"], data: ["retry-after": .double(Double(retryAfter))])
         }
         return credentials.uuid
+    }
+
+    /// A deactivated server's answer (Zulip's words, on both APIs).
+    static let deactivated = APIError(
+        status: .unauthorized, code: "UNAUTHORIZED",
+        message: "The mobile push notification service registration for your server has been deactivated",
+        headers: [.wwwAuthenticate: #"Basic realm="zulip""#])
+
+    /// The answer to credentials that are not a server's. For Zulip's API it is Zulip's
+    /// bouncer's: 401 `UNAUTHORIZED` with its messages, and 400 for a header that is not
+    /// Basic or carries a user's email.
+    static func failure(_ request: Request, api: API, uuid: String?) -> APIError {
+        guard api == .zulip else { return .unauthorized }
+        func unauthorized(_ message: String) -> APIError {
+            APIError(
+                status: .unauthorized, code: "UNAUTHORIZED", message: message,
+                headers: [.wwwAuthenticate: #"Basic realm="zulip""#])
+        }
+        guard let header = request.headers[.authorization] else {
+            return unauthorized("Missing authorization header for basic auth")
+        }
+        let parts = header.split(separator: " ", maxSplits: 1)
+        guard parts.count == 2 else { return unauthorized("Invalid authorization header for basic auth") }
+        guard parts[0].lowercased() == "basic" else {
+            return .badRequest("This endpoint requires HTTP basic authentication.")
+        }
+        if let decoded = Data(base64Encoded: String(parts[1]).trimmingCharacters(in: .whitespaces)),
+            let text = String(data: decoded, encoding: .utf8), text.split(separator: ":").first?.contains("@") == true
+        {
+            return .badRequest("Must validate with valid Zulip server API key")
+        }
+        guard let uuid else { return unauthorized("Invalid authorization header for basic auth") }
+        return unauthorized("Zulip server auth failure: key does not match role \(uuid)")
     }
 
     static func lockedOut(nowMs: Int64, windowSeconds: Int) -> APIError {

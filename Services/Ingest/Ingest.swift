@@ -11,6 +11,8 @@ import ServiceKit
 /// Request limits, each a setting (README, "Security").
 struct Limits: Sendable {
     var maxBodyBytes: Int
+    /// Zulip's analytics upload: up to 10,000 rows of each of three tables per call.
+    var maxAnalyticsBodyBytes: Int
     /// Largest plaintext notification: encrypted and base64'd it must fit the providers' 4096 bytes.
     var maxPlaintextBytes: Int
     /// Device ids (native) or push requests (bouncer) in one notify.
@@ -82,6 +84,8 @@ struct Ingest {
                 logger: logger),
             limits: Limits(
                 maxBodyBytes: config.int(forKey: "pushrelay.http.max.body.bytes", default: 256 * 1024),
+                maxAnalyticsBodyBytes: config.int(
+                    forKey: "pushrelay.http.max.analytics.body.bytes", default: 32 << 20),
                 maxPlaintextBytes: config.int(forKey: "pushrelay.max.plaintext.bytes", default: 2900),
                 maxDeviceIDs: config.int(forKey: "pushrelay.notify.max.device.ids", default: 100),
                 maxRealmsPerServer: config.int(forKey: "pushrelay.server.max.realms", default: 10_000),

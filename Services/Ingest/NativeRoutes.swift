@@ -32,7 +32,7 @@ extension IngestAPI {
     /// `POST /v1/realms {realm_uuid}`: the explicit step that makes a realm the calling
     /// server's. 201 when new, 200 when it already was; a realm has one owner for good.
     func registerRealm(_ request: Request, context: IngestContext) async throws -> Response {
-        let server = try await authenticator.authenticate(request, context: context, failure: .unauthorized)
+        let server = try await authenticator.authenticate(request, context: context, api: .native)
         let body = try await RequestFields.read(request, limit: limits.maxBodyBytes)
         let realm = try body.uuid("realm_uuid")
         switch try await realms.register(realm, to: server, maxRealms: limits.maxRealmsPerServer) {
@@ -62,7 +62,7 @@ extension IngestAPI {
     }
 
     func registerDevice(_ request: Request, context: IngestContext) async throws -> Response {
-        let server = try await authenticator.authenticate(request, context: context, failure: .unauthorized)
+        let server = try await authenticator.authenticate(request, context: context, api: .native)
         let body = try await RequestFields.read(request, limit: limits.maxBodyBytes)
         let realm = try body.uuid("realm_uuid")
         let userID = try body.int("user_id")
@@ -94,7 +94,7 @@ extension IngestAPI {
     }
 
     func deleteDevice(_ request: Request, context: IngestContext, id: String?) async throws -> Response {
-        let server = try await authenticator.authenticate(request, context: context, failure: .unauthorized)
+        let server = try await authenticator.authenticate(request, context: context, api: .native)
         guard let id = id.flatMap({ Syntax.parseUInt64(Substring($0)) }).flatMap({ Int64(exactly: $0) }) else {
             throw APIError.deviceNotFound
         }
@@ -107,7 +107,7 @@ extension IngestAPI {
     }
 
     func listDevices(_ request: Request, context: IngestContext) async throws -> Response {
-        let server = try await authenticator.authenticate(request, context: context, failure: .unauthorized)
+        let server = try await authenticator.authenticate(request, context: context, api: .native)
         let query = request.uri.queryParameters
         guard let realmText = query.get("realm_uuid"), let realm = UUID(uuidString: realmText)?.uuidString.lowercased()
         else { throw APIError.badRequest("realm_uuid: must be a UUID", field: "realm_uuid") }
@@ -133,7 +133,7 @@ extension IngestAPI {
     }
 
     func notify(_ request: Request, context: IngestContext) async throws -> Response {
-        let server = try await authenticator.authenticate(request, context: context, failure: .unauthorized)
+        let server = try await authenticator.authenticate(request, context: context, api: .native)
         let idempotency = try IdempotencyKey(request)
         let body = try await RequestFields.read(request, limit: limits.maxBodyBytes)
         let realm = try body.uuid("realm_uuid")
@@ -236,7 +236,7 @@ extension IngestAPI {
     }
 
     func feedback(_ request: Request, context: IngestContext) async throws -> Response {
-        let server = try await authenticator.authenticate(request, context: context, failure: .unauthorized)
+        let server = try await authenticator.authenticate(request, context: context, api: .native)
         let query = request.uri.queryParameters
         guard let realmText = query.get("realm_uuid"), let realm = UUID(uuidString: realmText)?.uuidString.lowercased()
         else { throw APIError.badRequest("realm_uuid: must be a UUID", field: "realm_uuid") }

@@ -6,12 +6,18 @@ import PushModels
 struct OpenedRegistration {
     var token: DeviceToken
     var appID: String?
+    /// The token exactly as the registration spelled it (Zulip's `token_id` hashes this form).
+    var rawToken: String = ""
 }
 
 extension IngestAPI {
     /// Opens a registration sealed to one of the relay's bouncer keys and applies
     /// Zulip's rules: known public key, decryptable JSON, at most 24 h old, token rules.
-    func openRegistration(sealed: String, bouncerPublicKey: String) throws -> OpenedRegistration {
+    /// `rules: .zulip` (the bouncer API) takes tokens and app ids as Zulip's bouncer does
+    /// and answers every content error as it does: 400 "Invalid encrypted_push_registration".
+    func openRegistration(sealed: String, bouncerPublicKey: String, rules: DeviceToken.Rules = .strict) throws
+        -> OpenedRegistration
+    {
         guard let pair = bouncerKeys.pair(forPublicKeyBase64: bouncerPublicKey) else {
             throw APIError.badRequest(
                 "Invalid bouncer_public_key", code: "INVALID_BOUNCER_PUBLIC_KEY", field: "bouncer_public_key")
@@ -27,18 +33,25 @@ extension IngestAPI {
             let timestamp = try reader.int("timestamp")
             let now = Int64(Date().timeIntervalSince1970)
             guard timestamp >= now - Self.registrationMaxAgeSeconds else {
-                throw APIError.badRequest("Request is expired", code: "REQUEST_EXPIRED")
+                throw APIError.badRequest("Request expired", code: "REQUEST_EXPIRED")
             }
             guard timestamp <= now + Self.registrationMaxSkewSeconds else {
-                throw APIError.badRequest(
-                    "encrypted_push_registration.timestamp: is in the future (more than 5 minutes ahead)",
-                    code: "BAD_REQUEST", field: "encrypted_push_registration.timestamp")
+                throw rules == .zulip
+                    ? invalid
+                    : APIError.badRequest(
+                        "encrypted_push_registration.timestamp: is in the future (more than 5 minutes ahead)",
+                        code: "BAD_REQUEST", field: "encrypted_push_registration.timestamp")
             }
-            return try tokenAndApp(
-                kind: try reader.string("token_kind"), token: try reader.string("token"),
-                appID: try reader.optionalString("ios_app_id"), path: "encrypted_push_registration")
+            let token = try reader.string("token")
+            var opened = try tokenAndApp(
+                kind: try reader.string("token_kind"), token: token,
+                appID: try reader.optionalString("ios_app_id"), path: "encrypted_push_registration", rules: rules)
+            opened.rawToken = token
+            return opened
         } catch let error as PayloadValidationError {
-            throw APIError.invalid(error, code: "BAD_REQUEST")
+            throw rules == .zulip ? invalid : APIError.invalid(error, code: "BAD_REQUEST")
+        } catch let error as APIError where rules == .zulip && error.code != "REQUEST_EXPIRED" {
+            throw invalid
         }
     }
 
@@ -48,7 +61,9 @@ extension IngestAPI {
     static let registrationMaxSkewSeconds: Int64 = 5 * 60
 
     /// Token kind, token and app id rules shared by both registration paths.
-    func tokenAndApp(kind: String, token: String, appID: String?, path: String) throws -> OpenedRegistration {
+    func tokenAndApp(
+        kind: String, token: String, appID: String?, path: String, rules: DeviceToken.Rules = .strict
+    ) throws -> OpenedRegistration {
         guard let provider = Provider(rawValue: kind) else {
             let shown = kind.utf8.count <= 32 && !Syntax.hasControlOrSpace(kind) ? "'\(kind)'" : "given"
             throw APIError.badRequest(
@@ -57,7 +72,7 @@ extension IngestAPI {
         }
         let deviceToken: DeviceToken
         do {
-            deviceToken = try DeviceToken(provider: provider, value: token)
+            deviceToken = try DeviceToken(provider: provider, value: token, rules: rules)
         } catch {
             throw APIError.invalid(
                 PayloadValidationError(field: path.isEmpty ? error.field : "\(path).\(error.field)", problem: error.problem),
@@ -69,7 +84,7 @@ extension IngestAPI {
                 throw APIError.badRequest("ios_app_id: required for APNs tokens", field: "ios_app_id")
             }
             // It becomes the apns-topic header: a bundle id, nothing else.
-            guard Syntax.isBundleID(appID) else {
+            guard rules == .zulip ? Syntax.isZulipAppID(appID) : Syntax.isBundleID(appID) else {
                 throw APIError.badRequest(
                     "ios_app_id: must be a bundle id (letters, digits and '-' in dot-separated parts, at most \(Syntax.maxBundleIDBytes) bytes)",
                     code: "INVALID_APP_ID", field: "ios_app_id")

@@ -196,6 +196,10 @@ public enum FuzzEndpoint: String, CaseIterable, Codable, Sendable {
     case realmRegister = "POST /v1/realms"
     case bouncerRegister = "POST /api/v1/remotes/push/e2ee/register"
     case bouncerNotify = "POST /api/v1/remotes/push/e2ee/notify"
+    case legacyRegister = "POST /api/v1/remotes/push/register"
+    case legacyUnregister = "POST /api/v1/remotes/push/unregister"
+    case legacyNotify = "POST /api/v1/remotes/push/notify"
+    case testNotification = "POST /api/v1/remotes/push/test_notification"
     case registerDevice = "POST /v1/devices"
     case deleteDevice = "DELETE /v1/devices/{id}"
     case listDevices = "GET /v1/devices"
@@ -648,6 +652,11 @@ enum FuzzRequestGenerator {
             post(&request, "/api/v1/remotes/push/e2ee/register", bouncerRegisterTemplate(&random, context, &request), &random, context)
         case .bouncerNotify:
             post(&request, "/api/v1/remotes/push/e2ee/notify", bouncerNotifyTemplate(&random, context), &random, context)
+        case .legacyRegister, .legacyUnregister, .testNotification:
+            let path = endpoint == .legacyRegister ? "register" : endpoint == .legacyUnregister ? "unregister" : "test_notification"
+            post(&request, "/api/v1/remotes/push/\(path)", legacyDeviceTemplate(&random, context), &random, context)
+        case .legacyNotify:
+            post(&request, "/api/v1/remotes/push/notify", legacyNotifyTemplate(&random, context), &random, context)
         case .registerDevice:
             let sealed = random.chance(0.4)
             var template = context.deviceTemplate(&random, kind: random.pick(["apns", "fcm"]), sealed: sealed)
@@ -759,8 +768,13 @@ enum FuzzRequestGenerator {
             request.mutation = label
             request.mustRefuse = rule
         }
+        // Zulip 11.x names the registration by push_account_id, Zulip 12 by token_id.
+        let dialect: (String, RawJSON) =
+            random.chance(0.5)
+            ? ("push_account_id", .raw(String(random.int(1...1_000_000))))
+            : ("token_id", .string(random.chance(0.5) ? "+wKIhyAx/Eg=" : "AAAAAAAAAAE="))
         return .object([
-            ("realm_uuid", .string(context.realm(&random))), ("push_account_id", .raw(String(random.int(1...1_000_000)))),
+            ("realm_uuid", .string(context.realm(&random))), dialect,
             ("encrypted_push_registration", .string(context.seal(registration))),
             ("bouncer_public_key", .string(context.bouncerPublicKey)),
         ])
@@ -826,6 +840,38 @@ enum FuzzRequestGenerator {
             }
         }
         return .object([("realm_uuid", .string(context.realm(&random))), ("push_requests", .array(items))])
+    }
+
+    /// A legacy register/unregister/test_notification body (Zulip's field names).
+    static func legacyDeviceTemplate(_ random: inout FuzzRandom, _ context: FuzzContext) -> RawJSON {
+        let apns = random.chance(0.5)
+        var fields: [(String, RawJSON)] = [
+            ("realm_uuid", .string(context.realm(&random))), ("user_id", .raw(String(random.pick(context.userIDs)))),
+            ("user_uuid", .string(UUID().uuidString.lowercased())),
+            ("token", .string(apns ? FuzzContext.apnsToken(&random) : FuzzContext.fcmToken(&random))),
+            ("token_kind", .raw(apns ? "1" : "2")),
+            ("base_payload", .object([("server", .string("fuzz.example.com")), ("realm_name", .string("Fuzz"))])),
+        ]
+        if apns { fields.append(("ios_app_id", .string("org.zulip.Zulip"))) }
+        return .object(fields)
+    }
+
+    /// A legacy notify body: plaintext APNs and FCM payloads as a Zulip server sends them.
+    static func legacyNotifyTemplate(_ random: inout FuzzRandom, _ context: FuzzContext) -> RawJSON {
+        let remove = random.chance(0.3)
+        let ids = (0..<random.int(1...300)).map { _ in String(random.int(1...1_000_000)) }.joined(separator: ",")
+        let zulip: RawJSON = .object(
+            remove
+                ? [("event", .string("remove")), ("zulip_message_ids", .string(ids))]
+                : [("event", .string("message")), ("zulip_message_id", .raw("5")), ("content", .string("fuzz"))])
+        return .object([
+            ("user_id", .raw(String(random.pick(context.userIDs)))), ("realm_uuid", .string(context.realm(&random))),
+            ("apns_payload", .object([("badge", .raw("0")), ("custom", .object([("zulip", zulip)]))])),
+            ("gcm_payload", zulip),
+            ("gcm_options", .object([("priority", .string(random.pick(["high", "normal"])))])),
+            ("android_devices", .array([.string(FuzzContext.fcmToken(&random))])),
+            ("apple_devices", .array([.string(FuzzContext.apnsToken(&random))])),
+        ])
     }
 
     /// Fields whose text must never hold control characters (issue 8: charsets of ids, hostnames, app ids, tokens, keys).

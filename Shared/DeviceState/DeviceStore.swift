@@ -25,6 +25,8 @@ public struct DeviceRecord: Sendable, Equatable {
     public var invalidAtMs: Int64?
     public var registeredAtMs: Int64
     public var createdAtMs: Int64
+    /// For a device of Zulip's legacy (non-E2EE) API: `{server}|{user}`, its owner.
+    public var zulipLegacyOwner: String? = nil
 
     public var currentKey: PushKey? { currentKeyID.flatMap { keys[$0] } }
 }
@@ -275,7 +277,8 @@ public struct DeviceStore: Sendable {
             invalidReason: fields["reason"].flatMap { $0.isEmpty ? nil : $0 },
             invalidAtMs: fields["invalid_ms"].flatMap { Int64($0) },
             registeredAtMs: fields["registered_ms"].flatMap { Int64($0) } ?? 0,
-            createdAtMs: fields["created_ms"].flatMap { Int64($0) } ?? 0)
+            createdAtMs: fields["created_ms"].flatMap { Int64($0) } ?? 0,
+            zulipLegacyOwner: fields["zulip_legacy"].flatMap { $0.isEmpty ? nil : $0 })
     }
 
     /// A secret that does not open for its slot reads as absent; an unknown storage key id throws.

@@ -6,10 +6,12 @@ import PushModels
 ///
 /// | key | type | holds |
 /// |---|---|---|
-/// | `{p}server:{uuid}` | hash | `api_key_hmac` (HMAC-SHA-256 under the pepper; servers from before it: `api_key_sha256` until their next authentication), `hostname`, `contact_email`, `created_ms`, `updated_ms` |
-/// | `{p}realm:{realm_uuid}` | hash | `server_uuid`, `created_ms` |
+/// | `{p}server:{uuid}` | hash | `api_key_hmac` (HMAC-SHA-256 under the pepper; servers from before it: `api_key_sha256` until their next authentication), `hostname`, `contact_email`, `created_ms`, `updated_ms`, `deactivated_ms`?; from Zulip's analytics upload: `zulip_version`, `merge_base`, `api_feature_level`, `last_realm_count_id`, `last_installation_count_id`, `last_realmauditlog_id`, `analytics_ms` |
+/// | `{p}realm:{realm_uuid}` | hash | `server_uuid`, `created_ms`; from Zulip's analytics upload: `host`, `url`, `name`, `org_type`, `deactivated` (0/1), `system_bot` (0/1), `owner_secret` (encrypted like tokens), `plan_type`, `locally_deleted` (0/1), `updated_ms` |
+/// | `{p}tid:{realm}:{token_id}` | string | device id of a Zulip 12.x E2EE registration (`token_id`: base64 of the first 8 bytes of SHA-256 of the token) |
+/// | `{p}zl:{server}:{user}` | hash | Zulip legacy-API devices of one user (`{user}` = `id:{user_id}` or `uuid:{user_uuid}`): `{provider}:{hmac(token)}` → device id |
 /// | `{p}seq:device` | string | last device id handed out (INCR) |
-/// | `{p}dev:{id}` | hash | `realm`, `user_id`?, `provider`, `token` (encrypted: `v1:{key_id}:{base64}`), `app_id`?, `push_account_id`?, `key_id`?, `scheme`?, `status` (active/invalid), `reason`, `invalid_ms`, `registered_ms`, `created_ms` |
+/// | `{p}dev:{id}` | hash | `realm`, `user_id`?, `provider`, `token` (encrypted: `v1:{key_id}:{base64}`), `app_id`?, `push_account_id`?, `key_id`?, `scheme`?, `status` (active/invalid), `reason`, `invalid_ms`, `registered_ms`, `created_ms`, `zulip_legacy`? (`{server}|{user}` for a legacy-API device) |
 /// | `{p}dev:{id}:keys` | hash | push key id → `{encrypted tagged key}|added_ms` (`v1:{key_id}:{base64}`; the first form, `base64(tagged key)`, still reads) |
 /// | `{p}user:{realm}:{user_id}` | set | device ids of the user |
 /// | `{p}tok:{realm}:{provider}:{hmac(token)}:{push_account_id}` | string | device id (same token + account → same device); keyed with the storage key, one digest per storage key id; the first form, unkeyed SHA-256, is still found and moved on registration |
@@ -44,6 +46,8 @@ public struct RedisKeys: Sendable {
         tokenIndex(realm: realm, provider: provider, tokenDigest: Fingerprint.sha256Hex(token), pushAccountID: pushAccountID)
     }
     public func feedback(realm: String) -> String { "\(prefix)fb:\(realm)" }
+    public func zulipTokenID(realm: String, tokenID: String) -> String { "\(prefix)tid:\(realm):\(tokenID)" }
+    public func zulipLegacyUser(server: String, user: String) -> String { "\(prefix)zl:\(server):\(user)" }
     public func rateLimit(server: String, window: Int64) -> String { "\(prefix)rl:\(server):\(window)" }
     public func sent(notificationID: String, deviceID: Int64) -> String { "\(prefix)sent:\(notificationID):\(deviceID)" }
 }

@@ -9,6 +9,30 @@ public enum ServerRegistrationError: Error, Sendable {
     case keyMismatch
     /// The server does not exist and the operator closed open registration.
     case registrationClosed
+    /// The server deactivated itself (Zulip's `remotes/server/deactivate`).
+    case deactivated
+}
+
+/// What a server's credentials come to.
+public enum ServerCredentialCheck: Sendable, Equatable {
+    case valid
+    /// Unknown server or wrong key (not told apart).
+    case invalid
+    /// The right key of a server that deactivated itself.
+    case deactivated
+}
+
+/// The last row ids a Zulip server uploaded with its analytics (0 when none).
+public struct ZulipAnalyticsIDs: Sendable, Equatable {
+    public var realmCount: Int64
+    public var installationCount: Int64
+    public var realmAuditLog: Int64
+
+    public init(realmCount: Int64, installationCount: Int64, realmAuditLog: Int64) {
+        self.realmCount = realmCount
+        self.installationCount = installationCount
+        self.realmAuditLog = realmAuditLog
+    }
 }
 
 /// Realm-hosting servers and their realms. API keys are stored only as
@@ -43,7 +67,11 @@ public struct ServerStore: Sendable {
             RedisArgument(nowMs)
         ).int == 1
         if !created {
-            guard try await authenticate(uuid: uuid, apiKey: apiKey) else { throw ServerRegistrationError.keyMismatch }
+            switch try await check(uuid: uuid, apiKey: apiKey) {
+            case .valid: break
+            case .invalid: throw ServerRegistrationError.keyMismatch
+            case .deactivated: throw ServerRegistrationError.deactivated
+            }
         }
         var fields: [RedisArgument] = [
             "HSET", RedisArgument(key), "hostname", RedisArgument(hostname), "contact_email",
@@ -60,22 +88,77 @@ public struct ServerStore: Sendable {
     /// old unsalted SHA-256 of a server registered before the pepper, which is then
     /// upgraded to the HMAC form.
     public func authenticate(uuid: String, apiKey: String) async throws -> Bool {
+        try await check(uuid: uuid, apiKey: apiKey) != .invalid
+    }
+
+    /// The key check of `authenticate`, telling a deactivated server apart (only to the
+    /// holder of its key).
+    public func check(uuid: String, apiKey: String) async throws -> ServerCredentialCheck {
         let key = keys.server(uuid)
-        let stored = try await redis.command("HMGET", RedisArgument(key), "api_key_hmac", "api_key_sha256").array
+        let stored = try await redis.command(
+            "HMGET", RedisArgument(key), "api_key_hmac", "api_key_sha256", "deactivated_ms"
+        ).array
+        let deactivated = stored.count == 3 && !(stored[2].string ?? "").isEmpty
         // Computed whatever is stored, so an unknown server costs the same as a wrong key.
         let hmac = pepper.hmacHex(apiKey)
         if let current = stored.first?.string {
-            return pepper.verify(apiKey, hmacHex: current)
+            guard pepper.verify(apiKey, hmacHex: current) else { return .invalid }
+            return deactivated ? .deactivated : .valid
         }
-        guard stored.count == 2, let legacy = stored[1].string, let legacyBytes = Fingerprint.bytes(fromHex: legacy),
+        guard stored.count >= 2, let legacy = stored[1].string, let legacyBytes = Fingerprint.bytes(fromHex: legacy),
             constantTimeEquals(Fingerprint.sha256(Array(apiKey.utf8)), legacyBytes)
-        else { return false }
+        else { return .invalid }
         // Only if the old hash is still the one checked: a concurrent rotation wins.
         try await redis.command(
             "EVAL", RedisArgument(Self.upgradeScript), "1", RedisArgument(key), RedisArgument(legacy),
             RedisArgument(hmac))
-        return true
+        return deactivated ? .deactivated : .valid
     }
+
+    /// Deactivates a server (Zulip's `remotes/server/deactivate`): its requests are
+    /// refused from now on; nothing it owns is deleted.
+    public func deactivate(uuid: String, nowMs: Int64 = Wire.nowMillis()) async throws {
+        try await redis.command("HSET", RedisArgument(keys.server(uuid)), "deactivated_ms", RedisArgument(nowMs))
+    }
+
+    /// Records a Zulip analytics upload: the server's version facts, and the largest row
+    /// ids uploaded so far (never lowered), which `analytics/status` answers.
+    public func recordAnalytics(
+        uuid: String, version: String?, mergeBase: String?, apiFeatureLevel: Int64?, lastIDs: ZulipAnalyticsIDs,
+        nowMs: Int64 = Wire.nowMillis()
+    ) async throws {
+        try await redis.command(
+            "EVAL", RedisArgument(Self.analyticsScript), "1", RedisArgument(keys.server(uuid)),
+            RedisArgument(lastIDs.realmCount), RedisArgument(lastIDs.installationCount),
+            RedisArgument(lastIDs.realmAuditLog), RedisArgument(version ?? ""), RedisArgument(mergeBase ?? ""),
+            RedisArgument(apiFeatureLevel.map(String.init) ?? ""), RedisArgument(nowMs))
+    }
+
+    /// The largest row ids the server uploaded (0 when none).
+    public func analyticsIDs(uuid: String) async throws -> ZulipAnalyticsIDs {
+        let values = try await redis.command(
+            "HMGET", RedisArgument(keys.server(uuid)), "last_realm_count_id", "last_installation_count_id",
+            "last_realmauditlog_id"
+        ).array.map { $0.int ?? 0 }
+        guard values.count == 3 else { return ZulipAnalyticsIDs(realmCount: 0, installationCount: 0, realmAuditLog: 0) }
+        return ZulipAnalyticsIDs(realmCount: values[0], installationCount: values[1], realmAuditLog: values[2])
+    }
+
+    /// KEYS[1] server hash; ARGV last realm count id, last installation count id, last
+    /// audit log id, version, merge base, feature level ('' = not sent), now.
+    static let analyticsScript = """
+        local fields = {'last_realm_count_id', 'last_installation_count_id', 'last_realmauditlog_id'}
+        for i = 1, 3 do
+          local current = tonumber(redis.call('HGET', KEYS[1], fields[i]) or '0') or 0
+          local given = tonumber(ARGV[i]) or 0
+          if given > current then redis.call('HSET', KEYS[1], fields[i], ARGV[i]) end
+        end
+        if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'zulip_version', ARGV[4]) end
+        if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'merge_base', ARGV[5]) end
+        if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'api_feature_level', ARGV[6]) end
+        redis.call('HSET', KEYS[1], 'analytics_ms', ARGV[7])
+        return 1
+        """
 
     /// KEYS[1] server hash; ARGV hmac, now. 1 when the server was created.
     static let createScript = """

@@ -9,6 +9,8 @@ public struct SealBinding: Sendable, Equatable {
     public enum Purpose: String, Sendable {
         case payload
         case token
+        /// A provider body the relay can read (legacy Zulip notifications) on `push.outbound`.
+        case body
     }
 
     public var purpose: Purpose
@@ -34,6 +36,11 @@ public struct SealBinding: Sendable, Equatable {
     /// device id names the user too (outbound records carry no user id).
     public static func token(notificationID: String, realmUUID: String, deviceID: Int64) -> SealBinding {
         SealBinding(purpose: .token, notificationID: notificationID, realmUUID: realmUUID, userID: nil, deviceID: deviceID)
+    }
+
+    /// A readable provider body on `push.outbound`, the retry topics and `push.deadletter`.
+    public static func body(notificationID: String, realmUUID: String, deviceID: Int64) -> SealBinding {
+        SealBinding(purpose: .body, notificationID: notificationID, realmUUID: realmUUID, userID: nil, deviceID: deviceID)
     }
 
     /// The canonical encoding: a version label, then each field as a 4-byte big-endian

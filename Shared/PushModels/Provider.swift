@@ -25,13 +25,26 @@ public struct DeviceToken: Sendable, Hashable {
     /// - APNs: 32 to 100 bytes in hexadecimal (either case);
     /// - FCM: 1 to 4096 of the characters FCM registration tokens use: ASCII letters,
     ///   digits, `-`, `_`, `:` and `.`.
-    public init(provider: Provider, value: String) throws(PayloadValidationError) {
+    /// How strictly a token's syntax is judged.
+    public enum Rules: Sendable {
+        /// The native API's rules, above.
+        case strict
+        /// Zulip's bouncer rules, for the Zulip APIs: an APNs token is any run of
+        /// hexadecimal digits (1 to 4096); Apple answers the ones it does not know.
+        case zulip
+    }
+
+    public init(provider: Provider, value: String, rules: Rules = .strict) throws(PayloadValidationError) {
         let bytes = value.utf8
         guard !bytes.isEmpty else { throw PayloadValidationError(field: "token", problem: "must not be empty") }
         guard bytes.count <= Self.maximumLength else {
             throw PayloadValidationError(field: "token", problem: "must be at most \(Self.maximumLength) bytes")
         }
         switch provider {
+        case .apns where rules == .zulip:
+            guard bytes.allSatisfy(\.isHexDigit) else {
+                throw PayloadValidationError(field: "token", problem: "an APNs token must be hexadecimal digits")
+            }
         case .apns:
             guard Self.apnsHexLengths.contains(bytes.count), bytes.count % 2 == 0, bytes.allSatisfy(\.isHexDigit) else {
                 throw PayloadValidationError(

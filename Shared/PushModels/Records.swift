@@ -2,7 +2,8 @@
 /// operators can read topics with kcat and tools can read older versions.
 /// Notification plaintext never appears here in the clear: native requests carry it
 /// sealed with the pipeline key (`SealedBlob`); pass-through payloads are already
-/// ciphertext encrypted by the realm.
+/// ciphertext encrypted by the realm; legacy Zulip payloads travel sealed like native
+/// plaintext, and their provider bodies stay sealed on `push.outbound`.
 
 /// Ciphertext sealed with a pipeline key that only the stages hold (ingest, encryptor,
 /// dispatcher).
@@ -77,6 +78,9 @@ public struct PushRequestRecord: Sendable, Codable, Equatable {
         case native
         /// The realm encrypted already; payloads travel unchanged (bouncer API).
         case passThrough = "pass_through"
+        /// Zulip's legacy (non-E2EE) bouncer API: the server's APNs and FCM payloads,
+        /// sealed as `ZulipLegacy.Request`, sent to the listed legacy devices.
+        case legacy
     }
 
     public var schema: Int
@@ -86,17 +90,23 @@ public struct PushRequestRecord: Sendable, Codable, Equatable {
     public var realmUUID: String
     public var userID: Int64?
     /// Native: the devices asked for, or nil for all the user's active devices.
+    /// Legacy: the user's legacy devices when ingest accepted the request.
     public var deviceIDs: [Int64]?
     public var notificationType: NotificationType?
-    /// Native: the plaintext notification JSON sealed with the pipeline key.
+    /// Native: the plaintext notification JSON sealed with the pipeline key. Legacy: the
+    /// `ZulipLegacy.Request` JSON, sealed the same way (bound to no user id).
     public var sealedPayload: SealedBlob?
     /// Pass-through: one entry per device.
     public var items: [PassThroughItem]?
     /// When ingest accepted it (ms since the epoch), for latency and expiry.
     public var acceptedAtMs: Int64
+    /// Legacy: the Zulip user (`uuid:{user_uuid}` or `id:{user_id}`), which keeps the
+    /// user's notifications in order.
+    public var legacyUser: String?
 
     enum CodingKeys: String, CodingKey {
         case schema, kind, items
+        case legacyUser = "legacy_user"
         case notificationID = "notification_id"
         case serverUUID = "server_uuid"
         case realmUUID = "realm_uuid"
@@ -127,17 +137,39 @@ public struct PushRequestRecord: Sendable, Codable, Equatable {
 
     /// The partition key: one user's notifications (or one realm's pass-through batch) in order.
     public var partitionKey: String {
+        if let legacyUser { return "\(serverUUID):\(legacyUser)" }
         if let userID { return "\(realmUUID):\(userID)" }
         return realmUUID
     }
 }
 
+/// What a legacy request seals on `push.requests`: the Zulip server's payloads as it
+/// sent them (a removal already cut to its newest ids), and the FCM priority. The
+/// encryptor builds the provider bodies from it (`ZulipLegacy`).
+public struct ZulipLegacyPayload: Sendable, Codable, Equatable {
+    public var apnsPayload: JSONValue
+    public var gcmPayload: JSONValue
+    public var fcmPriority: String
+
+    enum CodingKeys: String, CodingKey {
+        case apnsPayload = "apns_payload"
+        case gcmPayload = "gcm_payload"
+        case fcmPriority = "fcm_priority"
+    }
+
+    public init(apnsPayload: JSONValue, gcmPayload: JSONValue, fcmPriority: String) {
+        self.apnsPayload = apnsPayload
+        self.gcmPayload = gcmPayload
+        self.fcmPriority = fcmPriority
+    }
+}
+
 /// `push.outbound` (and the retry and dead-letter topics): one ready-to-send push for
 /// one device. Schema 2 added `attempts`, `last_error` and `not_before_ms`; schema 3
-/// carries the token sealed (`sealed_token`, no `token`). Older records decode with
-/// those absent.
+/// carries the token sealed (`sealed_token`, no `token`); schema 4 may carry the body
+/// sealed (`sealed_body`, no `body`). Older records decode with those absent.
 public struct OutboundRecord: Sendable, Codable, Equatable {
-    public static let currentSchema = 3
+    public static let currentSchema = 4
 
     public var schema: Int
     public var notificationID: String
@@ -155,8 +187,13 @@ public struct OutboundRecord: Sendable, Codable, Equatable {
     /// APNs topic (the app's bundle id); unused for FCM.
     public var appID: String?
     public var delivery: DeliveryClass
-    /// APNs body, or the FCM `data` map (all values strings).
+    /// APNs body, or the FCM `data` map (all values strings). Empty (`null`) in memory
+    /// while `sealedBody` holds it, until the dispatcher opens it.
     public var body: JSONValue
+    /// A body the relay can read (legacy Zulip content), sealed with the pipeline key and
+    /// bound to (notification, realm, device). When present, `body` is not encoded.
+    /// Schema 4.
+    public var sealedBody: SealedBlob?
     /// Unix seconds after which the push is useless; nil keeps the provider's default.
     public var expiresAt: Int64?
     public var collapseID: String?
@@ -173,6 +210,7 @@ public struct OutboundRecord: Sendable, Codable, Equatable {
     enum CodingKeys: String, CodingKey {
         case schema, provider, token, delivery, body, attempts
         case sealedToken = "sealed_token"
+        case sealedBody = "sealed_body"
         case lastError = "last_error"
         case notBeforeMs = "not_before_ms"
         case notificationID = "notification_id"
@@ -188,7 +226,8 @@ public struct OutboundRecord: Sendable, Codable, Equatable {
     public init(
         notificationID: String, deviceID: Int64, realmUUID: String, provider: Provider, token: String,
         appID: String?, delivery: DeliveryClass, body: JSONValue, expiresAt: Int64? = nil,
-        collapseID: String? = nil, acceptedAtMs: Int64, registeredAtMs: Int64? = nil, sealedToken: SealedBlob? = nil
+        collapseID: String? = nil, acceptedAtMs: Int64, registeredAtMs: Int64? = nil, sealedToken: SealedBlob? = nil,
+        sealedBody: SealedBlob? = nil
     ) {
         self.schema = Self.currentSchema
         self.notificationID = notificationID
@@ -197,6 +236,7 @@ public struct OutboundRecord: Sendable, Codable, Equatable {
         self.provider = provider
         self.token = token
         self.sealedToken = sealedToken
+        self.sealedBody = sealedBody
         self.appID = appID
         self.delivery = delivery
         self.body = body
@@ -222,7 +262,8 @@ public struct OutboundRecord: Sendable, Codable, Equatable {
         }
         appID = try c.decodeIfPresent(String.self, forKey: .appID)
         delivery = try c.decode(DeliveryClass.self, forKey: .delivery)
-        body = try c.decode(JSONValue.self, forKey: .body)
+        sealedBody = try c.decodeIfPresent(SealedBlob.self, forKey: .sealedBody)
+        body = sealedBody == nil ? try c.decode(JSONValue.self, forKey: .body) : .null
         expiresAt = try c.decodeIfPresent(Int64.self, forKey: .expiresAt)
         collapseID = try c.decodeIfPresent(String.self, forKey: .collapseID)
         acceptedAtMs = try c.decode(Int64.self, forKey: .acceptedAtMs)
@@ -247,7 +288,12 @@ public struct OutboundRecord: Sendable, Codable, Equatable {
         }
         try c.encodeIfPresent(appID, forKey: .appID)
         try c.encode(delivery, forKey: .delivery)
-        try c.encode(body, forKey: .body)
+        // A sealed body is never written in the clear.
+        if let sealedBody {
+            try c.encode(sealedBody, forKey: .sealedBody)
+        } else {
+            try c.encode(body, forKey: .body)
+        }
         try c.encodeIfPresent(expiresAt, forKey: .expiresAt)
         try c.encodeIfPresent(collapseID, forKey: .collapseID)
         try c.encode(acceptedAtMs, forKey: .acceptedAtMs)

@@ -39,6 +39,14 @@ public enum Syntax {
         }
     }
 
+    /// An app id as Zulip's bouncer takes it (`^[.a-zA-Z0-9-]+$`), at most
+    /// `maxBundleIDBytes`: safe as the `apns-topic` header.
+    public static func isZulipAppID(_ text: String) -> Bool {
+        let bytes = text.utf8
+        return !bytes.isEmpty && bytes.count <= maxBundleIDBytes
+            && bytes.allSatisfy { $0.isASCIIAlphanumeric || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: ".") }
+    }
+
     /// An API key as Zulip generates them: exactly `length` ASCII letters and digits.
     public static func isAPIKey(_ text: String, length: Int = 64) -> Bool {
         text.utf8.count == length && text.utf8.allSatisfy(\.isASCIIAlphanumeric)

@@ -55,6 +55,7 @@ public enum SettingsCatalog {
         "pushrelay.http.body.timeout.ms": .int(100...600_000),
         "pushrelay.http.idle.timeout.ms": .int(100...3_600_000),
         "pushrelay.http.max.body.bytes": .int(1024...(64 << 20)),
+        "pushrelay.http.max.analytics.body.bytes": .int(65536...(256 << 20)),
         "pushrelay.http.client.ip.header": .headerName,
         "pushrelay.log.level": .oneOf(Logger.Level.allCases.map(\.rawValue)),
         "pushrelay.pipeline.keys.file": .path,

@@ -184,6 +184,30 @@ import Testing
         #expect(String(decoding: opened, as: UTF8.self) == token)
     }
 
+    @Test func aSealedBodyIsNeverWrittenInTheClearAndOpensOnlyForItsRecord() throws {
+        let keyring = try PipelineKeyring(fileContents: PipelineKeyring.generateLine(id: "p1"))
+        var outbound = try record(sealedBy: keyring)
+        let body: JSONValue = ["aps": ["alert": ["body": "legacy secret words"]], "zulip": ["event": "message"]]
+        let binding = SealBinding.body(notificationID: "n1", realmUUID: "realm-a", deviceID: 31)
+        outbound.body = body
+        outbound.sealedBody = try keyring.seal(Wire.canonical(body), binding: binding)
+        let bytes = try Wire.encode(outbound)
+        let text = String(decoding: bytes, as: UTF8.self)
+        #expect(!text.contains("legacy secret words"))
+        #expect(!text.contains(#""body""#) && text.contains(#""sealed_body""#))
+        let decoded = try Wire.decode(OutboundRecord.self, from: bytes)
+        #expect(decoded.body == .null)
+        let sealed = try #require(decoded.sealedBody)
+        #expect(try Wire.decode(JSONValue.self, from: try keyring.open(sealed, binding: binding)) == body)
+        // Bound to its record: not another device's, and not a token.
+        #expect(throws: (any Error).self) {
+            try keyring.open(sealed, binding: .body(notificationID: "n1", realmUUID: "realm-a", deviceID: 32))
+        }
+        #expect(throws: (any Error).self) {
+            try keyring.open(sealed, binding: .token(notificationID: "n1", realmUUID: "realm-a", deviceID: 31))
+        }
+    }
+
     @Test func recordsWithTheTokenInTheClearStillDecode() throws {
         let old = #"""
             {"accepted_at_ms":5,"body":{},"delivery":{"apns_priority":10,"apns_push_type":"alert","fcm_priority":"high"},\#

@@ -1,0 +1,208 @@
+import PushCrypto
+import PushModels
+import RedisClient
+
+/// Who a Zulip legacy-API registration belongs to: Zulip servers name a user by
+/// `user_id`, `user_uuid`, or both (newer servers send both).
+public struct ZulipLegacyUser: Sendable, Hashable {
+    public var userID: Int64?
+    public var userUUID: String?
+
+    public init(userID: Int64?, userUUID: String?) {
+        self.userID = userID
+        self.userUUID = userUUID
+    }
+
+    /// The user's key (`uuid:{user_uuid}`, else `id:{user_id}`), empty when neither is given.
+    public var key: String { primary ?? "" }
+
+    /// The user's key under the uuid when there is one, else under the id.
+    var primary: String? { userUUID.map { "uuid:\($0)" } ?? userID.map { "id:\($0)" } }
+    /// The id key, when both are given: registrations under it are folded into the uuid.
+    var secondary: String? { userUUID == nil ? nil : userID.map { "id:\($0)" } }
+    var all: [String] { [primary, secondary].compactMap { $0 } }
+}
+
+/// One legacy device of a user as its index holds it.
+public struct ZulipLegacyEntry: Sendable, Equatable {
+    public var provider: Provider
+    public var deviceID: Int64
+    /// The index field: `{provider}:{digest of the token}`.
+    public var field: String
+}
+
+/// Devices of Zulip's legacy (non-E2EE) bouncer API, kept as Zulip's bouncer keeps
+/// them: per (server, user, token kind, token), APNs tokens matched without case.
+/// Each is a device record like any other (`DeviceStore` reads it, the token encrypted
+/// at rest), marked `zulip_legacy` with its owner, and indexed per user in
+/// `{p}zl:{server}:{user}` under a keyed digest of the token. A dead token is deleted,
+/// not kept invalid: the Zulip server learns it from `deleted_devices`.
+public struct ZulipLegacyDevices: Sendable {
+    public let devices: DeviceStore
+
+    public init(devices: DeviceStore) {
+        self.devices = devices
+    }
+
+    var redis: RedisClient { devices.redis }
+    var keys: RedisKeys { devices.keys }
+
+    /// Every index field a token may be under, the current storage key's digest first.
+    /// `token` is already normalized (`DeviceToken` lowercases APNs tokens).
+    public func fields(_ token: DeviceToken) -> [String] {
+        devices.storage.tokenDigests(token.value).map { "\(token.provider.rawValue):\($0)" }
+    }
+
+    /// Registers a device for the user, or renews it. With both ids the registration is
+    /// kept under the uuid, and one of the same token under the id alone is removed.
+    /// Returns the device id and how the server's device count changed.
+    public func register(
+        server: String, user: ZulipLegacyUser, token: DeviceToken, appID: String?, realm: String?,
+        nowMs: Int64 = Wire.nowMillis()
+    ) async throws -> (id: Int64, countDelta: Int64) {
+        guard let primary = user.primary else { throw RedisError(code: .protocolError, message: "no user") }
+        let forms = fields(token)
+        let reply = try await redis.command(
+            ["EVAL", RedisArgument(Self.registerScript), "2",
+             RedisArgument(keys.zulipLegacyUser(server: server, user: primary)), RedisArgument(keys.deviceSequence)]
+                + forms.map { RedisArgument($0) })
+        let parts = reply.array
+        guard parts.count == 2, let id = parts[0].int, let created = parts[1].int else {
+            if case .error(let message) = reply { throw RedisError(code: .replyError, message: message) }
+            throw RedisError(code: .protocolError, message: "unexpected reply to the legacy register script")
+        }
+        var fields: [RedisArgument] = [
+            "HSET", RedisArgument(keys.device(id)),
+            "realm", RedisArgument(realm ?? ""),
+            "provider", RedisArgument(token.provider.rawValue),
+            "token", RedisArgument(try devices.storage.sealString(token.value, slot: .deviceToken(id))),
+            "status", "active", "reason", "", "invalid_ms", "",
+            "registered_ms", RedisArgument(nowMs),
+            "zulip_legacy", RedisArgument("\(server)|\(primary)"),
+        ]
+        if let appID { fields += ["app_id", RedisArgument(appID)] }
+        try check(
+            try await redis.pipeline([
+                fields, ["HSETNX", RedisArgument(keys.device(id)), "created_ms", RedisArgument(nowMs)],
+            ]))
+        var delta: Int64 = created == 1 ? 1 : 0
+        if let secondary = user.secondary {
+            delta -= Int64(try await remove(server: server, userKeys: [secondary], forms: forms))
+        }
+        return (id, delta)
+    }
+
+    /// Removes the user's registrations of `token` (under either id); returns how many.
+    public func unregister(server: String, user: ZulipLegacyUser, token: DeviceToken) async throws -> Int {
+        try await remove(server: server, userKeys: user.all, forms: fields(token))
+    }
+
+    /// Removes every legacy registration of the user; returns how many.
+    public func unregisterAll(server: String, user: ZulipLegacyUser) async throws -> Int {
+        var removed = 0
+        for userKey in user.all {
+            let index = keys.zulipLegacyUser(server: server, user: userKey)
+            let ids = try await redis.command("HVALS", RedisArgument(index)).array.compactMap(\.int)
+            removed += try await deleteDevices(ids)
+            try await redis.command("DEL", RedisArgument(index))
+        }
+        return removed
+    }
+
+    /// The user's devices, FCM and APNs, ordered by id. A token registered under both
+    /// the uuid and the id counts once: the id's registration is removed (as Zulip does).
+    /// Also returns every index field the user has, to tell which tokens are known.
+    public func devices(server: String, user: ZulipLegacyUser) async throws -> (
+        entries: [ZulipLegacyEntry], fields: Set<String>
+    ) {
+        let userKeys = user.all
+        guard !userKeys.isEmpty else { return ([], []) }
+        let replies = try await redis.pipeline(
+            userKeys.map { ["HGETALL", RedisArgument(keys.zulipLegacyUser(server: server, user: $0))] })
+        try check(replies)
+        var seen: Set<String> = []
+        var entries: [ZulipLegacyEntry] = []
+        var duplicates: [(userKey: String, field: String, id: Int64)] = []
+        for (userKey, reply) in zip(userKeys, replies) {
+            for (field, value) in reply.hash.sorted(by: { $0.key < $1.key }) {
+                guard let id = Int64(value), let provider = Provider(rawValue: String(field.prefix { $0 != ":" }))
+                else { continue }
+                if !seen.insert(field).inserted {
+                    duplicates.append((userKey, field, id))
+                    continue
+                }
+                entries.append(ZulipLegacyEntry(provider: provider, deviceID: id, field: field))
+            }
+        }
+        for duplicate in duplicates {
+            _ = try await remove(server: server, userKeys: [duplicate.userKey], forms: [duplicate.field])
+        }
+        return (entries.sorted { $0.deviceID < $1.deviceID }, seen)
+    }
+
+    /// True when one of `fields` (a token's forms) is among a user's fields.
+    public func knows(_ token: DeviceToken, in userFields: Set<String>) -> Bool {
+        fields(token).contains { userFields.contains($0) }
+    }
+
+    /// Deletes a legacy device a provider called dead (feedback); true if it was there.
+    public func remove(_ device: DeviceRecord) async throws -> Bool {
+        guard let owner = device.zulipLegacyOwner, let bar = owner.firstIndex(of: "|") else { return false }
+        let server = String(owner[..<bar])
+        let userKey = String(owner[owner.index(after: bar)...])
+        let token = try DeviceToken(provider: device.provider, value: device.token, rules: .zulip)
+        let index = keys.zulipLegacyUser(server: server, user: userKey)
+        // Only the index fields that still name this device: the token may have registered again.
+        let forms = fields(token)
+        let current = try await redis.command(["HMGET", RedisArgument(index)] + forms.map { RedisArgument($0) }).array
+        let mine = zip(forms, current).filter { $0.1.int == device.id }.map { RedisArgument($0.0) }
+        if !mine.isEmpty { try await redis.command(["HDEL", RedisArgument(index)] + mine) }
+        return try await devices.delete(device)
+    }
+
+    /// Removes the devices under `forms` in the given user indexes; returns how many.
+    private func remove(server: String, userKeys: [String], forms: [String]) async throws -> Int {
+        var ids: [Int64] = []
+        for userKey in userKeys {
+            let index = keys.zulipLegacyUser(server: server, user: userKey)
+            let found = try await redis.command(["HMGET", RedisArgument(index)] + forms.map { RedisArgument($0) })
+            ids += found.array.compactMap(\.int)
+            try await redis.command(["HDEL", RedisArgument(index)] + forms.map { RedisArgument($0) })
+        }
+        return try await deleteDevices(Array(Set(ids)))
+    }
+
+    private func deleteDevices(_ ids: [Int64]) async throws -> Int {
+        guard !ids.isEmpty else { return 0 }
+        var removed = 0
+        for device in try await devices.devices(ids).values where try await devices.delete(device) {
+            removed += 1
+        }
+        return removed
+    }
+
+    /// KEYS[1] the user's index, KEYS[2] the device sequence; ARGV the token's index fields,
+    /// current form first. Returns {device id, 1 if new}. A device found under an older form
+    /// moves to the current one.
+    static let registerScript = """
+        for i = 1, #ARGV do
+          local id = redis.call('HGET', KEYS[1], ARGV[i])
+          if id then
+            if i > 1 then
+              redis.call('HDEL', KEYS[1], ARGV[i])
+              redis.call('HSET', KEYS[1], ARGV[1], id)
+            end
+            return {tonumber(id), 0}
+          end
+        end
+        local id = redis.call('INCR', KEYS[2])
+        redis.call('HSET', KEYS[1], ARGV[1], id)
+        return {id, 1}
+        """
+
+    private func check(_ replies: [RedisValue]) throws {
+        for reply in replies {
+            if case .error(let message) = reply { throw RedisError(code: .replyError, message: message) }
+        }
+    }
+}
