@@ -145,7 +145,8 @@ struct EncryptorStage: Sendable {
         var messages: [KafkaOutgoing] = []
         for item in items {
             let wanted: Provider = item.apnsPushType != nil || item.apnsPriority != nil ? .apns : .fcm
-            guard let device = found[item.deviceID], device.realmUUID == request.realmUUID else {
+            guard let device = found[item.deviceID], device.realmUUID == request.realmUUID, device.zulipLegacyOwner == nil
+            else {
                 messages.append(try unsent(request, device: item.deviceID, provider: wanted, .unknownDevice, "unknown_device"))
                 continue
             }

@@ -113,9 +113,12 @@ final class ServerAuthenticator: Sendable {
             }
         }
         guard let credentials else { throw failure }
-        if let retryAfter = try await servers.rateLimit(
+        switch try await servers.rateLimit(
             server: credentials.uuid, limit: settings.rateLimit, windowSeconds: settings.rateWindowSeconds)
         {
+        case .admitted: break
+        case .deactivated: throw Self.deactivated
+        case .limited(let retryAfter):
             throw APIError(
                 status: .tooManyRequests, code: "RATE_LIMIT_HIT",
                 message: "API usage exceeded rate limit; retry in \(retryAfter) s",

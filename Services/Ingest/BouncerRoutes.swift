@@ -250,10 +250,8 @@ extension IngestAPI {
         let sealed = try body.string("encrypted_push_registration")
         let publicKey = try body.string("bouncer_public_key")
         try await requireBouncerRealm(realm, server: server)
-        let registration = try openRegistration(sealed: sealed, bouncerPublicKey: publicKey, rules: .zulip)
-        if let tokenID, tokenID != Fingerprint.zulipTokenID(registration.rawToken) {
-            throw APIError.badRequest("Invalid encrypted_push_registration", field: "encrypted_push_registration")
-        }
+        let registration = try openRegistration(
+            sealed: sealed, bouncerPublicKey: publicKey, rules: .zulip, tokenID: tokenID)
         let id = try await registerWithinQuota(
             DeviceRegistration(
                 realmUUID: realm, userID: nil, token: registration.token, appID: registration.appID,
@@ -305,7 +303,10 @@ extension IngestAPI {
         var items: [PassThroughItem] = []
         var counts: [Provider: Int] = [:]
         for (item, tokenID) in parsed {
-            guard let device = known[item.deviceID], device.realmUUID == realm, device.status == .active else {
+            // A legacy-API device is not an E2EE one, even in the caller's realm.
+            guard let device = known[item.deviceID], device.realmUUID == realm, device.status == .active,
+                device.zulipLegacyOwner == nil
+            else {
                 deleted.append(tokenID.map { .string($0) } ?? .int(item.deviceID))
                 continue
             }

@@ -110,7 +110,10 @@ extension IngestAPI {
         }
         let user = try Self.legacyUser(body)
         let realm = try await legacyRealm(body, server: server)
-        if try await realms.deviceCount(server: server) >= Int64(limits.maxDevicesPerServer) {
+        // A device already registered renews, whatever the quota.
+        if try await realms.deviceCount(server: server) >= Int64(limits.maxDevicesPerServer),
+            try await !legacyDevices.isRegistered(server: server, user: user, token: token)
+        {
             throw APIError(
                 status: .forbidden, code: "DEVICE_QUOTA_EXCEEDED",
                 message: "This server holds as many devices as it may (\(limits.maxDevicesPerServer))")
@@ -151,7 +154,8 @@ extension IngestAPI {
             throw APIError(status: .contentTooLarge, code: "REQUEST_TOO_LARGE", message: "The payloads are too large")
         }
 
-        let (entries, fields) = try await legacyDevices.devices(server: server, user: user)
+        let (entries, fields, folded) = try await legacyDevices.devices(server: server, user: user)
+        if folded > 0 { try await realms.countDevice(server: server, by: -Int64(folded)) }
         if !entries.isEmpty {
             try await publishLegacy(
                 server: server, realm: realm, user: user, deviceIDs: entries.map(\.deviceID), plaintext: plaintext)
@@ -186,9 +190,9 @@ extension IngestAPI {
             "Device not recognized by the push bouncer", code: "INVALID_REMOTE_PUSH_DEVICE_TOKEN")
         guard let token = try? Self.legacyToken(body) else { throw notRecognized }
         let forms = Set(legacyDevices.fields(token))
-        guard let id = try await legacyDevices.devices(server: server, user: user).entries
-            .first(where: { forms.contains($0.field) })?.deviceID
-        else { throw notRecognized }
+        let (entries, _, folded) = try await legacyDevices.devices(server: server, user: user)
+        if folded > 0 { try await realms.countDevice(server: server, by: -Int64(folded)) }
+        guard let id = entries.first(where: { forms.contains($0.field) })?.deviceID else { throw notRecognized }
         let (apns, gcm) = ZulipLegacy.testNotification(
             basePayload: base, nowSeconds: Int64(Date().timeIntervalSince1970))
         let plaintext = try Wire.encode(ZulipLegacyPayload(apnsPayload: apns, gcmPayload: gcm, fcmPriority: "high"))

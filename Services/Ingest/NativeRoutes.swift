@@ -51,7 +51,10 @@ extension IngestAPI {
     func registerWithinQuota(_ registration: DeviceRegistration, server: String) async throws -> (
         id: Int64, created: Bool
     ) {
-        if try await realms.deviceCount(server: server) >= Int64(limits.maxDevicesPerServer) {
+        // A device already registered renews, whatever the quota.
+        if try await realms.deviceCount(server: server) >= Int64(limits.maxDevicesPerServer),
+            try await !devices.isRegistered(registration)
+        {
             throw APIError(
                 status: .forbidden, code: "DEVICE_QUOTA_EXCEEDED",
                 message: "This server holds as many devices as it may (\(limits.maxDevicesPerServer))")
@@ -99,7 +102,9 @@ extension IngestAPI {
             throw APIError.deviceNotFound
         }
         // Another server's device answers 404 too: its existence is not disclosed.
-        guard let device = try await devices.device(id), try await servers.realmOwner(device.realmUUID) == server
+        // Zulip legacy-API devices are removed through that API (remotes/push/unregister).
+        guard let device = try await devices.device(id), device.zulipLegacyOwner == nil,
+            try await servers.realmOwner(device.realmUUID) == server
         else { throw APIError.deviceNotFound }
         // Only the call that removed it takes it off the quota (two deletes race).
         if try await devices.delete(device) { try await realms.countDevice(server: server, by: -1) }

@@ -15,9 +15,11 @@ extension IngestAPI {
     /// Zulip's rules: known public key, decryptable JSON, at most 24 h old, token rules.
     /// `rules: .zulip` (the bouncer API) takes tokens and app ids as Zulip's bouncer does
     /// and answers every content error as it does: 400 "Invalid encrypted_push_registration".
-    func openRegistration(sealed: String, bouncerPublicKey: String, rules: DeviceToken.Rules = .strict) throws
-        -> OpenedRegistration
-    {
+    /// `tokenID` (Zulip 12) must be the sealed token's; checked, as Zulip checks it, after
+    /// the content and before the age.
+    func openRegistration(
+        sealed: String, bouncerPublicKey: String, rules: DeviceToken.Rules = .strict, tokenID: String? = nil
+    ) throws -> OpenedRegistration {
         guard let pair = bouncerKeys.pair(forPublicKeyBase64: bouncerPublicKey) else {
             throw APIError.badRequest(
                 "Invalid bouncer_public_key", code: "INVALID_BOUNCER_PUBLIC_KEY", field: "bouncer_public_key")
@@ -29,6 +31,12 @@ extension IngestAPI {
         else { throw invalid }
         let reader = FieldReader(json: json, path: "encrypted_push_registration")
         do {
+            let token = try reader.string("token")
+            var opened = try tokenAndApp(
+                kind: try reader.string("token_kind"), token: token,
+                appID: try reader.optionalString("ios_app_id"), path: "encrypted_push_registration", rules: rules)
+            opened.rawToken = token
+            if let tokenID, tokenID != Fingerprint.zulipTokenID(token) { throw invalid }
             // Compared, never subtracted: the timestamp is the sender's number and may be anything.
             let timestamp = try reader.int("timestamp")
             let now = Int64(Date().timeIntervalSince1970)
@@ -42,11 +50,6 @@ extension IngestAPI {
                         "encrypted_push_registration.timestamp: is in the future (more than 5 minutes ahead)",
                         code: "BAD_REQUEST", field: "encrypted_push_registration.timestamp")
             }
-            let token = try reader.string("token")
-            var opened = try tokenAndApp(
-                kind: try reader.string("token_kind"), token: token,
-                appID: try reader.optionalString("ios_app_id"), path: "encrypted_push_registration", rules: rules)
-            opened.rawToken = token
             return opened
         } catch let error as PayloadValidationError {
             throw rules == .zulip ? invalid : APIError.invalid(error, code: "BAD_REQUEST")

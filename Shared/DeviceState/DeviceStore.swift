@@ -96,6 +96,13 @@ public struct DeviceStore: Sendable {
         } + [keys.legacyTokenIndex(realm: realm, provider: provider, token: token, pushAccountID: pushAccountID)]
     }
 
+    /// Whether this registration would renew a device rather than create one.
+    public func isRegistered(_ r: DeviceRegistration) async throws -> Bool {
+        let indexes = tokenIndexes(
+            realm: r.realmUUID, provider: r.token.provider, token: r.token.value, pushAccountID: r.pushAccountID)
+        return try await redis.command(["MGET"] + indexes.map { RedisArgument($0) }).array.contains { $0.int != nil }
+    }
+
     /// Registers or renews a device; returns its id and whether it is new.
     public func register(_ r: DeviceRegistration, nowMs: Int64 = Wire.nowMillis()) async throws -> (
         id: Int64, created: Bool
@@ -305,9 +312,11 @@ public struct DeviceStore: Sendable {
         let indexes = tokenIndexes(
             realm: device.realmUUID, provider: device.provider, token: device.token, pushAccountID: device.pushAccountID)
         var commands: [[RedisArgument]] = [
-            ["DEL", RedisArgument(keys.device(device.id)), RedisArgument(keys.deviceKeys(device.id))],
-            ["DEL"] + indexes.map { RedisArgument($0) },
+            ["DEL", RedisArgument(keys.device(device.id)), RedisArgument(keys.deviceKeys(device.id))]
         ]
+        // A legacy-API device has no token index: the one of its realm and token is
+        // another device's (E2EE or native), and stays.
+        if device.zulipLegacyOwner == nil { commands.append(["DEL"] + indexes.map { RedisArgument($0) }) }
         if let userID = device.userID {
             commands.append([
                 "SREM", RedisArgument(keys.userDevices(realm: device.realmUUID, userID: userID)),

@@ -186,10 +186,20 @@ public struct ServerStore: Sendable {
         try await redis.command("HGET", RedisArgument(keys.realm(realm)), "server_uuid").string
     }
 
-    /// Fixed-window rate limit shared by every ingest instance. Returns the seconds to
-    /// wait when the server is over its limit, nil when the request may go ahead.
+    /// Whether a request of an authenticated server may go ahead.
+    public enum Admission: Sendable, Equatable {
+        case admitted
+        /// Over the rate limit: the seconds to wait.
+        case limited(retryAfter: Int)
+        /// The server deactivated itself since its key was last checked (on any instance).
+        case deactivated
+    }
+
+    /// Fixed-window rate limit shared by every ingest instance, and a look at the
+    /// server's `deactivated_ms`, in the same round trip: a key cached as verified on one
+    /// instance stops working as soon as the server is deactivated through another.
     public func rateLimit(server: String, limit: Int, windowSeconds: Int, nowMs: Int64 = Wire.nowMillis()) async throws
-        -> Int?
+        -> Admission
     {
         // Settings are validated at start; a window below a second is still never a division by zero.
         let windowSeconds = max(1, windowSeconds)
@@ -198,10 +208,14 @@ public struct ServerStore: Sendable {
         let replies = try await redis.pipeline([
             ["INCR", RedisArgument(key)],
             ["EXPIRE", RedisArgument(key), RedisArgument(windowSeconds * 2)],
+            ["HGET", RedisArgument(keys.server(server)), "deactivated_ms"],
         ])
+        guard replies.count == 3 else {
+            throw RedisError(code: .protocolError, message: "expected 3 replies, got \(replies.count)")
+        }
+        if !(replies[2].string ?? "").isEmpty { return .deactivated }
         let count = replies[0].int ?? 0
-        guard count > limit else { return nil }
-        let windowEnd = (window + 1) * Int64(windowSeconds) * 1000
-        return max(1, Int((windowEnd - nowMs + 999) / 1000))
+        guard count > limit else { return .admitted }
+        return .limited(retryAfter: WindowCounter.secondsLeft(nowMs: nowMs, seconds: windowSeconds))
     }
 }

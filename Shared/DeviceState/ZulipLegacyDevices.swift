@@ -92,6 +92,15 @@ public struct ZulipLegacyDevices: Sendable {
         return (id, delta)
     }
 
+    /// Whether the user already has `token` registered (a registration would renew it).
+    public func isRegistered(server: String, user: ZulipLegacyUser, token: DeviceToken) async throws -> Bool {
+        guard let primary = user.primary else { return false }
+        return try await redis.command(
+            ["HMGET", RedisArgument(keys.zulipLegacyUser(server: server, user: primary))]
+                + fields(token).map { RedisArgument($0) }
+        ).array.contains { $0.int != nil }
+    }
+
     /// Removes the user's registrations of `token` (under either id); returns how many.
     public func unregister(server: String, user: ZulipLegacyUser, token: DeviceToken) async throws -> Int {
         try await remove(server: server, userKeys: user.all, forms: fields(token))
@@ -101,10 +110,12 @@ public struct ZulipLegacyDevices: Sendable {
     public func unregisterAll(server: String, user: ZulipLegacyUser) async throws -> Int {
         var removed = 0
         for userKey in user.all {
-            let index = keys.zulipLegacyUser(server: server, user: userKey)
-            let ids = try await redis.command("HVALS", RedisArgument(index)).array.compactMap(\.int)
+            // Read and emptied in one step: a registration in between is not lost.
+            let ids = try await redis.command(
+                "EVAL", RedisArgument(Self.takeAllScript), "1",
+                RedisArgument(keys.zulipLegacyUser(server: server, user: userKey))
+            ).array.compactMap(\.int)
             removed += try await deleteDevices(ids)
-            try await redis.command("DEL", RedisArgument(index))
         }
         return removed
     }
@@ -112,11 +123,12 @@ public struct ZulipLegacyDevices: Sendable {
     /// The user's devices, FCM and APNs, ordered by id. A token registered under both
     /// the uuid and the id counts once: the id's registration is removed (as Zulip does).
     /// Also returns every index field the user has, to tell which tokens are known.
+    /// `folded` counts the duplicates removed (the server's device count goes down by it).
     public func devices(server: String, user: ZulipLegacyUser) async throws -> (
-        entries: [ZulipLegacyEntry], fields: Set<String>
+        entries: [ZulipLegacyEntry], fields: Set<String>, folded: Int
     ) {
         let userKeys = user.all
-        guard !userKeys.isEmpty else { return ([], []) }
+        guard !userKeys.isEmpty else { return ([], [], 0) }
         let replies = try await redis.pipeline(
             userKeys.map { ["HGETALL", RedisArgument(keys.zulipLegacyUser(server: server, user: $0))] })
         try check(replies)
@@ -134,10 +146,11 @@ public struct ZulipLegacyDevices: Sendable {
                 entries.append(ZulipLegacyEntry(provider: provider, deviceID: id, field: field))
             }
         }
+        var folded = 0
         for duplicate in duplicates {
-            _ = try await remove(server: server, userKeys: [duplicate.userKey], forms: [duplicate.field])
+            folded += try await remove(server: server, userKeys: [duplicate.userKey], forms: [duplicate.field])
         }
-        return (entries.sorted { $0.deviceID < $1.deviceID }, seen)
+        return (entries.sorted { $0.deviceID < $1.deviceID }, seen, folded)
     }
 
     /// True when one of `fields` (a token's forms) is among a user's fields.
@@ -150,13 +163,13 @@ public struct ZulipLegacyDevices: Sendable {
         guard let owner = device.zulipLegacyOwner, let bar = owner.firstIndex(of: "|") else { return false }
         let server = String(owner[..<bar])
         let userKey = String(owner[owner.index(after: bar)...])
-        let token = try DeviceToken(provider: device.provider, value: device.token, rules: .zulip)
-        let index = keys.zulipLegacyUser(server: server, user: userKey)
-        // Only the index fields that still name this device: the token may have registered again.
-        let forms = fields(token)
-        let current = try await redis.command(["HMGET", RedisArgument(index)] + forms.map { RedisArgument($0) }).array
-        let mine = zip(forms, current).filter { $0.1.int == device.id }.map { RedisArgument($0.0) }
-        if !mine.isEmpty { try await redis.command(["HDEL", RedisArgument(index)] + mine) }
+        // Only the index fields that still name this device, compared and removed in one step.
+        if let token = try? DeviceToken(provider: device.provider, value: device.token, rules: .zulip) {
+            try await redis.command(
+                ["EVAL", RedisArgument(Self.takeScript), "1",
+                 RedisArgument(keys.zulipLegacyUser(server: server, user: userKey)), RedisArgument(device.id)]
+                    + fields(token).map { RedisArgument($0) })
+        }
         return try await devices.delete(device)
     }
 
@@ -164,10 +177,12 @@ public struct ZulipLegacyDevices: Sendable {
     private func remove(server: String, userKeys: [String], forms: [String]) async throws -> Int {
         var ids: [Int64] = []
         for userKey in userKeys {
-            let index = keys.zulipLegacyUser(server: server, user: userKey)
-            let found = try await redis.command(["HMGET", RedisArgument(index)] + forms.map { RedisArgument($0) })
-            ids += found.array.compactMap(\.int)
-            try await redis.command(["HDEL", RedisArgument(index)] + forms.map { RedisArgument($0) })
+            // Read and removed in one step: a registration in between is not lost.
+            ids += try await redis.command(
+                ["EVAL", RedisArgument(Self.takeScript), "1",
+                 RedisArgument(keys.zulipLegacyUser(server: server, user: userKey)), "-"]
+                    + forms.map { RedisArgument($0) }
+            ).array.compactMap(\.int)
         }
         return try await deleteDevices(Array(Set(ids)))
     }
@@ -198,6 +213,29 @@ public struct ZulipLegacyDevices: Sendable {
         local id = redis.call('INCR', KEYS[2])
         redis.call('HSET', KEYS[1], ARGV[1], id)
         return {id, 1}
+        """
+
+    /// KEYS[1] a user's index; ARGV[1] the device id the fields must hold ('-': any), then
+    /// the fields. Removes the matching fields and returns their device ids.
+    static let takeScript = """
+        local taken = {}
+        for i = 2, #ARGV do
+          local id = redis.call('HGET', KEYS[1], ARGV[i])
+          if id and (ARGV[1] == '-' or id == ARGV[1]) then
+            redis.call('HDEL', KEYS[1], ARGV[i])
+            taken[#taken + 1] = tonumber(id)
+          end
+        end
+        return taken
+        """
+
+    /// KEYS[1] a user's index: empties it and returns every device id it held.
+    static let takeAllScript = """
+        local ids = redis.call('HVALS', KEYS[1])
+        redis.call('DEL', KEYS[1])
+        local taken = {}
+        for i = 1, #ids do taken[i] = tonumber(ids[i]) end
+        return taken
         """
 
     private func check(_ replies: [RedisValue]) throws {

@@ -395,6 +395,24 @@ extension StackTests {
         expectSuccess(try await e2eeRegister(owner, realm: realm), "the owner registers in its realm")
     }
 
+    @Test func deactivationReachesEveryIngestAtOnce() async throws {
+        let stack = try await Stack.get()
+        let server = try await ZulipServer.registered(stack, realms: [UUID().uuidString.lowercased()])
+        let second = try await stack.launchExtraIngest([:], name: "zulip-second")
+        func status(at base: String) async throws -> HTTP.Reply {
+            try await HTTP.send(
+                "GET", "\(base)/api/v1/remotes/server/analytics/status", body: nil, auth: (server.uuid, server.key),
+                headers: [("User-Agent", "ZulipServer/12.0")])
+        }
+        // The second instance has verified (and cached) the key.
+        #expect(try await status(at: second.api).status == 200)
+        expectSuccess(try await server.post("server/deactivate", json: [:]), "server/deactivate")
+        let after = try await status(at: second.api)
+        #expect(after.status == 401)
+        #expect(after.code == "UNAUTHORIZED")
+        #expect(after.json["msg"]?.stringValue?.contains("deactivated") == true)
+    }
+
     @Test func deactivatedServerIsRefusedAndKeepsItsRealms() async throws {
         let stack = try await Stack.get()
         let realm = UUID().uuidString.lowercased()
