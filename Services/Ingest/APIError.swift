@@ -40,6 +40,12 @@ struct APIError: Error, HTTPResponseError {
             message: "This server holds as many realms as it may (\(limit))")
     }
 
+    static func deviceQuotaExceeded(limit: Int) -> APIError {
+        APIError(
+            status: .forbidden, code: "DEVICE_QUOTA_EXCEEDED",
+            message: "This server holds as many devices as it may (\(limit))")
+    }
+
     static func tooManyTargets(field: String, limit: Int) -> APIError {
         APIError(
             status: .contentTooLarge, code: "TOO_MANY_DEVICES",

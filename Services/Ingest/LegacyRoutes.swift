@@ -114,9 +114,7 @@ extension IngestAPI {
         if try await realms.deviceCount(server: server) >= Int64(limits.maxDevicesPerServer),
             try await !legacyDevices.isRegistered(server: server, user: user, token: token)
         {
-            throw APIError(
-                status: .forbidden, code: "DEVICE_QUOTA_EXCEEDED",
-                message: "This server holds as many devices as it may (\(limits.maxDevicesPerServer))")
+            throw APIError.deviceQuotaExceeded(limit: limits.maxDevicesPerServer)
         }
         let (_, delta) = try await legacyDevices.register(
             server: server, user: user, token: token, appID: appID, realm: realm)
@@ -154,8 +152,7 @@ extension IngestAPI {
             throw APIError(status: .contentTooLarge, code: "REQUEST_TOO_LARGE", message: "The payloads are too large")
         }
 
-        let (entries, fields, folded) = try await legacyDevices.devices(server: server, user: user)
-        if folded > 0 { try await realms.countDevice(server: server, by: -Int64(folded)) }
+        let (entries, fields) = try await legacyDevicesOf(server: server, user: user)
         if !entries.isEmpty {
             try await publishLegacy(
                 server: server, realm: realm, user: user, deviceIDs: entries.map(\.deviceID), plaintext: plaintext)
@@ -190,14 +187,22 @@ extension IngestAPI {
             "Device not recognized by the push bouncer", code: "INVALID_REMOTE_PUSH_DEVICE_TOKEN")
         guard let token = try? Self.legacyToken(body) else { throw notRecognized }
         let forms = Set(legacyDevices.fields(token))
-        let (entries, _, folded) = try await legacyDevices.devices(server: server, user: user)
-        if folded > 0 { try await realms.countDevice(server: server, by: -Int64(folded)) }
+        let (entries, _) = try await legacyDevicesOf(server: server, user: user)
         guard let id = entries.first(where: { forms.contains($0.field) })?.deviceID else { throw notRecognized }
         let (apns, gcm) = ZulipLegacy.testNotification(
             basePayload: base, nowSeconds: Int64(Date().timeIntervalSince1970))
         let plaintext = try Wire.encode(ZulipLegacyPayload(apnsPayload: apns, gcmPayload: gcm, fcmPriority: "high"))
         try await publishLegacy(server: server, realm: realm, user: user, deviceIDs: [id], plaintext: plaintext)
         return success()
+    }
+
+    /// The user's legacy devices; duplicates folded on the way come off the server's count.
+    func legacyDevicesOf(server: String, user: ZulipLegacyUser) async throws -> (
+        entries: [ZulipLegacyEntry], fields: Set<String>
+    ) {
+        let (entries, fields, folded) = try await legacyDevices.devices(server: server, user: user)
+        if folded > 0 { try await realms.countDevice(server: server, by: -Int64(folded)) }
+        return (entries, fields)
     }
 
     /// A list of tokens the server believes it has (absent: none).

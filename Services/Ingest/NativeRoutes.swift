@@ -55,9 +55,7 @@ extension IngestAPI {
         if try await realms.deviceCount(server: server) >= Int64(limits.maxDevicesPerServer),
             try await !devices.isRegistered(registration)
         {
-            throw APIError(
-                status: .forbidden, code: "DEVICE_QUOTA_EXCEEDED",
-                message: "This server holds as many devices as it may (\(limits.maxDevicesPerServer))")
+            throw APIError.deviceQuotaExceeded(limit: limits.maxDevicesPerServer)
         }
         let result = try await devices.register(registration)
         if result.created { try await realms.countDevice(server: server, by: 1) }
