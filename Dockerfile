@@ -1,21 +1,65 @@
-# One image with all PushRelay executables; each container runs one of them.
+# PushRelay images; each container runs one executable.
+#
+#   docker build -t pushrelay:latest .                      # production (the last stage, the default)
+#   docker build --target dev -t pushrelay-dev:latest .     # dev and operator tools
+#
+# production: ingest, encryptor, dispatcher, feedback and pushrelay-replay, nothing else.
+# dev:        devbroker (librdkafka's mock cluster), provider-fakes (APNs/FCM fakes) and
+#             pushrelay-admin; compose's dev profile runs its services from it.
+# Needs BuildKit (the default builder since Docker 23): it builds only the stages the
+# requested target depends on, so a production build never compiles the dev stages.
+
+# Sources and toolchain. SwiftPM loads the manifest only when every target directory
+# named in Package.swift exists, so all of them are copied (Dev included) even though
+# the production build compiles none of the dev targets.
 FROM swift:6.2-bookworm AS build
 RUN apt-get update && apt-get install -y --no-install-recommends librdkafka-dev libhiredis-dev libsodium-dev pkg-config \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY Package.swift ./
+# Package.resolved is optional (it is not committed): when present, the image gets the
+# same dependency versions as the local build.
+COPY Package.swift Package.resolve[d] ./
 COPY Shared Shared
 COPY Services Services
+COPY Dev Dev
 COPY Tools Tools
 COPY Tests Tests
+COPY benchmarks benchmarks
+# Only the production products: their dependency graph does not include FakeProviders,
+# DevStack, KafkaDev or any other Dev/ target, so none of them is compiled here.
+# (RUN uses /bin/sh, dash on Debian: no brace expansion, so each binary is named.)
 RUN swift build -c release --static-swift-stdlib \
     --product ingest --product encryptor --product dispatcher --product feedback \
-    --product devbroker --product provider-fakes \
-    && mkdir /out && cp "$(swift build -c release --show-bin-path)"/{ingest,encryptor,dispatcher,feedback,devbroker,provider-fakes} /out/
+    --product pushrelay-replay \
+    && bin="$(swift build -c release --show-bin-path)" && mkdir /out \
+    && cp "$bin/ingest" "$bin/encryptor" "$bin/dispatcher" "$bin/feedback" "$bin/pushrelay-replay" /out/
 
-FROM debian:bookworm-slim
+# Dev tools, built on top of the production build (shared modules are reused, not
+# rebuilt). pushrelay-admin is an operator tool, not a service: it ships in the dev/tools
+# image, not in production.
+FROM build AS build-dev
+RUN swift build -c release --static-swift-stdlib \
+    --product devbroker --product provider-fakes --product pushrelay-admin \
+    && bin="$(swift build -c release --show-bin-path)" && mkdir /out-dev \
+    && cp "$bin/devbroker" "$bin/provider-fakes" "$bin/pushrelay-admin" /out-dev/
+
+# What both runtime images share: the C libraries, CA certificates and a non-root user.
+FROM debian:bookworm-slim AS runtime
 RUN apt-get update && apt-get install -y --no-install-recommends librdkafka1 libhiredis0.14 libsodium23 ca-certificates \
     && rm -rf /var/lib/apt/lists/* && useradd --system --uid 10001 relay
-COPY --from=build /out/ /usr/local/bin/
 USER relay
 ENV PUSHRELAY_HTTP_HOST=0.0.0.0
+
+# Dev and operator tools (compose's dev profile): devbroker, provider-fakes, pushrelay-admin.
+FROM runtime AS dev
+# The fakes write their CA and credentials to /fakes (compose mounts a named volume
+# there, which takes this directory's owner when first created).
+USER root
+RUN install -d -o relay /fakes
+USER relay
+COPY --from=build-dev /out-dev/ /usr/local/bin/
+
+# Production: the four services and the replay tool only. Keep this stage last, so a
+# plain `docker build` produces it.
+FROM runtime AS production
+COPY --from=build /out/ /usr/local/bin/
