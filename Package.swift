@@ -86,7 +86,7 @@ let package = Package(
         .target(
             name: "ServiceKit",
             dependencies: [
-                "Kafka", "RedisClient", "PushModels", "PushCrypto",
+                "Kafka", "RedisClient", "PushModels", "PushCrypto", "DeviceState",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
@@ -112,8 +112,11 @@ let package = Package(
                 .product(name: "CryptoExtras", package: "swift-crypto"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ],
-            path: "Shared/FakeProviders", swiftSettings: strict),
+            path: "Dev/FakeProviders", swiftSettings: strict),
 
+        // Development only (Dev/): never linked into the four services or the production image.
+        // librdkafka's mock cluster, through the Kafka module's `@_spi(Dev)` internals.
+        .target(name: "KafkaDev", dependencies: ["Kafka", "CRdKafka"], path: "Dev/KafkaDev", swiftSettings: strict),
         // The whole stack as child processes, for the integration tests and the chaos and load tools.
         .target(
             name: "DevStack",
@@ -121,11 +124,12 @@ let package = Package(
                 "PushModels", "PushCrypto", "Kafka", "FakeProviders", .product(name: "Logging", package: "swift-log"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
             ],
-            path: "Shared/DevStack", swiftSettings: strict),
+            path: "Dev/DevStack", swiftSettings: strict),
 
-        // The four stages, each a thin executable that runs one ServiceGroup.
-        .executableTarget(
-            name: "ingest",
+        // The four stages: each stage's logic is a library (`…Core`) behind small protocols
+        // (ServiceKit/Seams.swift); each executable only reads its configuration, builds, runs.
+        .target(
+            name: "IngestCore",
             dependencies: [
                 "ServiceKit", "DeviceState", "PushCrypto", "PushModels", "Kafka", "RedisClient",
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -133,32 +137,48 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Configuration", package: "swift-configuration"),
             ],
-            path: "Services/Ingest", swiftSettings: strict),
+            path: "Services/IngestCore", swiftSettings: strict),
+        .executableTarget(name: "ingest", dependencies: ["IngestCore", "ServiceKit"], path: "Services/Ingest", swiftSettings: strict),
+        .target(
+            name: "EncryptorCore",
+            dependencies: [
+                "ServiceKit", "DeviceState", "PushCrypto", "PushModels", "Kafka", "RedisClient",
+                .product(name: "Configuration", package: "swift-configuration"),
+            ],
+            path: "Services/EncryptorCore", swiftSettings: strict),
         .executableTarget(
-            name: "encryptor",
-            dependencies: ["ServiceKit", "DeviceState", "PushCrypto", "PushModels", "Kafka"],
-            path: "Services/Encryptor", swiftSettings: strict),
-        .executableTarget(
-            name: "dispatcher",
+            name: "encryptor", dependencies: ["EncryptorCore", "ServiceKit"], path: "Services/Encryptor", swiftSettings: strict),
+        .target(
+            name: "DispatcherCore",
             dependencies: [
                 "ServiceKit", "Providers", "PushModels", "PushCrypto", "Kafka", "DeviceState", "RedisClient",
+                .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
-            path: "Services/Dispatcher", swiftSettings: strict),
+            path: "Services/DispatcherCore", swiftSettings: strict),
         .executableTarget(
-            name: "feedback",
-            dependencies: ["ServiceKit", "DeviceState", "PushModels", "PushCrypto", "Kafka"],
-            path: "Services/Feedback", swiftSettings: strict),
+            name: "dispatcher", dependencies: ["DispatcherCore", "ServiceKit"], path: "Services/Dispatcher",
+            swiftSettings: strict),
+        .target(
+            name: "FeedbackCore",
+            dependencies: [
+                "ServiceKit", "DeviceState", "PushModels", "PushCrypto", "Kafka", "RedisClient",
+                .product(name: "Configuration", package: "swift-configuration"),
+            ],
+            path: "Services/FeedbackCore", swiftSettings: strict),
+        .executableTarget(
+            name: "feedback", dependencies: ["FeedbackCore", "ServiceKit"], path: "Services/Feedback", swiftSettings: strict),
         // Dev tooling: the embedded Kafka-protocol broker and the provider fakes.
         .executableTarget(
-            name: "devbroker", dependencies: ["Kafka", "ServiceKit"], path: "Services/DevBroker", swiftSettings: strict),
+            name: "devbroker", dependencies: ["KafkaDev", "Kafka", "ServiceKit"], path: "Dev/DevBroker",
+            swiftSettings: strict),
         .executableTarget(
             name: "provider-fakes",
             dependencies: [
                 "FakeProviders", "ServiceKit",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
-            path: "Services/ProviderFakes", swiftSettings: strict),
+            path: "Dev/ProviderFakes", swiftSettings: strict),
 
         .executableTarget(
             name: "demo-device",
@@ -217,7 +237,7 @@ let package = Package(
             dependencies: ["Providers", "PushModels", .product(name: "NIOHTTP1", package: "swift-nio")],
             swiftSettings: strict),
         .testTarget(
-            name: "KafkaTests", dependencies: ["Kafka", .product(name: "Logging", package: "swift-log")],
+            name: "KafkaTests", dependencies: ["Kafka", "KafkaDev", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strict),
         .testTarget(
             name: "PipelineTests",
@@ -226,6 +246,17 @@ let package = Package(
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            swiftSettings: strict),
+        // Each stage's logic driven with in-memory seams (no sockets), and ingest's routes
+        // through Hummingbird's router test framework.
+        .testTarget(
+            name: "StageTests",
+            dependencies: [
+                "IngestCore", "EncryptorCore", "DispatcherCore", "FeedbackCore", "ServiceKit", "Providers",
+                "PushModels", "PushCrypto", "DeviceState", "RedisClient", "Kafka",
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
+                .product(name: "Hummingbird", package: "hummingbird"),
             ],
             swiftSettings: strict),
         // The standing fuzz tests: the JSON reader alone, and every ingest endpoint on a running stack.

@@ -13,7 +13,7 @@ import RedisClient
 ///   (the process died): the provider may or may not have it. Such a pair is re-sent
 ///   (losing a notification is worse than showing it twice) and reported as ambiguous.
 /// Markers live for `ttl`, which must cover the retry horizon.
-public struct DeliveryLedger: Sendable {
+public struct RedisDeliveryLedger: Sendable {
     let redis: RedisClient
     let keys: RedisKeys
     let ttl: Duration
@@ -24,27 +24,6 @@ public struct DeliveryLedger: Sendable {
         self.ttl = ttl
     }
 
-    public enum State: Sendable, Equatable {
-        case unknown
-        /// A send began at this time and never finished.
-        case claimed(atMs: Int64)
-        case sent(atMs: Int64, providerMessageID: String?)
-
-        init(_ value: RedisValue) {
-            guard let text = value.string else {
-                self = .unknown
-                return
-            }
-            let parts = text.split(separator: " ", maxSplits: 2).map(String.init)
-            let ms = parts.count > 1 ? Int64(parts[1]) ?? 0 : 0
-            switch parts.first {
-            case "sent": self = .sent(atMs: ms, providerMessageID: parts.count > 2 ? parts[2] : nil)
-            case "claimed": self = .claimed(atMs: ms)
-            default: self = .unknown
-            }
-        }
-    }
-
     private var ttlMs: RedisArgument { .init(RetrySchedule.milliseconds(ttl)) }
 
     private func key(_ notificationID: String, _ deviceID: Int64) -> RedisArgument {
@@ -53,8 +32,8 @@ public struct DeliveryLedger: Sendable {
 
     /// Claims the pair for sending, in one round trip; returns what was there before
     /// (`.unknown` means the claim is ours).
-    public func claim(notificationID: String, deviceID: Int64, nowMs: Int64) async throws -> State {
-        State(
+    public func claim(notificationID: String, deviceID: Int64, nowMs: Int64) async throws -> LedgerState {
+        LedgerState(
             try await redis.command(
                 "SET", key(notificationID, deviceID), .init("claimed \(nowMs)"), "NX", "PX", ttlMs, "GET"))
     }
@@ -78,8 +57,30 @@ public struct DeliveryLedger: Sendable {
         let reply = try await redis.command(["MGET"] + pairs.map { key($0.notificationID, $0.deviceID) })
         var sent: Set<String> = []
         for (pair, value) in zip(pairs, reply.array) {
-            if case .sent = State(value) { sent.insert("\(pair.notificationID):\(pair.deviceID)") }
+            if case .sent = LedgerState(value) { sent.insert("\(pair.notificationID):\(pair.deviceID)") }
         }
         return sent
+    }
+}
+
+/// What the delivery ledger holds for one (notification, device) pair.
+public enum LedgerState: Sendable, Equatable {
+    case unknown
+    /// A send began at this time and never finished.
+    case claimed(atMs: Int64)
+    case sent(atMs: Int64, providerMessageID: String?)
+
+    init(_ value: RedisValue) {
+        guard let text = value.string else {
+            self = .unknown
+            return
+        }
+        let parts = text.split(separator: " ", maxSplits: 2).map(String.init)
+        let ms = parts.count > 1 ? Int64(parts[1]) ?? 0 : 0
+        switch parts.first {
+        case "sent": self = .sent(atMs: ms, providerMessageID: parts.count > 2 ? parts[2] : nil)
+        case "claimed": self = .claimed(atMs: ms)
+        default: self = .unknown
+        }
     }
 }

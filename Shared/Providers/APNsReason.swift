@@ -1,4 +1,4 @@
-/// APNs error reasons (docs/wire.md §2), with `unknown` for any Apple adds later.
+/// APNs error reasons (docs/protocols.md §2), with `unknown` for any Apple adds later.
 public enum APNsReason: Sendable, Hashable {
     case badCollapseId, badDeviceToken, badExpirationDate, badMessageId, badPriority, badTopic
     case deviceTokenNotForTopic, duplicateHeaders, idleTimeout, invalidPushType, missingDeviceToken

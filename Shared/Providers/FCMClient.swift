@@ -209,7 +209,7 @@ struct FCMError: Equatable {
         self.code = code
     }
 
-    /// docs/wire.md §3: what each FCM error means for the token and for retrying.
+    /// docs/protocols.md §3: what each FCM error means for the token and for retrying.
     func result(status: Int, retryAfter: Duration?) -> SendResult {
         switch code {
         case "UNREGISTERED", "SENDER_ID_MISMATCH":

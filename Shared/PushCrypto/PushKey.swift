@@ -109,7 +109,7 @@ public enum Fingerprint {
 
     /// Zulip's `token_id` (API feature level 468+): standard base64, with padding, of the
     /// first 8 bytes of SHA-256 of the token's UTF-8 exactly as the app registered it
-    /// (case matters). `c0ffee` → `+wKIhyAx/Eg=` (docs/wire.md §1).
+    /// (case matters). `c0ffee` → `+wKIhyAx/Eg=` (docs/protocols.md §1).
     public static func zulipTokenID(_ token: String) -> String {
         Data(sha256(Array(token.utf8)).prefix(8)).base64EncodedString()
     }

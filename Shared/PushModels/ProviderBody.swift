@@ -1,4 +1,4 @@
-/// Provider bodies in the shapes Zulip's apps expect (docs/wire.md §1).
+/// Provider bodies in the shapes Zulip's apps expect (docs/protocols.md §1).
 public enum ProviderBody {
     /// The body for a payload the relay encrypted: APNs JSON with `aps`, or the FCM data map.
     public static func encrypted(provider: Provider, pushKeyID: UInt32, encryptedData: String, type: NotificationType)

@@ -23,7 +23,7 @@ public struct PayloadValidationError: Error, Sendable, Equatable, CustomStringCo
 }
 
 /// A validated Zulip plaintext notification (the JSON a device decrypts), per
-/// docs/wire.md §1. The original JSON is kept so it is encrypted exactly as sent.
+/// docs/protocols.md §1. The original JSON is kept so it is encrypted exactly as sent.
 public struct ZulipNotification: Sendable, Equatable {
     public enum Recipient: Sendable, Equatable {
         case channel(id: Int64, name: String, topic: String, mentionedGroup: (id: Int64, name: String)?)

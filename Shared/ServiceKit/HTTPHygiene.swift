@@ -102,7 +102,7 @@ final class RequestDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandle
             context.fireErrorCaught(error)
             return
         }
-        Counter(label: "pushrelay_http_malformed_requests_total", dimensions: [("listener", listener)]).increment()
+        RelayMetrics.malformedHTTP(listener: listener).increment()
         refuse(context: context, status: .badRequest, code: "MALFORMED_REQUEST", message: "The request is not valid HTTP/1.1")
     }
 
@@ -153,9 +153,7 @@ final class RequestDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandle
         let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
         deadline = context.eventLoop.scheduleTask(in: timeout) {
             let context = loopBound.value
-            Counter(
-                label: "pushrelay_http_slow_clients_total", dimensions: [("listener", listener), ("phase", next.rawValue)]
-            ).increment()
+            RelayMetrics.slowClients(listener: listener, phase: next.rawValue).increment()
             context.close(promise: nil)
         }
     }

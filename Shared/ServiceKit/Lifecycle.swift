@@ -15,10 +15,6 @@ public struct ParentWatch: Service {
     public static var isEnabled: Bool { ProcessInfo.processInfo.environment["PUSHRELAY_EXIT_WITH_PARENT"] == "1" }
 
     public func run() async throws {
-        guard Self.isEnabled else {
-            try? await gracefulShutdown()
-            return
-        }
         let parent = getppid()
         while !Task.isCancelled && !Task.isShuttingDownGracefully {
             if getppid() != parent {
@@ -68,16 +64,31 @@ public struct StageService: Service {
 
 /// Runs the services of one executable in a ServiceGroup with graceful shutdown on
 /// SIGTERM/SIGINT. Services stop in reverse order: list the HTTP endpoint first and
-/// the consumer last, so the consumer drains before health goes away.
-public func runServices(_ services: [any Service], logger: Logger) async throws {
+/// the consumer last, so the consumer drains before health goes away. A graceful stop
+/// is bounded by `shutdownTimeout`; what is still running then is cancelled.
+public func runServices(_ services: [any Service], shutdownTimeout: Duration, logger: Logger) async throws {
     var all = services
-    all.append(ParentWatch(logger: logger))
-    let group = ServiceGroup(
-        configuration: .init(
-            services: all.map { .init(service: $0) },
-            gracefulShutdownSignals: [.sigterm, .sigint],
-            logger: logger))
-    try await group.run()
+    // Test and dev-stack children only: never started in production.
+    if ParentWatch.isEnabled { all.append(ParentWatch(logger: logger)) }
+    var configuration = ServiceGroupConfiguration(
+        services: all.map { .init(service: $0) },
+        gracefulShutdownSignals: [.sigterm, .sigint],
+        logger: logger)
+    configuration.maximumGracefulShutdownDuration = shutdownTimeout
+    configuration.maximumCancellationDuration = .seconds(5)
+    try await ServiceGroup(configuration: configuration).run()
+}
+
+/// An executable's `main`: runs `body`; a configuration error (or any other error at
+/// start) is printed to stderr and the process exits with status 78 (EX_CONFIG), never
+/// a trap.
+public func runMain(_ body: @Sendable () async throws -> Void) async {
+    do {
+        try await body()
+    } catch {
+        FileHandle.standardError.write(Data("pushrelay: \(error)\n".utf8))
+        exit(78)
+    }
 }
 
 /// Runs `cleanup` once graceful shutdown begins: closing clients after the services

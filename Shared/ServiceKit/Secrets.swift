@@ -1,40 +1,44 @@
 import Configuration
 import PushCrypto
 
-/// The secret files the stages load at start. Each is read once; a missing or malformed
-/// file stops the process with a message naming the setting and the path, never a
-/// silent default key.
+/// The secret files the stages load at start. Each is read once; an unset setting, a
+/// missing or a malformed file stops the process with a message naming the setting and
+/// the path. There are no default paths: only the dev stack points them at `.run/`.
 ///
-/// | setting (env) | default | holds | loaded by |
-/// |---|---|---|---|
-/// | `pushrelay.pipeline.keys.file` (`PUSHRELAY_PIPELINE_KEYS_FILE`) | `.run/pipeline-keys` | `key_id:base64(32 bytes)` per line, first = current | ingest, encryptor, dispatcher |
-/// | `pushrelay.storage.keys.file` (`PUSHRELAY_STORAGE_KEYS_FILE`) | `.run/storage-keys` | `key_id:base64(32 bytes)` per line, first = current | ingest, encryptor, feedback |
-/// | `pushrelay.apikey.pepper.file` (`PUSHRELAY_APIKEY_PEPPER_FILE`) | `.run/apikey-pepper` | base64 of ≥ 32 random bytes | ingest |
-extension ConfigReader {
+/// | setting (env) | holds | loaded by |
+/// |---|---|---|
+/// | `PUSHRELAY_PIPELINE_KEYS_FILE` | `key_id:base64(32 bytes)` per line, first = current | ingest, encryptor, dispatcher |
+/// | `PUSHRELAY_STORAGE_KEYS_FILE` | `key_id:base64(32 bytes)` per line, first = current | ingest, encryptor, feedback |
+/// | `PUSHRELAY_APIKEY_PEPPER_FILE` | base64 of ≥ 32 random bytes | ingest, pushrelay-admin |
+/// | `PUSHRELAY_BOUNCER_KEYS_FILE` | base64 X25519 secret keys, one per line | ingest |
+extension SettingsReader {
     /// The pipeline keys that seal notification plaintext and device tokens on the topics.
     public func pipelineKeyring() throws -> PipelineKeyring {
-        try loadSecret("pushrelay.pipeline.keys.file", default: ".run/pipeline-keys", PipelineKeyring.init(fileContents:))
+        try loadSecret("pushrelay.pipeline.keys.file", "the pipeline keys", PipelineKeyring.init(fileContents:))
     }
 
     /// The storage keys that encrypt device tokens and push keys in Redis.
     public func storageKeyring() throws -> StorageKeyring {
-        try loadSecret("pushrelay.storage.keys.file", default: ".run/storage-keys", StorageKeyring.init(fileContents:))
+        try loadSecret("pushrelay.storage.keys.file", "the storage keys", StorageKeyring.init(fileContents:))
     }
 
     /// The pepper API keys are HMAC'd with.
     public func apiKeyPepper() throws -> APIKeyPepper {
-        try loadSecret("pushrelay.apikey.pepper.file", default: ".run/apikey-pepper", APIKeyPepper.init(fileContents:))
+        try loadSecret("pushrelay.apikey.pepper.file", "the API-key pepper", APIKeyPepper.init(fileContents:))
     }
 
-    private func loadSecret<T>(
-        _ key: String, default path: String, _ parse: (String) throws(CryptoError) -> T
-    ) throws -> T {
-        let contents = try secretFile(forKey: key, default: path)
+    /// The X25519 keys realms seal registrations to (Zulip's bouncer keys).
+    public func bouncerKeyring() throws -> BouncerKeyring {
+        try loadSecret("pushrelay.bouncer.keys.file", "the bouncer keys", BouncerKeyring.init(fileContents:))
+    }
+
+    private func loadSecret<T>(_ key: String, _ what: String, _ parse: (String) throws(CryptoError) -> T) throws -> T {
+        let contents = try secretFile(key, what)
         do {
             return try parse(contents)
         } catch {
-            let file = string(forKey: ConfigKey(key), default: path)
-            throw SettingsError("\(file) (\(key)) is not usable: \(error.message)")
+            throw SettingsError(
+                "\(try raw(key) ?? "") (\(SettingsCatalog.environmentName(key))) is not usable: \(error.message)")
         }
     }
 }

@@ -25,46 +25,57 @@ public struct CommonSettings: Sendable {
     public var http: HTTPHygiene
     public var logLevel: Logger.Level
 
-    /// Reads the settings after checking every `PUSHRELAY_` variable against
-    /// `SettingsCatalog`: a value that makes no sense throws, naming the variable.
-    public init(service: String, defaultPort: Int, config: ConfigReader = .environment) throws {
-        try SettingsCatalog.validateEnvironment()
+    /// How long a graceful stop may take (`PUSHRELAY_SHUTDOWN_TIMEOUT_MS`): consumers drain
+    /// and commit, producers flush; past it the remaining work is cancelled and the process
+    /// exits (unfinished records stay uncommitted and are redelivered).
+    public var shutdownTimeout: Duration
+    /// The reader every other setting of the executable comes through.
+    public var reader: SettingsReader
+
+    /// Reads the shared settings; a value that makes no sense throws, naming the variable.
+    public init(service: String, defaultPort: Int, reader: SettingsReader) throws {
+        self.reader = reader
         serviceName = service
-        kafkaBrokers = config.string(forKey: "pushrelay.kafka.brokers", default: "")
-        kafkaBrokersFile = config.string(forKey: "pushrelay.kafka.brokers.file", default: ".run/kafka-bootstrap")
+        kafkaBrokers = try reader.string("pushrelay.kafka.brokers", default: "")
+        kafkaBrokersFile = try reader.string("pushrelay.kafka.brokers.file", default: "")
         redis = RedisConfiguration(
-            host: config.string(forKey: "pushrelay.redis.host", default: "127.0.0.1"),
-            port: config.int(forKey: "pushrelay.redis.port", default: 6379),
-            connections: config.int(forKey: "pushrelay.redis.connections", default: 4),
-            timeout: .milliseconds(config.int(forKey: "pushrelay.redis.timeout.ms", default: 2000)))
-        redisPrefix = config.string(forKey: "pushrelay.redis.prefix", default: "pr:")
+            host: try reader.string("pushrelay.redis.host", default: "127.0.0.1"),
+            port: try reader.int("pushrelay.redis.port", default: 6379),
+            connections: try reader.int("pushrelay.redis.connections", default: 4),
+            timeout: try reader.milliseconds("pushrelay.redis.timeout.ms", default: 2000))
+        redisPrefix = try reader.string("pushrelay.redis.prefix", default: "pr:")
         var topics = TopicNames()
-        topics.requests = config.string(forKey: "pushrelay.topic.requests", default: topics.requests)
-        topics.outbound = config.string(forKey: "pushrelay.topic.outbound", default: topics.outbound)
-        topics.feedback = config.string(forKey: "pushrelay.topic.feedback", default: topics.feedback)
-        topics.deliveries = config.string(forKey: "pushrelay.topic.deliveries", default: topics.deliveries)
-        topics.deadLetter = config.string(forKey: "pushrelay.topic.deadletter", default: topics.deadLetter)
-        topics.retryPrefix = config.string(forKey: "pushrelay.topic.retry.prefix", default: topics.retryPrefix)
+        topics.requests = try reader.string("pushrelay.topic.requests", default: topics.requests)
+        topics.outbound = try reader.string("pushrelay.topic.outbound", default: topics.outbound)
+        topics.feedback = try reader.string("pushrelay.topic.feedback", default: topics.feedback)
+        topics.deliveries = try reader.string("pushrelay.topic.deliveries", default: topics.deliveries)
+        topics.deadLetter = try reader.string("pushrelay.topic.deadletter", default: topics.deadLetter)
+        topics.retryPrefix = try reader.string("pushrelay.topic.retry.prefix", default: topics.retryPrefix)
         self.topics = topics
-        let delays = config.string(forKey: "pushrelay.retry.delays", default: "5s,1m,10m")
         retry = RetrySchedule(
-            delays: try RetrySchedule.parseDelays(delays),
-            maxAttempts: config.int(forKey: "pushrelay.retry.max.attempts", default: RetrySchedule.standard.maxAttempts),
-            jitter: config.double(forKey: "pushrelay.retry.jitter", default: 0.2))
-        httpHost = config.string(forKey: "pushrelay.http.host", default: "127.0.0.1")
-        httpPort = config.int(forKey: "pushrelay.http.port", default: defaultPort)
+            delays: try RetrySchedule.parseDelays(try reader.string("pushrelay.retry.delays", default: "5s,1m,10m")),
+            maxAttempts: try reader.int("pushrelay.retry.max.attempts", default: RetrySchedule.standard.maxAttempts),
+            jitter: try reader.double("pushrelay.retry.jitter", default: 0.2))
+        httpHost = try reader.string("pushrelay.http.host", default: "127.0.0.1")
+        httpPort = try reader.int("pushrelay.http.port", default: defaultPort)
         http = HTTPHygiene(
-            maxConnections: config.int(forKey: "pushrelay.http.max.connections", default: 10_000),
-            headerTimeout: .milliseconds(config.int(forKey: "pushrelay.http.header.timeout.ms", default: 10_000)),
-            bodyTimeout: .milliseconds(config.int(forKey: "pushrelay.http.body.timeout.ms", default: 30_000)),
-            idleTimeout: .milliseconds(config.int(forKey: "pushrelay.http.idle.timeout.ms", default: 60_000)))
-        logLevel = Logger.Level(rawValue: config.string(forKey: "pushrelay.log.level", default: "info")) ?? .info
+            maxConnections: try reader.int("pushrelay.http.max.connections", default: 10_000),
+            headerTimeout: try reader.milliseconds("pushrelay.http.header.timeout.ms", default: 10_000),
+            bodyTimeout: try reader.milliseconds("pushrelay.http.body.timeout.ms", default: 30_000),
+            idleTimeout: try reader.milliseconds("pushrelay.http.idle.timeout.ms", default: 60_000))
+        // Checked against the catalog's list, so the level always parses.
+        logLevel = Logger.Level(rawValue: try reader.string("pushrelay.log.level", default: "info")) ?? .info
+        shutdownTimeout = try reader.milliseconds("pushrelay.shutdown.timeout.ms", default: 30_000)
     }
 
-    /// The Kafka connection, resolving the bootstrap address from the file if needed.
+    /// The Kafka connection. There is no default broker: `PUSHRELAY_KAFKA_BROKERS`, or a
+    /// file holding the address (`PUSHRELAY_KAFKA_BROKERS_FILE`, which the dev broker writes).
     public func kafka() throws -> KafkaConfiguration {
         var brokers = kafkaBrokers
         if brokers.isEmpty {
+            guard !kafkaBrokersFile.isEmpty else {
+                throw SettingsError("PUSHRELAY_KAFKA_BROKERS is not set (nor PUSHRELAY_KAFKA_BROKERS_FILE)")
+            }
             do {
                 brokers = try String(contentsOfFile: kafkaBrokersFile, encoding: .utf8)
                     .trimmingCharacters(in: .whitespacesAndNewlines)
@@ -72,6 +83,7 @@ public struct CommonSettings: Sendable {
                 throw SettingsError(
                     "PUSHRELAY_KAFKA_BROKERS is not set and \(kafkaBrokersFile) cannot be read: \(error)")
             }
+            guard !brokers.isEmpty else { throw SettingsError("\(kafkaBrokersFile) is empty") }
         }
         return KafkaConfiguration(bootstrapServers: brokers, clientID: "pushrelay-\(serviceName)")
     }
@@ -85,14 +97,4 @@ public struct SettingsError: Error, CustomStringConvertible {
 extension ConfigReader {
     /// The process environment, the one configuration source of the services.
     public static var environment: ConfigReader { ConfigReader(provider: EnvironmentVariablesProvider()) }
-
-    /// Reads a secret from the file a setting names.
-    public func secretFile(forKey key: String, default path: String) throws -> String {
-        let path = string(forKey: ConfigKey(key), default: path)
-        do {
-            return try String(contentsOfFile: path, encoding: .utf8)
-        } catch {
-            throw SettingsError("cannot read \(path) (\(key)): \(error)")
-        }
-    }
 }

@@ -58,6 +58,7 @@ public enum SettingsCatalog {
         "pushrelay.http.max.analytics.body.bytes": .int(65536...(256 << 20)),
         "pushrelay.http.client.ip.header": .headerName,
         "pushrelay.log.level": .oneOf(Logger.Level.allCases.map(\.rawValue)),
+        "pushrelay.shutdown.timeout.ms": .int(1000...600_000),
         "pushrelay.pipeline.keys.file": .path,
         "pushrelay.bouncer.keys.file": .path,
         "pushrelay.storage.keys.file": .path,
@@ -100,6 +101,19 @@ public enum SettingsCatalog {
         "pushrelay.fcm.service.account.file": .path,
         "pushrelay.fcm.project.id": .text,
         "pushrelay.fcm.ca.file": .path,
+        // Development only: the dev broker and the provider fakes.
+        "pushrelay.devbroker.brokers": .int(1...9),
+        "pushrelay.devbroker.partitions": .int(1...1000),
+        "pushrelay.devbroker.topics": .text,
+        "pushrelay.fakes.dir": .path,
+        "pushrelay.fakes.apns.port": .int(0...65535),
+        "pushrelay.fakes.fcm.port": .int(0...65535),
+        "pushrelay.fakes.control.port": .int(0...65535),
+        "pushrelay.fakes.host": .text,
+        "pushrelay.fakes.public.host": .text,
+        "pushrelay.fakes.apns.team.id": .text,
+        "pushrelay.fakes.apns.key.id": .text,
+        "pushrelay.fakes.max.recorded": .int(0...10_000_000),
     ]
 
     /// Variables that belong to the dev tools and the test harness, not to a service.
@@ -140,7 +154,7 @@ public enum SettingsCatalog {
         }
     }
 
-    static func problem(_ value: String, _ kind: Kind) -> String? {
+    public static func problem(_ value: String, _ kind: Kind) -> String? {
         // Checked as given, unvalue: swift-configuration reads "5 " as no number at all
         // and would fall back to its default.
         switch kind {

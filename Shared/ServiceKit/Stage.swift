@@ -9,14 +9,12 @@ import ServiceLifecycle
 extension CommonSettings {
     /// The consumer of one stage: group `pushrelay-<stage>` and `<stage>.concurrency`
     /// records in flight, both overridable (`PUSHRELAY_<STAGE>_GROUP`, `…_CONCURRENCY`).
-    public func consumer(
-        stage: String, topic: String, defaultConcurrency: Int, config: ConfigReader
-    ) throws -> KafkaConsumerConfiguration {
+    public func consumer(stage: String, topic: String, defaultConcurrency: Int) throws -> KafkaConsumerConfiguration {
         KafkaConsumerConfiguration(
             connection: try kafka(),
-            groupID: config.string(forKey: ConfigKey("pushrelay.\(stage).group"), default: "pushrelay-\(stage)"),
+            groupID: try reader.string("pushrelay.\(stage).group", default: "pushrelay-\(stage)"),
             topics: [topic],
-            maxInFlight: config.int(forKey: ConfigKey("pushrelay.\(stage).concurrency"), default: defaultConcurrency))
+            maxInFlight: try reader.int("pushrelay.\(stage).concurrency", default: defaultConcurrency))
     }
 }
 
@@ -38,11 +36,10 @@ public struct OpsListener {
 }
 
 public func opsApplication(
-    settings: CommonSettings, readiness: Readiness, observability: Observability, config: ConfigReader,
-    separateFromAPI: Bool
+    settings: CommonSettings, readiness: Readiness, observability: Observability, separateFromAPI: Bool
 ) throws -> OpsListener {
-    let host = config.string(forKey: "pushrelay.ops.host", default: "127.0.0.1")
-    let port = config.int(forKey: "pushrelay.ops.port", default: 9080)
+    let host = try settings.reader.string("pushrelay.ops.host", default: "127.0.0.1")
+    let port = try settings.reader.int("pushrelay.ops.port", default: 9080)
     if separateFromAPI && port == settings.httpPort && port != 0 {
         throw SettingsError("PUSHRELAY_OPS_PORT (\(port)) must differ from PUSHRELAY_HTTP_PORT")
     }
@@ -65,11 +62,11 @@ private func makeOpsApplication(
 /// Decodes a consumed record. A record no stage can ever read is counted, logged
 /// with its position (never its content) and skipped: retrying cannot fix it.
 public func decodeRecord<T: Decodable>(_ type: T.Type, from record: KafkaRecord, logger: Logger) -> T? {
-    countRecordIn(topic: record.topic)
+    RelayMetrics.recordsIn(topic: record.topic).increment()
     do {
         return try Wire.decode(type, from: record.value)
     } catch {
-        Counter(label: "pushrelay_records_rejected_total", dimensions: [("topic", record.topic)]).increment()
+        RelayMetrics.recordsRejected(topic: record.topic).increment()
         logger.error(
             "undecodable record skipped",
             metadata: [

@@ -4,6 +4,7 @@ import Synchronization
 import Testing
 
 @testable import Kafka
+import KafkaDev
 
 /// Producer and group consumer against librdkafka's mock cluster (real Kafka protocol
 /// on loopback, started in-process).

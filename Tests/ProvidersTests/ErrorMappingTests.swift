@@ -3,7 +3,7 @@ import Testing
 
 @testable import Providers
 
-/// Every provider answer maps to what the dispatcher must do (docs/wire.md §2, §3).
+/// Every provider answer maps to what the dispatcher must do (docs/protocols.md §2, §3).
 @Suite struct ErrorMappingTests {
     @Test(arguments: ["Unregistered", "ExpiredToken", "BadDeviceToken", "DeviceTokenNotForTopic"])
     func apnsDeadTokenReasonsInvalidate(_ reason: String) {

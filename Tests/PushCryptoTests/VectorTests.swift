@@ -4,7 +4,7 @@ import Testing
 
 @testable import PushCrypto
 
-/// The vectors of docs/wire.md §1, reproduced byte for byte.
+/// The vectors of docs/protocols.md §1, reproduced byte for byte.
 @Suite struct VectorTests {
     let pushKey = "MTaUDJDMWypQ1WufZ1NRTHSSvgYtXh1qVNSjN3aBiEFt"
     let plaintext =

@@ -25,14 +25,14 @@ struct Directory {
     let maxRealms: Int
 
     static func fromEnvironment() throws -> Directory {
-        let config = ConfigReader.environment
-        let settings = try CommonSettings(service: "admin", defaultPort: 0, config: config)
+        let reader = try SettingsReader.environment()
+        let settings = try CommonSettings(service: "admin", defaultPort: 0, reader: reader)
         let redis = RedisClient(configuration: settings.redis)
         let keys = RedisKeys(prefix: settings.redisPrefix)
         return Directory(
-            servers: ServerStore(redis: redis, keys: keys, pepper: try config.apiKeyPepper()),
+            servers: ServerStore(redis: redis, keys: keys, pepper: try reader.apiKeyPepper()),
             realms: RealmDirectory(redis: redis, keys: keys),
-            maxRealms: config.int(forKey: "pushrelay.server.max.realms", default: 10_000))
+            maxRealms: try reader.int("pushrelay.server.max.realms", default: 10_000))
     }
 }
 

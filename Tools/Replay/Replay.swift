@@ -150,7 +150,7 @@ struct Replay: AsyncParsableCommand {
                 configuration: RedisConfiguration(
                     host: redisHost ?? env["PUSHRELAY_REDIS_HOST"] ?? "127.0.0.1",
                     port: redisPort ?? Int(env["PUSHRELAY_REDIS_PORT"] ?? "") ?? 6379, connections: 1))
-            let ledger = DeliveryLedger(
+            let ledger = RedisDeliveryLedger(
                 redis: redis, keys: RedisKeys(prefix: redisPrefix ?? env["PUSHRELAY_REDIS_PREFIX"] ?? "pr:"),
                 ttl: .seconds(1))
             for chunk in stride(from: 0, to: pairs.count, by: 500) {

@@ -1,4 +1,3 @@
-import Configuration
 import DeviceState
 import Foundation
 import Kafka
@@ -9,48 +8,73 @@ import PushModels
 import RedisClient
 import ServiceKit
 
-/// encryptor: resolves each request's devices in Redis, encrypts native notifications
-/// with each device's key, and emits one `push.outbound` record per device.
-@main
-struct EncryptorMain {
-    static func main() async throws {
-        let config = ConfigReader.environment
-        let settings = try CommonSettings(service: "encryptor", defaultPort: 8081, config: config)
+/// encryptor: resolves each request's devices, encrypts native notifications with each
+/// device's key, and emits one `push.outbound` record per device (or its outcome on
+/// `push.deliveries` when there is nothing to send).
+public struct EncryptorConfiguration: Sendable {
+    public var common: CommonSettings
+    public var consumer: KafkaConsumerConfiguration
+    public var pipelineKeys: PipelineKeyring
+    public var storageKeys: StorageKeyring
+    /// APNs expiration / FCM ttl from acceptance (`PUSHRELAY_NOTIFICATION_TTL_SECONDS`).
+    public var ttlSeconds: Int64
+
+    public init(reader: SettingsReader) throws {
+        common = try CommonSettings(service: "encryptor", defaultPort: 8081, reader: reader)
+        consumer = try common.consumer(stage: "encryptor", topic: common.topics.requests, defaultConcurrency: 64)
+        pipelineKeys = try reader.pipelineKeyring()
+        storageKeys = try reader.storageKeyring()
+        ttlSeconds = Int64(try reader.int("pushrelay.notification.ttl.seconds", default: 86400))
+    }
+}
+
+public enum Encryptor {
+    /// Builds the stage on Kafka and Redis and runs it until SIGTERM.
+    public static func run(_ configuration: EncryptorConfiguration) async throws {
+        let settings = configuration.common
         let observability = Observability.bootstrap(service: "encryptor", level: settings.logLevel)
         let logger = observability.logger
-        let kafka = try settings.kafka()
         let redis = RedisClient(configuration: settings.redis)
-        let producer = try KafkaProducer(configuration: kafka, logger: logger)
-        let consumer = try KafkaConsumer(
-            configuration: try settings.consumer(
-                stage: "encryptor", topic: settings.topics.requests, defaultConcurrency: 64, config: config),
-            logger: logger)
+        let producer = try KafkaProducer(configuration: try settings.kafka(), logger: logger)
+        let consumer = try KafkaConsumer(configuration: configuration.consumer, logger: logger)
         let stage = EncryptorStage(
             devices: DeviceStore(
-                redis: redis, keys: RedisKeys(prefix: settings.redisPrefix), storage: try config.storageKeyring()),
-            pipelineKeys: try config.pipelineKeyring(),
-            producer: producer, topics: settings.topics,
-            ttlSeconds: Int64(config.int(forKey: "pushrelay.notification.ttl.seconds", default: 86400)),
-            logger: logger)
-
+                redis: redis, keys: RedisKeys(prefix: settings.redisPrefix), storage: configuration.storageKeys),
+            pipelineKeys: configuration.pipelineKeys, publisher: producer, topics: settings.topics,
+            ttlSeconds: configuration.ttlSeconds, clock: SystemClock(), logger: logger)
         let app = opsApplication(
             settings: settings, readiness: Readiness(kafka: { consumer.isConnected() }, redis: redis),
             observability: observability)
         try await runServices(
             [ShutdownHook.flushing(producer), app, StageService { try await consumer.run(handler: stage.handle) }],
-            logger: logger)
+            shutdownTimeout: settings.shutdownTimeout, logger: logger)
     }
 }
 
-struct EncryptorStage: Sendable {
-    let devices: DeviceStore
+/// The encryptor's logic, on its seams: a device directory, a record publisher, a clock.
+public struct EncryptorStage: Sendable {
+    let devices: any DeviceDirectory
     let pipelineKeys: PipelineKeyring
-    let producer: KafkaProducer
+    let publisher: any RecordPublisher
     let topics: TopicNames
     let ttlSeconds: Int64
+    let clock: any WallClock
     let logger: Logger
 
-    func handle(_ record: KafkaRecord) async -> RecordDisposition {
+    public init(
+        devices: any DeviceDirectory, pipelineKeys: PipelineKeyring, publisher: any RecordPublisher, topics: TopicNames,
+        ttlSeconds: Int64, clock: any WallClock, logger: Logger
+    ) {
+        self.devices = devices
+        self.pipelineKeys = pipelineKeys
+        self.publisher = publisher
+        self.topics = topics
+        self.ttlSeconds = ttlSeconds
+        self.clock = clock
+        self.logger = logger
+    }
+
+    public func handle(_ record: KafkaRecord) async -> RecordDisposition {
         guard let request = decodeRecord(PushRequestRecord.self, from: record, logger: logger) else { return .done }
         let start = ContinuousClock.now
         let replay = record.header(RecordHeader.replay)
@@ -60,16 +84,15 @@ struct EncryptorStage: Sendable {
                 // A re-driven request stays marked, so the dispatcher's dedupe knows it.
                 for i in messages.indices { messages[i].headers.append((RecordHeader.replay, replay)) }
             }
-            try await producer.publish(messages)
+            try await publisher.publish(messages)
             return true
         }
-        Timer(label: "pushrelay_stage_duration_seconds", dimensions: [("stage", "encryptor")])
-            .record(duration: ContinuousClock.now - start)
+        RelayMetrics.stageDuration("encryptor").record(duration: ContinuousClock.now - start)
         return finished == nil ? .abandoned : .done
     }
 
     /// The outbound and delivery records one request turns into.
-    func messages(for request: PushRequestRecord) async throws -> [KafkaOutgoing] {
+    public func messages(for request: PushRequestRecord) async throws -> [KafkaOutgoing] {
         switch request.kind {
         case .native: try await nativeMessages(request)
         case .passThrough: try await passThroughMessages(request)
@@ -84,7 +107,7 @@ struct EncryptorStage: Sendable {
             DeliveryRecord(
                 notificationID: request.notificationID, realmUUID: request.realmUUID, deviceID: device,
                 provider: provider, outcome: outcome, reason: reason, attempts: 0, acceptedAtMs: request.acceptedAtMs,
-                completedAtMs: Wire.nowMillis()), topic: topics.deliveries)
+                completedAtMs: clock.nowMillis()), topic: topics.deliveries)
     }
 
     private func nativeMessages(_ request: PushRequestRecord) async throws -> [KafkaOutgoing] {

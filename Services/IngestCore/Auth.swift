@@ -6,6 +6,7 @@ import Logging
 import Metrics
 import PushCrypto
 import PushModels
+import ServiceKit
 import Synchronization
 
 /// HTTP Basic `server_uuid:api_key`, checked in constant time against the stored
@@ -14,8 +15,8 @@ import Synchronization
 /// Failed authentications are counted per client address: past `maxFailures` in a
 /// window, that address gets 429 until the window ends, whatever it sends. Every
 /// failure is answered alike (malformed header, unknown server, wrong key).
-final class ServerAuthenticator: Sendable {
-    struct Settings: Sendable {
+public final class ServerAuthenticator: Sendable {
+    public struct Settings: Sendable {
         var rateLimit: Int
         var rateWindowSeconds: Int
         var maxFailures: Int
@@ -103,7 +104,7 @@ final class ServerAuthenticator: Sendable {
                     try await counter.decrement(counterKey)
                     throw Self.deactivated
                 }
-                Counter(label: "pushrelay_auth_failures_total").increment()
+                RelayMetrics.authFailures.increment()
                 throw failure
             }
             try await counter.decrement(counterKey)
@@ -162,7 +163,7 @@ final class ServerAuthenticator: Sendable {
 
     static func lockedOut(nowMs: Int64, windowSeconds: Int) -> APIError {
         let retryAfter = WindowCounter.secondsLeft(nowMs: nowMs, seconds: windowSeconds)
-        Counter(label: "pushrelay_auth_lockouts_total").increment()
+        RelayMetrics.authLockouts.increment()
         return APIError(
             status: .tooManyRequests, code: "TOO_MANY_FAILED_AUTHENTICATIONS",
             message: "Too many failed authentications from this address; retry in \(retryAfter) s",

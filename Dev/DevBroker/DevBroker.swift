@@ -1,5 +1,6 @@
 import Foundation
 import Kafka
+import KafkaDev
 import Logging
 import ServiceKit
 import ServiceLifecycle
@@ -9,15 +10,19 @@ import ServiceLifecycle
 /// file, and runs until SIGTERM/SIGINT. Memory only: a restart loses every record.
 @main
 struct DevBroker {
-    static func main() async throws {
-        let env = ProcessInfo.processInfo.environment
-        let brokers = Int(env["PUSHRELAY_DEVBROKER_BROKERS"] ?? "") ?? 1
-        let partitions = Int(env["PUSHRELAY_DEVBROKER_PARTITIONS"] ?? "") ?? 6
-        let file = env["PUSHRELAY_KAFKA_BROKERS_FILE"] ?? ".run/kafka-bootstrap"
-        let topics =
-            (env["PUSHRELAY_DEVBROKER_TOPICS"]
-            ?? "push.requests,push.outbound,push.feedback,push.deliveries,push.deadletter,push.retry.1,push.retry.2,push.retry.3")
-            .split(separator: ",").map { String($0).trimmingCharacters(in: .whitespaces) }
+    static func main() async {
+        await runMain { try await run(SettingsReader.environment()) }
+    }
+
+    static func run(_ reader: SettingsReader) async throws {
+        let brokers = try reader.int("pushrelay.devbroker.brokers", default: 1)
+        let partitions = try reader.int("pushrelay.devbroker.partitions", default: 6)
+        let file = try reader.string("pushrelay.kafka.brokers.file", default: ".run/kafka-bootstrap")
+        let topics = try reader.string(
+            "pushrelay.devbroker.topics",
+            default: "push.requests,push.outbound,push.feedback,push.deliveries,push.deadletter,"
+                + "push.retry.1,push.retry.2,push.retry.3"
+        ).split(separator: ",").map { String($0).trimmingCharacters(in: .whitespaces) }
         let logger = Observability.bootstrap(service: "devbroker", level: .info).logger
 
         let cluster = try MockCluster(brokers: brokers)
@@ -38,7 +43,7 @@ struct DevBroker {
                 "partitions": "\(partitions)", "file": "\(file)",
             ])
         print(cluster.bootstrapServers)
-        try await runServices([StageService { try? await gracefulShutdown() }], logger: logger)
+        try await runServices([StageService { try? await gracefulShutdown() }], shutdownTimeout: .seconds(10), logger: logger)
         withExtendedLifetime(cluster) {}
     }
 }

@@ -14,7 +14,7 @@ struct APNsProviderClaims: JWTPayload {
 }
 
 /// A fake APNs provider API: `POST /3/device/<token>` over HTTP/2 and TLS, checking
-/// what Apple checks (docs/wire.md §2) and answering with Apple's reason bodies.
+/// what Apple checks (docs/protocols.md §2) and answering with Apple's reason bodies.
 public struct FakeAPNs: Sendable {
     public let state: FakeState
     let teamID: String

@@ -4,6 +4,7 @@ import Hummingbird
 import Metrics
 import PushCrypto
 import PushModels
+import ServiceKit
 
 /// The native API, for realms whose devices hand the relay their push keys.
 extension IngestAPI {
@@ -188,7 +189,7 @@ extension IngestAPI {
         do {
             try await idempotency?.complete(server: server, response: response, api: self)
         } catch {
-            Counter(label: "pushrelay_idempotency_store_failures_total").increment()
+            RelayMetrics.idempotencyStoreFailures.increment()
         }
         return response.http
     }

@@ -10,13 +10,16 @@ import ServiceLifecycle
 /// directory; serves a control API for tests and the demo.
 @main
 struct ProviderFakesMain {
-    static func main() async throws {
-        let env = ProcessInfo.processInfo.environment
-        let directory = env["PUSHRELAY_FAKES_DIR"] ?? ".run/fakes"
+    static func main() async {
+        await runMain { try await run(SettingsReader.environment()) }
+    }
+
+    static func run(_ reader: SettingsReader) async throws {
+        let directory = try reader.string("pushrelay.fakes.dir", default: ".run/fakes")
         let ports = FakeServers.Ports(
-            apns: Int(env["PUSHRELAY_FAKES_APNS_PORT"] ?? "") ?? 8443,
-            fcm: Int(env["PUSHRELAY_FAKES_FCM_PORT"] ?? "") ?? 8444,
-            control: Int(env["PUSHRELAY_FAKES_CONTROL_PORT"] ?? "") ?? 8445)
+            apns: try reader.int("pushrelay.fakes.apns.port", default: 8443),
+            fcm: try reader.int("pushrelay.fakes.fcm.port", default: 8444),
+            control: try reader.int("pushrelay.fakes.control.port", default: 8445))
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)
             handler.logLevel = .info
@@ -24,10 +27,11 @@ struct ProviderFakesMain {
         }
         let logger = Logger(label: "pushrelay.provider-fakes")
         let fakes = try FakeServers(
-            directory: directory, host: env["PUSHRELAY_FAKES_HOST"] ?? "127.0.0.1",
-            publicHost: env["PUSHRELAY_FAKES_PUBLIC_HOST"] ?? "localhost", ports: ports,
-            apnsTeamID: env["PUSHRELAY_FAKES_APNS_TEAM_ID"], apnsKeyID: env["PUSHRELAY_FAKES_APNS_KEY_ID"],
-            maxRecorded: Int(env["PUSHRELAY_FAKES_MAX_RECORDED"] ?? "") ?? 0)
+            directory: directory, host: try reader.string("pushrelay.fakes.host", default: "127.0.0.1"),
+            publicHost: try reader.string("pushrelay.fakes.public.host", default: "localhost"), ports: ports,
+            apnsTeamID: try reader.raw("pushrelay.fakes.apns.team.id"),
+            apnsKeyID: try reader.raw("pushrelay.fakes.apns.key.id"),
+            maxRecorded: try reader.int("pushrelay.fakes.max.recorded", default: 0))
         let apps = try await fakes.applications(logger: logger)
         logger.info(
             "provider fakes ready",
@@ -35,6 +39,6 @@ struct ProviderFakesMain {
                 "apns": "\(fakes.apnsURL)", "fcm": "\(fakes.fcmURL)",
                 "control": "http://127.0.0.1:\(ports.control)", "dispatcher_env": "\(directory)/dispatcher.env",
             ])
-        try await runServices(apps.map { $0 as any Service }, logger: logger)
+        try await runServices(apps.map { $0 as any Service }, shutdownTimeout: .seconds(10), logger: logger)
     }
 }

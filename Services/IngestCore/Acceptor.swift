@@ -8,7 +8,7 @@ import ServiceKit
 /// Hands accepted work to `push.requests`. A request is answered only after the
 /// broker acknowledged its record, so an accepted notification is never lost.
 struct Acceptor: Sendable {
-    let producer: KafkaProducer
+    let publisher: any RecordPublisher
     let topic: String
     /// The notify bound. Ingest's producer runs with `message.timeout.ms` set to it, so
     /// librdkafka reports a record it could not deliver by then; that report is the 503.
@@ -21,12 +21,12 @@ struct Acceptor: Sendable {
             topic: topic, key: record.partitionKey, value: value,
             headers: [("notification_id", Array(record.notificationID.utf8))])
         do {
-            try await producer.publish([outgoing])
+            try await publisher.publish([outgoing])
         } catch {
             logger.error(
                 "could not publish accepted notification",
                 metadata: ["notification_id": "\(record.notificationID)", "error": "\(error)"])
-            Counter(label: "pushrelay_ingest_publish_failures_total").increment()
+            RelayMetrics.publishFailures.increment()
             throw APIError.unavailable
         }
     }

@@ -1,4 +1,3 @@
-import Configuration
 import DeviceState
 import Foundation
 import Kafka
@@ -18,48 +17,64 @@ import ServiceLifecycle
 ///
 /// Two consumers: the main one on `push.outbound` never waits for a retry; the retry
 /// consumer reads `push.retry.<n>` with each partition paused until its next record is due.
-@main
-struct DispatcherMain {
-    static func main() async throws {
-        let config = ConfigReader.environment
-        let settings = try CommonSettings(service: "dispatcher", defaultPort: 8082, config: config)
+public struct DispatcherConfiguration: Sendable {
+    public var common: CommonSettings
+    public var main: KafkaConsumerConfiguration
+    public var retries: KafkaConsumerConfiguration
+    public var pipelineKeys: PipelineKeyring
+    public var providers: ProviderSettings
+    /// Life of the delivery-ledger markers: at least the retry horizon plus an hour,
+    /// so the marker outlives every redelivery and replay that may still come.
+    public var dedupeTTL: Duration
+    public var perProviderConcurrency: Int
+    public var rate: AdaptiveRateLimiter.Settings
+    /// Longest wait for the rate limit on the main topic before the push is parked.
+    public var mainRateWait: Duration
+
+    public init(reader: SettingsReader) throws {
+        common = try CommonSettings(service: "dispatcher", defaultPort: 8082, reader: reader)
+        main = try common.consumer(stage: "dispatcher", topic: common.topics.outbound, defaultConcurrency: 256)
+        retries = try common.consumer(
+            stage: "dispatcher.retry", topic: common.topics.retry(1), defaultConcurrency: 64)
+        retries.topics = (1...common.retry.delays.count).map(common.topics.retry)
+        retries.dueHeader = RecordHeader.due
+        pipelineKeys = try reader.pipelineKeyring()
+        providers = try ProviderSettings(reader: reader)
+        dedupeTTL = max(
+            try reader.seconds("pushrelay.dispatcher.dedupe.ttl.seconds", default: 172_800),
+            common.retry.horizon + .seconds(3600))
+        perProviderConcurrency = try reader.int("pushrelay.dispatcher.provider.concurrency", default: 128)
+        rate = .init(
+            ceiling: try reader.double("pushrelay.dispatcher.rate.ceiling", default: 5000),
+            floor: try reader.double("pushrelay.dispatcher.rate.floor", default: 1))
+        guard rate.floor <= rate.ceiling else {
+            throw SettingsError("PUSHRELAY_DISPATCHER_RATE_FLOOR must not exceed PUSHRELAY_DISPATCHER_RATE_CEILING")
+        }
+        mainRateWait = try reader.milliseconds("pushrelay.dispatcher.rate.max.wait.ms", default: 200)
+    }
+}
+
+public enum Dispatcher {
+    /// Builds the stage on Kafka, Redis and the provider clients, and runs it until SIGTERM.
+    public static func run(_ configuration: DispatcherConfiguration) async throws {
+        let settings = configuration.common
         let observability = Observability.bootstrap(service: "dispatcher", level: settings.logLevel)
         let logger = observability.logger
-        let kafka = try settings.kafka()
-        let clients = try ProviderSettings(config: config).makeClients(logger: logger)
+        let clients = try configuration.providers.makeClients(logger: logger)
         if clients.isEmpty { logger.warning("no provider is configured: every push will be dead-lettered") }
         let redis = RedisClient(configuration: settings.redis)
-        let producer = try KafkaProducer(configuration: kafka, logger: logger)
-        let main = try KafkaConsumer(
-            configuration: try settings.consumer(
-                stage: "dispatcher", topic: settings.topics.outbound, defaultConcurrency: 256, config: config),
-            logger: logger)
-        var retryConfiguration = try settings.consumer(
-            stage: "dispatcher.retry", topic: settings.topics.retry(1), defaultConcurrency: 64, config: config)
-        retryConfiguration.topics = (1...settings.retry.delays.count).map(settings.topics.retry)
-        retryConfiguration.dueHeader = RecordHeader.due
-        let retries = try KafkaConsumer(configuration: retryConfiguration, logger: logger)
-
-        // The dedupe marker must outlive every redelivery and replay that may still come.
-        let minimumTTL = settings.retry.horizon + .seconds(3600)
-        var dedupeTTL = Duration.seconds(config.int(forKey: "pushrelay.dispatcher.dedupe.ttl.seconds", default: 172_800))
-        if dedupeTTL < minimumTTL {
-            logger.warning("dedupe TTL is shorter than the retry horizon; using the horizon plus an hour")
-            dedupeTTL = minimumTTL
-        }
-        let perProvider = config.int(forKey: "pushrelay.dispatcher.provider.concurrency", default: 128)
+        let producer = try KafkaProducer(configuration: try settings.kafka(), logger: logger)
+        let main = try KafkaConsumer(configuration: configuration.main, logger: logger)
+        let retries = try KafkaConsumer(configuration: configuration.retries, logger: logger)
         let stage = DispatchStage(
-            pipelineKeys: try config.pipelineKeyring(),
-            clients: clients, limiters: clients.mapValues { _ in ConcurrencyLimiter(limit: perProvider) },
-            rates: AdaptiveRateLimiter(
-                settings: .init(
-                    ceiling: config.double(forKey: "pushrelay.dispatcher.rate.ceiling", default: 5000),
-                    floor: config.double(forKey: "pushrelay.dispatcher.rate.floor", default: 1))),
-            ledger: DeliveryLedger(redis: redis, keys: RedisKeys(prefix: settings.redisPrefix), ttl: dedupeTTL),
-            producer: producer, topics: settings.topics, schedule: settings.retry,
+            pipelineKeys: configuration.pipelineKeys, clients: clients,
+            limiters: clients.mapValues { _ in ConcurrencyLimiter(limit: configuration.perProviderConcurrency) },
+            rates: AdaptiveRateLimiter(settings: configuration.rate),
+            ledger: RedisDeliveryLedger(
+                redis: redis, keys: RedisKeys(prefix: settings.redisPrefix), ttl: configuration.dedupeTTL),
+            publisher: producer, topics: settings.topics, schedule: settings.retry, clock: SystemClock(),
             logger: logger)
-        let mainWait = Duration.milliseconds(config.int(forKey: "pushrelay.dispatcher.rate.max.wait.ms", default: 200))
-
+        let mainWait = configuration.mainRateWait
         let app = opsApplication(
             settings: settings,
             readiness: Readiness(kafka: { main.isConnected() && retries.isConnected() }, redis: redis),
@@ -71,21 +86,42 @@ struct DispatcherMain {
                 }, app,
                 StageService { try await main.run { await stage.handle($0, maxRateWait: mainWait) } },
                 StageService { try await retries.run { await stage.handle($0, maxRateWait: .seconds(2)) } },
-            ], logger: logger)
+            ], shutdownTimeout: settings.shutdownTimeout, logger: logger)
     }
 }
 
-struct DispatchStage: Sendable {
+/// The dispatcher's logic, on its seams: provider clients, a delivery ledger, a record
+/// publisher, a clock.
+public struct DispatchStage: Sendable {
     /// Opens the sealed device tokens (and seals the clear ones of older records).
     let pipelineKeys: PipelineKeyring
     let clients: [Provider: any PushProviderClient]
     let limiters: [Provider: ConcurrencyLimiter]
     let rates: AdaptiveRateLimiter
-    let ledger: DeliveryLedger
-    let producer: KafkaProducer
+    let ledger: any DeliveryLedger
+    let publisher: any RecordPublisher
     let topics: TopicNames
     let schedule: RetrySchedule
+    let clock: any WallClock
     let logger: Logger
+
+    public init(
+        pipelineKeys: PipelineKeyring, clients: [Provider: any PushProviderClient],
+        limiters: [Provider: ConcurrencyLimiter], rates: AdaptiveRateLimiter, ledger: any DeliveryLedger,
+        publisher: any RecordPublisher, topics: TopicNames, schedule: RetrySchedule, clock: any WallClock,
+        logger: Logger
+    ) {
+        self.pipelineKeys = pipelineKeys
+        self.clients = clients
+        self.limiters = limiters
+        self.rates = rates
+        self.ledger = ledger
+        self.publisher = publisher
+        self.topics = topics
+        self.schedule = schedule
+        self.clock = clock
+        self.logger = logger
+    }
 
     /// What one record leads to, before it is published.
     enum Step {
@@ -109,7 +145,7 @@ struct DispatchStage: Sendable {
         var ambiguous: Bool
     }
 
-    func handle(_ record: KafkaRecord, maxRateWait: Duration) async -> RecordDisposition {
+    public func handle(_ record: KafkaRecord, maxRateWait: Duration) async -> RecordDisposition {
         guard var decoded = decodeRecord(OutboundRecord.self, from: record, logger: logger) else { return .done }
         let unreadable: String? =
             !readToken(&decoded) ? "token_unreadable" : !readBody(&decoded) ? "body_unreadable" : nil
@@ -141,7 +177,7 @@ struct DispatchStage: Sendable {
             return .abandoned
         }
         let recorded: Bool? = await untilSuccess("record outcome", logger: logger) {
-            try await producer.publish(messages)
+            try await publisher.publish(messages)
             return true
         }
         return recorded == nil ? .abandoned : .done
@@ -188,10 +224,7 @@ struct DispatchStage: Sendable {
 
     /// Counts and logs a sealed part (`token` or `body`) that does not open; returns false.
     private func unreadable(_ part: String, _ record: OutboundRecord, _ error: any Error) -> Bool {
-        Counter(
-            label: "pushrelay_unreadable_\(part == "body" ? "bodies" : "tokens")_total",
-            dimensions: [("provider", record.provider.rawValue)]
-        ).increment()
+        RelayMetrics.unreadable(part, provider: record.provider.rawValue).increment()
         logger.error(
             "cannot open the sealed \(part)",
             metadata: [
@@ -206,22 +239,21 @@ struct DispatchStage: Sendable {
     func decide(_ record: OutboundRecord, force: Bool, maxRateWait: Duration) async -> Decision? {
         var ambiguous = false
         if !force {
-            let state: DeliveryLedger.State? = await untilSuccess("claim the pair in the delivery ledger", logger: logger) {
+            let state: LedgerState? = await untilSuccess("claim the pair in the delivery ledger", logger: logger) {
                 try await ledger.claim(
-                    notificationID: record.notificationID, deviceID: record.deviceID, nowMs: Wire.nowMillis())
+                    notificationID: record.notificationID, deviceID: record.deviceID, nowMs: clock.nowMillis())
             }
             switch state {
             case nil: return nil
             case .sent(_, let id)?: return Decision(step: .alreadySent(providerMessageID: id), claimed: false, ambiguous: false)
             case .claimed(let at)?:
                 ambiguous = true
-                Counter(label: "pushrelay_ambiguous_resends_total", dimensions: [("provider", record.provider.rawValue)])
-                    .increment()
+                RelayMetrics.ambiguousResends(provider: record.provider.rawValue).increment()
                 logger.warning(
                     "an earlier send was interrupted before the provider answered; sending again",
                     metadata: [
                         LogKey.notificationID: "\(record.notificationID)", LogKey.deviceID: "\(record.deviceID)",
-                        "claimed_ms_ago": "\(Wire.nowMillis().saturatingSubtract(at))",
+                        "claimed_ms_ago": "\(clock.nowMillis().saturatingSubtract(at))",
                     ])
             case .unknown?: break
             }
@@ -233,7 +265,7 @@ struct DispatchStage: Sendable {
             let noted: Bool? = await untilSuccess("record the send in the delivery ledger", logger: logger) {
                 try await ledger.recordSent(
                     notificationID: record.notificationID, deviceID: record.deviceID, providerMessageID: id,
-                    nowMs: Wire.nowMillis())
+                    nowMs: clock.nowMillis())
                 return true
             }
             if noted == nil { return nil }
@@ -244,7 +276,7 @@ struct DispatchStage: Sendable {
     /// Expiry, rate limit, one provider attempt, and what follows from its answer.
     func step(for record: OutboundRecord, maxRateWait: Duration) async -> Step? {
         let attemptsSoFar = max(0, record.attempts ?? 0)
-        if record.isExpired(atMs: Wire.nowMillis()) {
+        if record.isExpired(atMs: clock.nowMillis()) {
             return .dead(.expired, .failed(reason: record.lastError ?? "expired", status: nil), attempts: attemptsSoFar)
         }
         guard let client = clients[record.provider], let limiter = limiters[record.provider] else {
@@ -253,18 +285,14 @@ struct DispatchStage: Sendable {
         let target = AdaptiveRateLimiter.target(of: record)
         guard await rates.acquire(target, maxWait: maxRateWait) else {
             // The provider asked us to slow down: park the push rather than hold the stream.
-            Counter(label: "pushrelay_rate_deferred_total", dimensions: [("target", target)]).increment()
+            RelayMetrics.rateDeferred(target: target).increment()
             return plannedRetry(record, attempts: attemptsSoFar, result: .retry(reason: "rate_limited", status: nil, retryAfter: nil))
         }
         let start = ContinuousClock.now
         let result = await limiter.withSlot { await client.send(record) }
         rates.observe(target, result: result)
-        Timer(label: "pushrelay_send_duration_seconds", dimensions: [("provider", record.provider.rawValue)])
-            .record(duration: ContinuousClock.now - start)
-        Counter(
-            label: "pushrelay_send_attempts_total",
-            dimensions: [("provider", record.provider.rawValue), ("result", Self.label(result))]
-        ).increment()
+        RelayMetrics.sendDuration(provider: record.provider.rawValue).record(duration: ContinuousClock.now - start)
+        RelayMetrics.sendAttempts(provider: record.provider.rawValue, result: Self.label(result)).increment()
         let attempts = attemptsSoFar.saturatingAdd(1)
         switch result {
         case .sent, .invalidToken:
@@ -280,7 +308,7 @@ struct DispatchStage: Sendable {
     private func plannedRetry(_ record: OutboundRecord, attempts: Int, result: SendResult) -> Step {
         guard case .retry(let reason, _, let retryAfter) = result else { return .outcome(result, attempts: attempts) }
         let plan = schedule.plan(
-            afterAttempt: max(attempts, 1), retryAfter: retryAfter, nowMs: Wire.nowMillis(),
+            afterAttempt: max(attempts, 1), retryAfter: retryAfter, nowMs: clock.nowMillis(),
             random: Double.random(in: 0...1))
         if let expiresAt = record.expiresAt, plan.dueAtMs / 1000 > expiresAt {
             return .dead(.expired, result, attempts: attempts)
@@ -303,7 +331,7 @@ struct DispatchStage: Sendable {
     }
 
     func messages(_ record: OutboundRecord, step: Step, ambiguous: Bool = false) throws -> [KafkaOutgoing] {
-        let now = Wire.nowMillis()
+        let now = clock.nowMillis()
         func delivery(
             _ outcome: DeliveryOutcome, reason: String?, status: Int?, attempts: Int, id: String? = nil
         ) -> DeliveryRecord {
@@ -348,8 +376,7 @@ struct DispatchStage: Sendable {
         case .outcome(let result, let attempts):
             switch result {
             case .sent(let status, let id):
-                Timer(label: "pushrelay_end_to_end_seconds", dimensions: [("provider", record.provider.rawValue)])
-                    .recordMilliseconds(max(0, now.saturatingSubtract(record.acceptedAtMs)))
+                RelayMetrics.endToEnd(provider: record.provider.rawValue).recordMilliseconds(max(0, now.saturatingSubtract(record.acceptedAtMs)))
                 // An ambiguous re-send is marked, so accounting can tell a possible duplicate from a bug.
                 let reason = ambiguous ? "resent_after_interrupted_send" : nil
                 return [

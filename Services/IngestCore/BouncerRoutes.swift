@@ -5,7 +5,7 @@ import PushCrypto
 import PushModels
 import RedisClient
 
-/// The push-bouncer API that self-hosted Zulip servers speak (docs/wire.md §1).
+/// The push-bouncer API that self-hosted Zulip servers speak (docs/protocols.md §1).
 extension IngestAPI {
     func addBouncerRoutes(to router: Router<IngestContext>) {
         router.post("/api/v1/remotes/server/register") { request, context in

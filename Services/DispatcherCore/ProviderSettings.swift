@@ -1,4 +1,3 @@
-import Configuration
 import Foundation
 import Logging
 import Providers
@@ -7,7 +6,7 @@ import ServiceKit
 
 /// Provider endpoints and credentials. A provider whose credentials are not set is
 /// not started; its pushes are recorded as failed (`provider_not_configured`).
-struct ProviderSettings {
+public struct ProviderSettings: Sendable {
     var apnsURL: String
     var apnsTeamID: String
     var apnsKeyID: String
@@ -19,20 +18,20 @@ struct ProviderSettings {
     var fcmProjectID: String
     var fcmCAFile: String
 
-    init(config: ConfigReader) {
-        apnsURL = config.string(forKey: "pushrelay.apns.url", default: "https://api.push.apple.com")
-        apnsTeamID = config.string(forKey: "pushrelay.apns.team.id", default: "")
-        apnsKeyID = config.string(forKey: "pushrelay.apns.key.id", default: "")
-        apnsKeyFile = config.string(forKey: "pushrelay.apns.key.file", default: "")
-        apnsCAFile = config.string(forKey: "pushrelay.apns.ca.file", default: "")
-        apnsConnections = config.int(forKey: "pushrelay.apns.connections", default: 2)
-        fcmURL = config.string(forKey: "pushrelay.fcm.url", default: "https://fcm.googleapis.com")
-        fcmServiceAccountFile = config.string(forKey: "pushrelay.fcm.service.account.file", default: "")
-        fcmProjectID = config.string(forKey: "pushrelay.fcm.project.id", default: "")
-        fcmCAFile = config.string(forKey: "pushrelay.fcm.ca.file", default: "")
+    public init(reader: SettingsReader) throws {
+        apnsURL = try reader.string("pushrelay.apns.url", default: "https://api.push.apple.com")
+        apnsTeamID = try reader.string("pushrelay.apns.team.id", default: "")
+        apnsKeyID = try reader.string("pushrelay.apns.key.id", default: "")
+        apnsKeyFile = try reader.string("pushrelay.apns.key.file", default: "")
+        apnsCAFile = try reader.string("pushrelay.apns.ca.file", default: "")
+        apnsConnections = try reader.int("pushrelay.apns.connections", default: 2)
+        fcmURL = try reader.string("pushrelay.fcm.url", default: "https://fcm.googleapis.com")
+        fcmServiceAccountFile = try reader.string("pushrelay.fcm.service.account.file", default: "")
+        fcmProjectID = try reader.string("pushrelay.fcm.project.id", default: "")
+        fcmCAFile = try reader.string("pushrelay.fcm.ca.file", default: "")
     }
 
-    func makeClients(logger: Logger) throws -> [Provider: any PushProviderClient] {
+    public func makeClients(logger: Logger) throws -> [Provider: any PushProviderClient] {
         var clients: [Provider: any PushProviderClient] = [:]
         if !apnsKeyFile.isEmpty {
             guard !apnsTeamID.isEmpty, !apnsKeyID.isEmpty else {

@@ -1,0 +1,5 @@
+import DispatcherCore
+import ServiceKit
+
+// dispatcher: read the configuration, build the stage, run it (DispatcherCore).
+await runMain { try await Dispatcher.run(DispatcherConfiguration(reader: .environment())) }

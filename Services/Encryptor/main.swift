@@ -1,0 +1,5 @@
+import EncryptorCore
+import ServiceKit
+
+// encryptor: read the configuration, build the stage, run it (EncryptorCore).
+await runMain { try await Encryptor.run(EncryptorConfiguration(reader: .environment())) }

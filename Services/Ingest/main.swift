@@ -1,0 +1,5 @@
+import IngestCore
+import ServiceKit
+
+// ingest: read the configuration, build the API, serve it (IngestCore).
+await runMain { try await Ingest.run(IngestConfiguration(reader: .environment())) }

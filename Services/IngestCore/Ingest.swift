@@ -1,0 +1,165 @@
+import DeviceState
+import Hummingbird
+import Kafka
+import Logging
+import NIOCore
+import PushCrypto
+import PushModels
+import RedisClient
+import ServiceKit
+
+/// Request limits, each a setting (README, "Security").
+public struct Limits: Sendable {
+    public var maxBodyBytes: Int
+    /// Zulip's analytics upload: up to 10,000 rows of each of three tables per call.
+    public var maxAnalyticsBodyBytes: Int
+    /// Largest plaintext notification: encrypted and base64'd it must fit the providers' 4096 bytes.
+    public var maxPlaintextBytes: Int
+    /// Device ids (native) or push requests (bouncer) in one notify.
+    public var maxDeviceIDs: Int
+    public var maxRealmsPerServer: Int
+    public var maxDevicesPerServer: Int
+    /// How long a notify waits for Kafka's acknowledgement before answering 503.
+    public var publishTimeout: Duration
+    /// How long a notify's answer is kept under its `Idempotency-Key`.
+    public var idempotencyTTLSeconds: Int
+    /// Push keys kept per device.
+    public var maxStoredKeys: Int
+
+    public init(reader: SettingsReader) throws {
+        maxBodyBytes = try reader.int("pushrelay.http.max.body.bytes", default: 256 * 1024)
+        maxAnalyticsBodyBytes = try reader.int("pushrelay.http.max.analytics.body.bytes", default: 32 << 20)
+        maxPlaintextBytes = try reader.int("pushrelay.max.plaintext.bytes", default: 2900)
+        maxDeviceIDs = try reader.int("pushrelay.notify.max.device.ids", default: 100)
+        maxRealmsPerServer = try reader.int("pushrelay.server.max.realms", default: 10_000)
+        maxDevicesPerServer = try reader.int("pushrelay.server.max.devices", default: 10_000_000)
+        publishTimeout = try reader.milliseconds("pushrelay.notify.publish.timeout.ms", default: 5000)
+        idempotencyTTLSeconds = try reader.int("pushrelay.idempotency.ttl.seconds", default: 86_400)
+        maxStoredKeys = try reader.int("pushrelay.device.max.push.keys", default: 3)
+    }
+}
+
+/// Everything ingest reads at start.
+public struct IngestConfiguration: Sendable {
+    public var common: CommonSettings
+    public var limits: Limits
+    public var auth: ServerAuthenticator.Settings
+    /// Whether servers may register themselves (`open`) or only by `pushrelay-admin` (`closed`).
+    public var openServerRegistration: Bool
+    public var pipelineKeys: PipelineKeyring
+    public var storageKeys: StorageKeyring
+    public var bouncerKeys: BouncerKeyring
+    public var pepper: APIKeyPepper
+
+    public init(reader: SettingsReader) throws {
+        common = try CommonSettings(service: "ingest", defaultPort: 8080, reader: reader)
+        limits = try Limits(reader: reader)
+        auth = .init(
+            rateLimit: try reader.int("pushrelay.ratelimit.requests", default: 1000),
+            rateWindowSeconds: try reader.int("pushrelay.ratelimit.window.seconds", default: 60),
+            maxFailures: try reader.int("pushrelay.auth.failures.max", default: 20),
+            failureWindowSeconds: try reader.int("pushrelay.auth.failures.window.seconds", default: 300),
+            maxRegistrations: try reader.int("pushrelay.server.registrations.max", default: 10),
+            registrationWindowSeconds: try reader.int("pushrelay.server.registrations.window.seconds", default: 3600),
+            clientIPHeader: try reader.string("pushrelay.http.client.ip.header", default: ""))
+        openServerRegistration = try reader.string("pushrelay.server.registration", default: "open") == "open"
+        pipelineKeys = try reader.pipelineKeyring()
+        storageKeys = try reader.storageKeyring()
+        bouncerKeys = try reader.bouncerKeyring()
+        pepper = try reader.apiKeyPepper()
+    }
+}
+
+/// Everything the HTTP handlers need.
+public struct IngestAPI: Sendable {
+    let servers: ServerStore
+    let devices: DeviceStore
+    let realms: RealmDirectory
+    let authenticator: ServerAuthenticator
+    let bouncerKeys: BouncerKeyring
+    let pipelineKeys: PipelineKeyring
+    let acceptor: Acceptor
+    let limits: Limits
+    /// Whether servers may register themselves (`open`) or only by `pushrelay-admin` (`closed`).
+    let openServerRegistration: Bool
+
+    /// The handlers on Redis (device state) and a record publisher (`push.requests`).
+    public init(
+        configuration: IngestConfiguration, redis: RedisClient, publisher: any RecordPublisher, logger: Logger
+    ) {
+        let keys = RedisKeys(prefix: configuration.common.redisPrefix)
+        let servers = ServerStore(redis: redis, keys: keys, pepper: configuration.pepper)
+        var devices = DeviceStore(redis: redis, keys: keys, storage: configuration.storageKeys)
+        devices.maxStoredKeys = configuration.limits.maxStoredKeys
+        self.servers = servers
+        self.devices = devices
+        self.realms = RealmDirectory(redis: redis, keys: keys)
+        self.authenticator = ServerAuthenticator(
+            servers: servers, counter: WindowCounter(redis: redis), keys: keys, settings: configuration.auth)
+        self.bouncerKeys = configuration.bouncerKeys
+        self.pipelineKeys = configuration.pipelineKeys
+        self.acceptor = Acceptor(
+            publisher: publisher, topic: configuration.common.topics.requests,
+            timeout: configuration.limits.publishTimeout, logger: logger)
+        self.limits = configuration.limits
+        self.openServerRegistration = configuration.openServerRegistration
+    }
+
+    /// Every route of the public API: Zulip's bouncer API and the native API.
+    public func router() -> Router<IngestContext> {
+        let router = Router(context: IngestContext.self)
+        router.add(middleware: ErrorMiddleware())
+        router.add(middleware: MetricsMiddleware())
+        addBouncerRoutes(to: router)
+        addNativeRoutes(to: router)
+        return router
+    }
+}
+
+/// ingest: the HTTP API realms call. Accepted notifications go to `push.requests`.
+/// The API listens on `PUSHRELAY_HTTP_*`; health and metrics on a separate ops
+/// listener (`PUSHRELAY_OPS_*`, loopback by default).
+public enum Ingest {
+    /// Builds the API on Kafka and Redis and serves it until SIGTERM.
+    public static func run(_ configuration: IngestConfiguration) async throws {
+        let settings = configuration.common
+        let observability = Observability.bootstrap(service: "ingest", level: settings.logLevel)
+        let logger = observability.logger
+        var kafka = try settings.kafka()
+        // A record librdkafka cannot deliver fails within the bound, so a 503 is final:
+        // the notification is not produced later behind the realm's back.
+        kafka.properties["message.timeout.ms"] = "\(RetrySchedule.milliseconds(configuration.limits.publishTimeout))"
+        let redis = RedisClient(configuration: settings.redis)
+        let producer = try KafkaProducer(configuration: kafka, logger: logger)
+        let api = IngestAPI(configuration: configuration, redis: redis, publisher: producer, logger: logger)
+        let app = Application(
+            router: api.router(), server: settings.http.server(listener: "api"),
+            configuration: settings.http.configuration(
+                host: settings.httpHost, port: settings.httpPort, serverName: "pushrelay", logger: logger),
+            logger: logger)
+        let ops = try opsApplication(
+            settings: settings, readiness: Readiness(kafka: { producer.isConnected() }, redis: redis),
+            observability: observability, separateFromAPI: true)
+        logger.info(
+            "ingest listening",
+            metadata: [
+                "address": "\(settings.httpHost):\(settings.httpPort)",
+                "ops": "\(ops.host):\(ops.port)",
+            ])
+        try await runServices(
+            [ShutdownHook.flushing(producer), ops.service, app], shutdownTimeout: settings.shutdownTimeout,
+            logger: logger)
+    }
+}
+
+/// Ingest's request context: Hummingbird's basics plus the peer address, which the
+/// per-client limits on failed authentication and server registration key on.
+public struct IngestContext: RequestContext, RemoteAddressRequestContext {
+    public var coreContext: CoreRequestContextStorage
+    public let remoteAddress: SocketAddress?
+
+    public init(source: ApplicationRequestContextSource) {
+        coreContext = .init(source: source)
+        remoteAddress = source.channel.remoteAddress
+    }
+}

@@ -1,0 +1,73 @@
+import Configuration
+import Foundation
+
+/// Reads settings through swift-configuration, each value checked against its entry in
+/// `SettingsCatalog` as it is read: a value that makes no sense throws a `SettingsError`
+/// naming the environment variable, never a silent default. Reading a key the catalog
+/// does not list is a programming error and throws too.
+public struct SettingsReader: Sendable {
+    public let config: ConfigReader
+
+    public init(_ config: ConfigReader) {
+        self.config = config
+    }
+
+    /// The process environment, the services' one source of settings, after every
+    /// `PUSHRELAY_` variable in it was checked (settings this executable does not read
+    /// too, and unknown names, which are likely typos, are logged by the caller).
+    public static func environment() throws -> SettingsReader {
+        try SettingsCatalog.validateEnvironment()
+        return SettingsReader(.environment)
+    }
+
+    /// The value as given, after its check; nil when unset.
+    public func raw(_ key: String) throws -> String? {
+        guard let kind = SettingsCatalog.entries[key] else {
+            throw SettingsError("\(key) is read but not listed in SettingsCatalog")
+        }
+        guard let value = config.string(forKey: ConfigKey(key)) else { return nil }
+        if let problem = SettingsCatalog.problem(value, kind) {
+            throw SettingsError("\(SettingsCatalog.environmentName(key))=\(value.prefix(40)): \(problem)")
+        }
+        return value
+    }
+
+    public func string(_ key: String, default value: String) throws -> String {
+        try raw(key) ?? value
+    }
+
+    /// A setting that has no default: unset or empty stops the process at start.
+    public func required(_ key: String, _ why: String) throws -> String {
+        guard let value = try raw(key), !value.isEmpty else {
+            throw SettingsError("\(SettingsCatalog.environmentName(key)) is not set: \(why)")
+        }
+        return value
+    }
+
+    public func int(_ key: String, default value: Int) throws -> Int {
+        // Checked by `raw` against the catalog's range, so the conversion succeeds.
+        try raw(key).flatMap { Int($0) } ?? value
+    }
+
+    public func double(_ key: String, default value: Double) throws -> Double {
+        try raw(key).flatMap { Double($0) } ?? value
+    }
+
+    public func milliseconds(_ key: String, default value: Int) throws -> Duration {
+        .milliseconds(try int(key, default: value))
+    }
+
+    public func seconds(_ key: String, default value: Int) throws -> Duration {
+        .seconds(try int(key, default: value))
+    }
+
+    /// The contents of the secret file a required setting names.
+    public func secretFile(_ key: String, _ what: String) throws -> String {
+        let path = try required(key, "the file holding \(what)")
+        do {
+            return try String(contentsOfFile: path, encoding: .utf8)
+        } catch {
+            throw SettingsError("cannot read \(path) (\(SettingsCatalog.environmentName(key))): \(error)")
+        }
+    }
+}

@@ -1,0 +1,1 @@
+// Stage unit tests live in this target (see the other files).
