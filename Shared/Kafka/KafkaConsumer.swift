@@ -35,7 +35,7 @@ public struct KafkaConsumerConfiguration: Sendable {
     public var connection: KafkaConfiguration
     public var groupID: String
     public var topics: [String]
-    /// Records processed at once; the poll thread waits while this many are in flight.
+    /// Records processed at once; no record is polled while this many are in flight.
     public var maxInFlight: Int
     /// How often finished offsets are committed.
     public var commitInterval: Duration
@@ -60,22 +60,29 @@ public struct KafkaConsumerConfiguration: Sendable {
     }
 }
 
-/// State shared by the poll thread, the rebalance callback and the handler tasks.
+/// State shared by the poll thread, the rebalance callback and the handler tasks:
+/// the lifecycle state machine behind a lock, and the poll thread's wake-up.
 final class ConsumerShared: Sendable {
-    let tracker = Mutex(OffsetTracker())
-    let capacity: DispatchSemaphore
-    let stopping = Mutex(false)
-    let drained = DispatchSemaphore(value: 0)
+    let machine: Mutex<ConsumerStateMachine>
+    let wakeup = Wakeup()
     let logger: Logger
 
-    init(maxInFlight: Int, logger: Logger) {
-        self.capacity = DispatchSemaphore(value: maxInFlight)
+    init(configuration: KafkaConsumerConfiguration, logger: Logger) {
+        self.machine = Mutex(ConsumerStateMachine(configuration: configuration))
         self.logger = logger
     }
+
+    /// Feeds an event; the lock is not held while the caller performs the action.
+    func handle(_ event: ConsumerStateMachine.Event) -> ConsumerStateMachine.Action {
+        machine.withLock { $0.handle(event) }
+    }
+
+    var failure: KafkaError? { machine.withLock { $0.failure } }
 }
 
 /// Rebalances: commit what is finished for revoked partitions and forget them, so a
-/// late completion never commits over the new owner's position.
+/// late completion never commits over the new owner's position. Runs on the poll
+/// thread, inside `rd_kafka_consumer_poll` or `rd_kafka_consumer_close`.
 private let rebalanceCallback:
     @convention(c) (
         OpaquePointer?, rd_kafka_resp_err_t, UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?,
@@ -88,9 +95,10 @@ private let rebalanceCallback:
             rd_kafka_assign(handle, partitions)
             shared.logger.info("partitions assigned", metadata: ["partitions": "\(describe(partitions))"])
         case RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS:
-            let revoked = topicPartitions(partitions)
-            commitFinished(handle, shared: shared, only: Set(revoked))
-            shared.tracker.withLock { $0.revoke(revoked) }
+            if case .commit(let offsets) = shared.handle(.partitionsRevoked(topicPartitions(partitions))) {
+                // The partitions are forgotten already: the result needs no bookkeeping.
+                _ = commit(handle, offsets, logger: shared.logger)
+            }
             rd_kafka_assign(handle, nil)
             shared.logger.info("partitions revoked", metadata: ["partitions": "\(describe(partitions))"])
         default:
@@ -110,23 +118,31 @@ private func describe(_ list: UnsafeMutablePointer<rd_kafka_topic_partition_list
     topicPartitions(list).map(\.description).joined(separator: ",")
 }
 
-/// Commits the tracker's pending positions (synchronously, on the calling thread).
-private func commitFinished(_ handle: OpaquePointer, shared: ConsumerShared, only: Set<TopicPartition>? = nil) {
-    var commits = shared.tracker.withLock { $0.pendingCommits() }
-    if let only { commits = commits.filter { only.contains($0.key) } }
-    guard !commits.isEmpty else { return }
-    guard let list = rd_kafka_topic_partition_list_new(Int32(commits.count)) else { return }
+/// Commits positions synchronously on the calling thread; the response code.
+private func commit(_ handle: OpaquePointer, _ offsets: [TopicPartition: Int64], logger: Logger) -> rd_kafka_resp_err_t
+{
+    guard !offsets.isEmpty else { return RD_KAFKA_RESP_ERR_NO_ERROR }
+    guard let list = rd_kafka_topic_partition_list_new(Int32(offsets.count)) else { return RD_KAFKA_RESP_ERR__FAIL }
     defer { rd_kafka_topic_partition_list_destroy(list) }
-    for (tp, offset) in commits {
+    for (tp, offset) in offsets {
         let element = rd_kafka_topic_partition_list_add(list, tp.topic, tp.partition)
         element?.pointee.offset = offset
     }
     let rc = rd_kafka_commit(handle, list, 0)
-    if rc == RD_KAFKA_RESP_ERR_NO_ERROR {
-        shared.tracker.withLock { $0.didCommit(commits) }
-    } else if rc != RD_KAFKA_RESP_ERR__NO_OFFSET {
-        shared.logger.warning("offset commit failed", metadata: ["error": "\(KafkaError.from(rc))"])
+    if rc != RD_KAFKA_RESP_ERR_NO_ERROR && rc != RD_KAFKA_RESP_ERR__NO_OFFSET {
+        logger.warning("offset commit failed", metadata: ["error": "\(KafkaError.from(rc))"])
     }
+    return rc
+}
+
+/// The error that made the handle unusable, as librdkafka reports it.
+private func fatalError(_ handle: OpaquePointer) -> KafkaError {
+    var errstr = [CChar](repeating: 0, count: 512)
+    let rc = rd_kafka_fatal_error(handle, &errstr, errstr.count)
+    var error = KafkaError.from(rc == RD_KAFKA_RESP_ERR_NO_ERROR ? RD_KAFKA_RESP_ERR__FATAL : rc)
+    let text = cString(errstr)
+    if !text.isEmpty { error.message = text }
+    return error
 }
 
 /// A group consumer with manual, at-least-once offset commits.
@@ -135,8 +151,10 @@ private func commitFinished(_ handle: OpaquePointer, shared: ConsumerShared, onl
 /// key are handled in order, one at a time. A record's offset is
 /// committed only after its handler returns `.done`, and each partition commits only
 /// up to its lowest unfinished offset. Polling, commits and close run on a dedicated
-/// thread. On graceful shutdown it stops polling, waits for in-flight records
-/// (bounded), commits, and leaves the group.
+/// thread, driven by `ConsumerStateMachine`. On graceful shutdown (or cancellation)
+/// it stops dispatching, waits for in-flight records (at most `drainTimeout`),
+/// commits what finished, and leaves the group; the caller awaits that without
+/// blocking any thread. As a ServiceGroup member, use `KafkaConsumerService`.
 public final class KafkaConsumer: Sendable {
     private let configuration: KafkaConsumerConfiguration
     private let handle: HandleBox
@@ -162,7 +180,7 @@ public final class KafkaConsumer: Sendable {
         ]
         settings.merge(configuration.connection.properties) { _, new in new }
         let conf = try makeConf(settings)
-        let shared = ConsumerShared(maxInFlight: configuration.maxInFlight, logger: logger)
+        let shared = ConsumerShared(configuration: configuration, logger: logger)
         rd_kafka_conf_set_rebalance_cb(conf, rebalanceCallback)
         rd_kafka_conf_set_opaque(conf, Unmanaged.passUnretained(shared).toOpaque())
         let handle = try makeHandle(type: RD_KAFKA_CONSUMER, conf: conf)
@@ -183,56 +201,75 @@ public final class KafkaConsumer: Sendable {
     }
 
     /// Consumes until graceful shutdown or cancellation, running `handler` for each
-    /// record with at most `maxInFlight` at once. Call once.
+    /// record with at most `maxInFlight` at once; then drains, commits and closes.
+    /// Throws if the consumer cannot subscribe or hits a fatal error. Call once.
     public func run(handler: @escaping @Sendable (KafkaRecord) async -> RecordDisposition) async throws {
-        guard started.withLock({ s in defer { s = true }; return !s }) else {
+        guard
+            started.withLock({ s in
+                defer { s = true }; return !s
+            })
+        else {
             throw KafkaError(code: .configuration, message: "a consumer runs only once")
         }
-        try subscribe()
-        let (stream, continuation) = AsyncStream.makeStream(of: KafkaRecord.self)
-        let keyOrder = KeyOrder()
-        let closed = DispatchSemaphore(value: 0)
-        let thread = Thread { [handle, shared, configuration] in
-            pollLoop(handle: handle.pointer, shared: shared, configuration: configuration, output: continuation)
-            closed.signal()
+        do {
+            try subscribe()
+        } catch {
+            _ = shared.handle(.fatalError(error))
+            throw error
         }
-        thread.name = "kafka-consumer-poll"
-        thread.start()
-
+        let (stream, output) = AsyncStream.makeStream(of: KafkaRecord.self)
+        let first = shared.handle(.start(now: .now))
+        let shared = self.shared
+        // Actions for events fed from outside the poll thread: none of them blocks.
+        @Sendable func perform(_ action: ConsumerStateMachine.Action) {
+            switch action {
+            case .stopDispatching:
+                output.finish()
+                shared.wakeup.signal()
+            case .wakePoller:
+                shared.wakeup.signal()
+            default:
+                break
+            }
+        }
+        // The poll thread ends after close; awaiting it suspends, it does not block.
+        async let pollThreadExited: Void = onDedicatedThread(name: "kafka-consumer-poll") { [handle] in
+            pollLoop(handle: handle.pointer, shared: shared, first: first, output: output)
+        }
+        let keyOrder = KeyOrder()
         await withGracefulShutdownHandler {
             await withTaskCancellationHandler {
                 await withDiscardingTaskGroup { group in
                     for await record in stream {
                         // Records with one key (one user, one device) are handled one after another.
                         let gate = record.key.map { keyOrder.reserve($0) }
-                        group.addTask { [shared] in
+                        group.addTask {
                             await gate?.wait()
-                            let disposition = await handler(record)
+                            let tp = record.topicPartition
+                            // Once shutdown is requested no handler starts: the record stays uncommitted.
+                            let disposition: RecordDisposition =
+                                shared.handle(.handlerReady(tp, offset: record.offset)) == .runHandler
+                                ? await handler(record) : .abandoned
                             if let key = record.key { keyOrder.leave(key) }
-                            if case .done = disposition {
-                                shared.tracker.withLock { $0.finished(record.topicPartition, offset: record.offset) }
-                            }
-                            shared.capacity.signal()
+                            perform(shared.handle(.handlerFinished(tp, offset: record.offset, disposition)))
                         }
                     }
+                    // After a fatal error nothing more can be committed: stop the handlers.
+                    if shared.failure != nil { group.cancelAll() }
                 }
-            } onCancel: { [shared] in
-                shared.stopping.withLock { $0 = true }
+            } onCancel: {
+                perform(shared.handle(.shutdownRequested(now: .now)))
             }
-        } onGracefulShutdown: { [shared] in
-            shared.stopping.withLock { $0 = true }
+        } onGracefulShutdown: {
+            perform(shared.handle(.shutdownRequested(now: .now)))
         }
-        // Every handler has returned: let the poll thread commit and leave the group.
-        shared.drained.signal()
-        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-            DispatchQueue.global().async {
-                closed.wait()
-                c.resume()
-            }
-        }
+        // Every handler has returned: the poll thread may finish the drain now.
+        perform(shared.handle(.handlersReturned))
+        await pollThreadExited
+        if let failure = shared.failure { throw failure }
     }
 
-    private func subscribe() throws {
+    private func subscribe() throws(KafkaError) {
         guard let list = rd_kafka_topic_partition_list_new(Int32(configuration.topics.count)) else {
             throw KafkaError(code: .configuration, message: "cannot allocate topic list")
         }
@@ -245,62 +282,100 @@ public final class KafkaConsumer: Sendable {
     }
 }
 
-/// The poll thread: fetch records while there is capacity, commit finished offsets
-/// periodically, and after shutdown drain, commit and close.
+/// Runs a consumer as a member of a ServiceGroup: consumes until graceful shutdown,
+/// then drains, commits and closes (see `KafkaConsumer.run`). List it after the
+/// services its handler uses (a `KafkaProducerService`, Redis, HTTP): ServiceGroup
+/// stops services in reverse order, so the consumer drains while they still run.
+public struct KafkaConsumerService: Service {
+    public let consumer: KafkaConsumer
+    private let handler: @Sendable (KafkaRecord) async -> RecordDisposition
+
+    public init(consumer: KafkaConsumer, handler: @escaping @Sendable (KafkaRecord) async -> RecordDisposition) {
+        self.consumer = consumer
+        self.handler = handler
+    }
+
+    public func run() async throws {
+        try await consumer.run(handler: handler)
+    }
+}
+
+/// How long one poll or wait on the poll thread lasts at most: the bound on how late
+/// a commit tick or the drain deadline is noticed.
+private let pollStep: Duration = .milliseconds(100)
+private let pollStepMs: Int32 = 100
+
+/// The poll thread: performs what the state machine asks and feeds back what happened,
+/// until it says stop (after close).
 private func pollLoop(
-    handle: OpaquePointer, shared: ConsumerShared, configuration: KafkaConsumerConfiguration,
+    handle: OpaquePointer, shared: ConsumerShared, first: ConsumerStateMachine.Action,
     output: AsyncStream<KafkaRecord>.Continuation
 ) {
-    let commitEvery = configuration.commitInterval
-    var lastCommit = ContinuousClock.now
-    var paused = PausedPartitions()
-    while !shared.stopping.withLock({ $0 }) {
-        if ContinuousClock.now - lastCommit >= commitEvery {
-            commitFinished(handle, shared: shared)
-            lastCommit = .now
-        }
-        paused.resumeDue(handle, nowMs: currentMillis(), logger: shared.logger)
-        // Wait for a free slot; time out regularly so commits and shutdown are not starved.
-        // (Heartbeats continue on librdkafka's own threads meanwhile. rd_kafka_poll must
-        // not be called here: the main queue is redirected to the consumer queue.)
-        guard shared.capacity.wait(timeout: .now() + .milliseconds(100)) == .success else { continue }
-        guard let message = rd_kafka_consumer_poll(handle, 100) else {
-            shared.capacity.signal()
-            continue
-        }
-        let record = copyRecord(message)
-        rd_kafka_message_destroy(message)
-        switch record {
-        case .success(let record):
-            if let header = configuration.dueHeader, let due = dueTime(record, header: header), due > currentMillis() {
-                // Not due: rewind to this record and stop fetching the partition until it is.
-                shared.capacity.signal()
-                paused.pause(handle, record: record, dueMs: due, logger: shared.logger)
-                continue
+    let logger = shared.logger
+    var action = first
+    while true {
+        var event: ConsumerStateMachine.Event?
+        switch action {
+        case .poll:
+            // (Heartbeats continue on librdkafka's own threads. rd_kafka_poll must not be
+            // called here: the main queue is redirected to the consumer queue.)
+            guard let message = rd_kafka_consumer_poll(handle, pollStepMs)
+            else { break }
+            let record = copyRecord(message)
+            rd_kafka_message_destroy(message)
+            switch record {
+            case .success(let record):
+                event = .recordPolled(record, nowMs: currentMillis())
+            case .failure(let error) where error.code.name == "_FATAL":
+                event = .fatalError(fatalError(handle))
+            case .failure(let error):
+                if error.code.name != "_PARTITION_EOF" {
+                    logger.warning("consumer error", metadata: ["error": "\(error)"])
+                }
             }
-            shared.tracker.withLock { $0.started(record.topicPartition, offset: record.offset) }
+        case .dispatch(let record):
             output.yield(record)
-        case .failure(let error):
-            shared.capacity.signal()
-            if error.code.name != "_PARTITION_EOF" {
-                shared.logger.warning("consumer error", metadata: ["error": "\(error)"])
+        case .pause(let record, let dueMs):
+            pausePartition(handle, record: record, logger: logger)
+            logger.debug(
+                "partition paused until due", metadata: ["partition": "\(record.topicPartition)", "due_ms": "\(dueMs)"])
+        case .resume(let partitions):
+            resumePartitions(handle, partitions)
+        case .commit(let offsets):
+            event = commitResult(handle, offsets, logger: logger)
+        case .finalCommit(let offsets, let abandoned):
+            if abandoned > 0 {
+                logger.warning(
+                    "shutdown: records still in flight stay uncommitted", metadata: ["in_flight": "\(abandoned)"])
             }
-        }
-    }
-    output.finish()
-    // Wait (bounded) for handlers to finish, keep the session alive meanwhile.
-    let deadline = ContinuousClock.now + configuration.drainTimeout
-    while shared.drained.wait(timeout: .now() + .milliseconds(100)) != .success {
-        commitFinished(handle, shared: shared)
-        if ContinuousClock.now > deadline {
-            shared.logger.warning(
-                "shutdown: records still in flight stay uncommitted",
-                metadata: ["in_flight": "\(shared.tracker.withLock { $0.inFlightCount })"])
+            event = commitResult(handle, offsets, logger: logger)
+        case .wait:
+            shared.wakeup.wait(timeout: pollStep)
+        case .stopDispatching:
+            output.finish()
+        case .close:
+            output.finish()
+            let rc = rd_kafka_consumer_close(handle)
+            if rc != RD_KAFKA_RESP_ERR_NO_ERROR {
+                logger.warning("consumer close failed", metadata: ["error": "\(KafkaError.from(rc))"])
+            }
+            event = .closed
+        case .stop:
+            output.finish()
+            return
+        case .none, .wakePoller, .runHandler, .skipHandler:
             break
         }
+        action = shared.handle(event ?? .tick(now: .now, nowMs: currentMillis()))
     }
-    commitFinished(handle, shared: shared)
-    rd_kafka_consumer_close(handle)
+}
+
+private func commitResult(
+    _ handle: OpaquePointer, _ offsets: [TopicPartition: Int64], logger: Logger
+) -> ConsumerStateMachine.Event {
+    let rc = commit(handle, offsets, logger: logger)
+    if rc == RD_KAFKA_RESP_ERR__FATAL { return .fatalError(fatalError(handle)) }
+    return .committed(offsets, succeeded: rc == RD_KAFKA_RESP_ERR_NO_ERROR)
 }
 
 func copyRecord(_ message: UnsafeMutablePointer<rd_kafka_message_t>) -> Result<KafkaRecord, KafkaError> {
@@ -334,36 +409,26 @@ func copyRecord(_ message: UnsafeMutablePointer<rd_kafka_message_t>) -> Result<K
 
 private func currentMillis() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
 
-private func dueTime(_ record: KafkaRecord, header: String) -> Int64? {
-    record.header(header).flatMap { Int64(String(decoding: $0, as: UTF8.self)) }
+/// Pauses a delay topic's partition at a record not yet due. The state machine keeps
+/// when it is due and asks for `resumePartitions` then.
+private func pausePartition(_ handle: OpaquePointer, record: KafkaRecord, logger: Logger) {
+    guard let list = rd_kafka_topic_partition_list_new(1) else { return }
+    defer { rd_kafka_topic_partition_list_destroy(list) }
+    let element = rd_kafka_topic_partition_list_add(list, record.topic, record.partition)
+    element?.pointee.offset = record.offset
+    rd_kafka_pause_partitions(handle, list)
+    // The seek discards what was fetched past this record; fetching restarts here on resume.
+    if let error = rd_kafka_seek_partitions(handle, list, 5000) {
+        logger.warning("seek failed", metadata: ["error": "\(String(cString: rd_kafka_error_string(error)))"])
+        rd_kafka_error_destroy(error)
+    }
 }
 
-/// Partitions of a delay topic waiting for their next record to come due.
-private struct PausedPartitions {
-    var due: [TopicPartition: Int64] = [:]
-
-    mutating func pause(_ handle: OpaquePointer, record: KafkaRecord, dueMs: Int64, logger: Logger) {
-        guard let list = rd_kafka_topic_partition_list_new(1) else { return }
-        defer { rd_kafka_topic_partition_list_destroy(list) }
-        let element = rd_kafka_topic_partition_list_add(list, record.topic, record.partition)
-        element?.pointee.offset = record.offset
-        rd_kafka_pause_partitions(handle, list)
-        // The seek discards what was fetched past this record; fetching restarts here on resume.
-        if let error = rd_kafka_seek_partitions(handle, list, 5000) {
-            logger.warning("seek failed", metadata: ["error": "\(String(cString: rd_kafka_error_string(error)))"])
-            rd_kafka_error_destroy(error)
-        }
-        due[record.topicPartition] = dueMs
+private func resumePartitions(_ handle: OpaquePointer, _ partitions: [TopicPartition]) {
+    guard !partitions.isEmpty, let list = rd_kafka_topic_partition_list_new(Int32(partitions.count)) else { return }
+    defer { rd_kafka_topic_partition_list_destroy(list) }
+    for tp in partitions {
+        rd_kafka_topic_partition_list_add(list, tp.topic, tp.partition)
     }
-
-    mutating func resumeDue(_ handle: OpaquePointer, nowMs: Int64, logger: Logger) {
-        let ready = due.filter { $0.value <= nowMs }.map(\.key)
-        guard !ready.isEmpty, let list = rd_kafka_topic_partition_list_new(Int32(ready.count)) else { return }
-        defer { rd_kafka_topic_partition_list_destroy(list) }
-        for tp in ready {
-            rd_kafka_topic_partition_list_add(list, tp.topic, tp.partition)
-            due[tp] = nil
-        }
-        rd_kafka_resume_partitions(handle, list)
-    }
+    rd_kafka_resume_partitions(handle, list)
 }

@@ -32,7 +32,9 @@ public struct KafkaError: Error, Sendable, CustomStringConvertible {
     public var description: String { "kafka \(code): \(message)" }
 
     /// The one place librdkafka response codes are translated.
-    static func from(_ err: rd_kafka_resp_err_t, file: String = #fileID, line: Int = #line) -> KafkaError {
+    @_spi(Dev) public static func from(
+        _ err: rd_kafka_resp_err_t, file: String = #fileID, line: Int = #line
+    ) -> KafkaError {
         let name = String(cString: rd_kafka_err2name(err))
         let text = String(cString: rd_kafka_err2str(err))
         let retriable: Bool =

@@ -1,6 +1,7 @@
 import CRdKafka
 import Foundation
 import Logging
+import ServiceLifecycle
 import Synchronization
 
 /// A record to produce: key and headers are optional; the value is raw bytes.
@@ -31,12 +32,16 @@ final class DeliveryRegistry: Sendable {
     private struct State {
         var nextID: UInt = 1
         var waiting: [UInt: CheckedContinuation<KafkaDeliveryReport, any Error>] = [:]
+        var closed = false
     }
 
     private let state = Mutex(State())
 
-    func register(_ continuation: CheckedContinuation<KafkaDeliveryReport, any Error>) -> UInt {
+    /// The id to pass as the message opaque; nil once `failAll` ran (the producer is
+    /// shut down, so no delivery report would ever resume the continuation).
+    func register(_ continuation: CheckedContinuation<KafkaDeliveryReport, any Error>) -> UInt? {
         state.withLock { s in
+            guard !s.closed else { return nil }
             let id = s.nextID
             s.nextID &+= 1
             if s.nextID == 0 { s.nextID = 1 }
@@ -49,10 +54,12 @@ final class DeliveryRegistry: Sendable {
         state.withLock { $0.waiting.removeValue(forKey: id) }
     }
 
+    /// Fails every pending send, and refuses new ones.
     func failAll(_ error: KafkaError) {
         let all = state.withLock { s in
             let all = s.waiting
             s.waiting = [:]
+            s.closed = true
             return all
         }
         for continuation in all.values { continuation.resume(throwing: error) }
@@ -76,15 +83,35 @@ private let deliveryReportCallback:
         }
     }
 
+/// The producer handle and what its callbacks use. The producer and its poll thread
+/// both hold it; whichever lets go last destroys the handle, so stopping the poll
+/// thread never needs a join.
+final class ProducerCore: Sendable {
+    let handle: HandleBox
+    let registry: DeliveryRegistry
+    /// Set while the poll thread should keep serving delivery reports.
+    let running = RunFlag()
+
+    init(handle: HandleBox, registry: DeliveryRegistry) {
+        self.handle = handle
+        self.registry = registry
+    }
+
+    deinit {
+        rd_kafka_destroy(handle.pointer)
+        registry.failAll(KafkaError(code: .closed, message: "producer destroyed"))
+    }
+}
+
 /// An idempotent producer (`enable.idempotence=true`, `acks=all`) whose `send`
 /// returns only once the broker has acknowledged the record. Delivery reports are
-/// served by a dedicated thread, never the cooperative pool.
+/// served by a dedicated thread, never the cooperative pool. As a ServiceGroup
+/// member, use `KafkaProducerService`, which flushes and closes it on shutdown.
 public final class KafkaProducer: Sendable {
-    /// The rd_kafka_t handle; owned here and destroyed in `deinit`.
-    private let handle: HandleBox
-    private let registry: DeliveryRegistry
-    private let running = RunFlag()
-    private let pollThreadDone = DispatchSemaphore(value: 0)
+    private let core: ProducerCore
+    private var handle: HandleBox { core.handle }
+    private var registry: DeliveryRegistry { core.registry }
+    private var running: RunFlag { core.running }
     private let logger: Logger
 
     public init(configuration: KafkaConfiguration, logger: Logger) throws {
@@ -102,23 +129,23 @@ public final class KafkaProducer: Sendable {
         rd_kafka_conf_set_dr_msg_cb(conf, deliveryReportCallback)
         // The registry outlives the handle: it is a stored property released after deinit's destroy.
         rd_kafka_conf_set_opaque(conf, Unmanaged.passUnretained(registry).toOpaque())
-        self.registry = registry
-        self.handle = HandleBox(try makeHandle(type: RD_KAFKA_PRODUCER, conf: conf))
+        let core = ProducerCore(
+            handle: HandleBox(try makeHandle(type: RD_KAFKA_PRODUCER, conf: conf)), registry: registry)
+        self.core = core
         self.logger = logger
-        let thread = Thread { [handle, running, pollThreadDone] in
-            while running.isSet {
-                rd_kafka_poll(handle.pointer, 100)
+        // The thread holds the core: if the producer goes first, the handle is destroyed here.
+        let thread = Thread { [core] in
+            while core.running.isSet {
+                rd_kafka_poll(core.handle.pointer, 100)
             }
-            pollThreadDone.signal()
         }
         thread.name = "kafka-producer-poll"
         thread.start()
     }
 
     deinit {
-        if running.clear() { pollThreadDone.wait() }
-        rd_kafka_destroy(handle.pointer)
-        registry.failAll(KafkaError(code: .closed, message: "producer destroyed"))
+        // The poll thread sees this within 100 ms and releases the core; nothing waits for it.
+        _ = core.running.clear()
     }
 
     /// Produces one record and waits for the broker's acknowledgement.
@@ -151,7 +178,10 @@ public final class KafkaProducer: Sendable {
             throw KafkaError(code: .closed, message: "producer is shut down")
         }
         return try await withCheckedThrowingContinuation { continuation in
-            let id = registry.register(continuation)
+            guard let id = registry.register(continuation) else {
+                continuation.resume(throwing: KafkaError(code: .closed, message: "producer is shut down"))
+                return
+            }
             if let error = produce(record, opaque: UnsafeMutableRawPointer(bitPattern: id)) {
                 // Not enqueued: no delivery report will come, so resume here.
                 registry.take(id)?.resume(throwing: error)
@@ -204,16 +234,26 @@ public final class KafkaProducer: Sendable {
         return KafkaError.from(code)
     }
 
-    /// Waits for queued records to be delivered (bounded), then stops the poll thread.
+    /// Waits for queued records to be delivered (bounded), then stops the poll thread
+    /// and fails the sends still waiting. Blocks the calling thread for up to `timeout`:
+    /// from async code use `close(flushTimeout:)`.
     public func shutdown(timeout: Duration = .seconds(10)) {
         guard running.isSet else { return }
-        let ms = Int32(timeout.components.seconds * 1000)
-        let rc = rd_kafka_flush(handle.pointer, ms)
+        let rc = rd_kafka_flush(handle.pointer, milliseconds(timeout))
         if rc != RD_KAFKA_RESP_ERR_NO_ERROR {
             logger.warning("producer flush did not finish", metadata: ["error": "\(KafkaError.from(rc))"])
         }
-        if running.clear() { pollThreadDone.wait() }
+        // The poll thread stops within 100 ms; a report it still serves finds no waiter.
+        _ = running.clear()
         registry.failAll(KafkaError(code: .closed, message: "producer shut down before delivery"))
+    }
+
+    /// `shutdown(timeout:)` on a dedicated thread: suspends the caller while librdkafka
+    /// flushes, without holding a Swift-concurrency or GCD thread.
+    public func close(flushTimeout: Duration = .seconds(10)) async {
+        await onDedicatedThread(name: "kafka-producer-flush") { [self] in
+            shutdown(timeout: flushTimeout)
+        }
     }
 
     /// True when the broker answers a metadata request within the timeout.
@@ -222,17 +262,50 @@ public final class KafkaProducer: Sendable {
     }
 }
 
+/// Runs a producer as a member of a ServiceGroup: idle until graceful shutdown, then
+/// flushes queued records (at most `flushTimeout`) and closes the producer, on a
+/// dedicated thread.
+///
+/// ServiceGroup stops services in reverse order, so list the producer service first
+/// and the services that send through it (HTTP, `KafkaConsumerService`) after it:
+///
+///     ServiceGroup(services: [KafkaProducerService(producer: producer), http,
+///                             KafkaConsumerService(consumer: consumer, handler: handle)], …)
+///
+/// The consumer then drains (its handlers still producing) before the producer flushes.
+public struct KafkaProducerService: Service {
+    public let producer: KafkaProducer
+    public let flushTimeout: Duration
+
+    public init(producer: KafkaProducer, flushTimeout: Duration = .seconds(10)) {
+        self.producer = producer
+        self.flushTimeout = flushTimeout
+    }
+
+    public func run() async throws {
+        // Cancellation ends the wait too; the flush is bounded either way.
+        try? await gracefulShutdown()
+        await producer.close(flushTimeout: flushTimeout)
+    }
+}
+
 /// A librdkafka handle (rd_kafka_t, mock cluster), immutable after creation.
 /// librdkafka handles are thread-safe, so sharing the pointer is sound; its owner
 /// destroys it once.
-final class HandleBox: @unchecked Sendable {
-    let pointer: OpaquePointer
-    init(_ pointer: OpaquePointer) { self.pointer = pointer }
+@_spi(Dev) public final class HandleBox: @unchecked Sendable {
+    @_spi(Dev) public let pointer: OpaquePointer
+    @_spi(Dev) public init(_ pointer: OpaquePointer) { self.pointer = pointer }
+}
+
+/// Whole milliseconds, for librdkafka timeouts.
+func milliseconds(_ duration: Duration) -> Int32 {
+    let ms = duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000
+    return Int32(clamping: ms)
 }
 
 func brokerAnswers(_ handle: OpaquePointer, timeout: Duration) -> Bool {
     var metadata: UnsafePointer<rd_kafka_metadata>?
-    let ms = Int32(timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
+    let ms = milliseconds(timeout)
     let rc = rd_kafka_metadata(handle, 0, nil, &metadata, max(ms, 100))
     if let metadata { rd_kafka_metadata_destroy(metadata) }
     return rc == RD_KAFKA_RESP_ERR_NO_ERROR
