@@ -1,7 +1,8 @@
 // swift-tools-version:6.2
 import PackageDescription
 
-let strict: [SwiftSetting] = [.swiftLanguageMode(.v6)]
+// Our targets: Swift 6 language mode, and every warning is an error.
+let strict: [SwiftSetting] = [.swiftLanguageMode(.v6), .treatAllWarnings(as: .error)]
 
 let package = Package(
     name: "PushRelay",
@@ -253,7 +254,7 @@ let package = Package(
         .testTarget(
             name: "StageTests",
             dependencies: [
-                "IngestCore", "EncryptorCore", "DispatcherCore", "FeedbackCore", "ServiceKit", "Providers",
+                "IngestCore", "EncryptorCore", "DispatcherCore", "FeedbackCore", "ServiceKit", "Providers", "DevStack",
                 "PushModels", "PushCrypto", "DeviceState", "RedisClient", "Kafka",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "Hummingbird", package: "hummingbird"),

@@ -81,11 +81,11 @@ public enum Dispatcher {
             observability: observability)
         try await runServices(
             [
-                ShutdownHook.flushing(producer), ShutdownHook {
+                KafkaProducerService(producer: producer), ShutdownHook {
                     for client in clients.values { await client.shutdown() }
                 }, app,
-                StageService { try await main.run { await stage.handle($0, maxRateWait: mainWait) } },
-                StageService { try await retries.run { await stage.handle($0, maxRateWait: .seconds(2)) } },
+                KafkaConsumerService(consumer: main) { await stage.handle($0, maxRateWait: mainWait) },
+                KafkaConsumerService(consumer: retries) { await stage.handle($0, maxRateWait: .seconds(2)) },
             ], shutdownTimeout: settings.shutdownTimeout, logger: logger)
     }
 }
@@ -215,7 +215,7 @@ public struct DispatchStage: Sendable {
             let bytes = try pipelineKeys.open(
                 sealed,
                 binding: .body(notificationID: record.notificationID, realmUUID: record.realmUUID, deviceID: record.deviceID))
-            record.body = try Wire.decode(JSONValue.self, from: bytes)
+            record.body = bytes
             return true
         } catch {
             return unreadable("body", record, error)

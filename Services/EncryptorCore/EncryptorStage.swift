@@ -46,7 +46,7 @@ public enum Encryptor {
             settings: settings, readiness: Readiness(kafka: { consumer.isConnected() }, redis: redis),
             observability: observability)
         try await runServices(
-            [ShutdownHook.flushing(producer), app, StageService { try await consumer.run(handler: stage.handle) }],
+            [KafkaProducerService(producer: producer), app, KafkaConsumerService(consumer: consumer, handler: stage.handle)],
             shutdownTimeout: settings.shutdownTimeout, logger: logger)
     }
 }
@@ -93,10 +93,11 @@ public struct EncryptorStage: Sendable {
 
     /// The outbound and delivery records one request turns into.
     public func messages(for request: PushRequestRecord) async throws -> [KafkaOutgoing] {
-        switch request.kind {
-        case .native: try await nativeMessages(request)
-        case .passThrough: try await passThroughMessages(request)
-        case .legacy: try await legacyMessages(request)
+        switch request.request {
+        case .native(let userID, let deviceIDs, let type, let sealed):
+            try await nativeMessages(request, userID: userID, deviceIDs: deviceIDs, type: type, sealed: sealed)
+        case .passThrough(let items): try await passThroughMessages(request, items: items)
+        case .legacy(_, let deviceIDs, let sealed): try await legacyMessages(request, ids: deviceIDs, sealed: sealed)
         }
     }
 
@@ -110,10 +111,9 @@ public struct EncryptorStage: Sendable {
                 completedAtMs: clock.nowMillis()), topic: topics.deliveries)
     }
 
-    private func nativeMessages(_ request: PushRequestRecord) async throws -> [KafkaOutgoing] {
-        guard let sealed = request.sealedPayload, let userID = request.userID else {
-            return [try unsent(request, device: nil, provider: nil, .failed, "malformed_request")]
-        }
+    private func nativeMessages(
+        _ request: PushRequestRecord, userID: Int64, deviceIDs: [Int64]?, type: NotificationType, sealed: SealedBlob
+    ) async throws -> [KafkaOutgoing] {
         let plaintext: [UInt8]
         do {
             plaintext = try pipelineKeys.open(
@@ -125,9 +125,8 @@ public struct EncryptorStage: Sendable {
                 metadata: [LogKey.notificationID: "\(request.notificationID)", LogKey.error: "\(error)"])
             return [try unsent(request, device: nil, provider: nil, .failed, "pipeline_key_unavailable")]
         }
-        let type = request.notificationType ?? .message
         let ids: [Int64]
-        if let requested = request.deviceIDs {
+        if let requested = deviceIDs {
             ids = requested
         } else {
             ids = try await devices.deviceIDs(realm: request.realmUUID, userID: userID)
@@ -162,8 +161,9 @@ public struct EncryptorStage: Sendable {
         return messages
     }
 
-    private func passThroughMessages(_ request: PushRequestRecord) async throws -> [KafkaOutgoing] {
-        let items = request.items ?? []
+    private func passThroughMessages(_ request: PushRequestRecord, items: [PassThroughItem]) async throws
+        -> [KafkaOutgoing]
+    {
         let found = try await devices.devices(items.map(\.deviceID))
         var messages: [KafkaOutgoing] = []
         for item in items {
@@ -185,8 +185,8 @@ public struct EncryptorStage: Sendable {
                 continue
             }
             let delivery = DeliveryClass(
-                apnsPriority: item.apnsPriority ?? 10, apnsPushType: item.apnsPushType ?? "alert",
-                fcmPriority: item.fcmPriority ?? "high")
+                apnsPriority: item.apnsPriority ?? .immediate, apnsPushType: item.apnsPushType ?? .known(.alert),
+                fcmPriority: item.fcmPriority ?? .known(.high))
             let body = ProviderBody.passThrough(provider: device.provider, payload: item.payload)
             messages.append(
                 try .outbound(try outbound(request, device: device, delivery: delivery, body: body), topic: topics.outbound))
@@ -197,11 +197,11 @@ public struct EncryptorStage: Sendable {
     /// Zulip's legacy API: the server's own APNs and FCM payloads, readable by the relay,
     /// built into provider bodies as Zulip's bouncer builds them. The bodies travel
     /// sealed on `push.outbound`, like the token.
-    private func legacyMessages(_ request: PushRequestRecord) async throws -> [KafkaOutgoing] {
-        let ids = request.deviceIDs ?? []
+    private func legacyMessages(_ request: PushRequestRecord, ids: [Int64], sealed: SealedBlob) async throws
+        -> [KafkaOutgoing]
+    {
         let payload: ZulipLegacyPayload
         do {
-            guard let sealed = request.sealedPayload else { throw CryptoError(.invalidCiphertext, "no sealed payload") }
             let plaintext = try pipelineKeys.open(
                 sealed,
                 binding: .payload(notificationID: request.notificationID, realmUUID: request.realmUUID, userID: nil))
@@ -231,12 +231,16 @@ public struct EncryptorStage: Sendable {
             case .apns:
                 let (pushType, priority) = ZulipLegacy.apnsDelivery(payload.apnsPayload)
                 body = ZulipLegacy.apnsBody(payload.apnsPayload)
-                delivery = DeliveryClass(apnsPriority: priority, apnsPushType: pushType, fcmPriority: payload.fcmPriority)
+                delivery = DeliveryClass(
+                    apnsPriority: APNsPriority(priority), apnsPushType: Named(pushType),
+                    fcmPriority: Named(payload.fcmPriority))
             case .fcm:
                 body = ZulipLegacy.fcmData(payload.gcmPayload)
-                delivery = DeliveryClass(apnsPriority: 10, apnsPushType: "alert", fcmPriority: payload.fcmPriority)
+                delivery = DeliveryClass(
+                    apnsPriority: .immediate, apnsPushType: .known(.alert), fcmPriority: Named(payload.fcmPriority))
             }
             var record = try outbound(request, device: device, delivery: delivery, body: .null)
+            record.body = []
             record.sealedBody = try pipelineKeys.seal(
                 Wire.canonical(body),
                 binding: .body(notificationID: request.notificationID, realmUUID: request.realmUUID, deviceID: device.id))

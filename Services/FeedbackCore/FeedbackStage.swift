@@ -38,7 +38,7 @@ public enum Feedback {
             settings: settings, readiness: Readiness(kafka: { consumer.isConnected() }, redis: redis),
             observability: observability)
         try await runServices(
-            [app, StageService { try await consumer.run(handler: stage.handle) }],
+            [app, KafkaConsumerService(consumer: consumer, handler: stage.handle)],
             shutdownTimeout: settings.shutdownTimeout, logger: logger)
     }
 }

@@ -315,8 +315,8 @@ extension IngestAPI {
         }
         if !items.isEmpty {
             let record = PushRequestRecord(
-                kind: .passThrough, notificationID: UUID().uuidString.lowercased(), serverUUID: server,
-                realmUUID: realm, items: items, acceptedAtMs: Wire.nowMillis())
+                notificationID: UUID().uuidString.lowercased(), serverUUID: server, realmUUID: realm,
+                acceptedAtMs: Wire.nowMillis(), request: .passThrough(items: items))
             try await acceptor.publish(record)
         }
         var answer: [String: JSONValue] = [
@@ -385,13 +385,14 @@ extension IngestAPI {
                     throw headers.error("apns_priority", "background pushes must use priority 5 or 1")
                 }
                 return PassThroughItem(
-                    deviceID: deviceID, apnsPriority: Int(priority), apnsPushType: pushType, payload: payload)
+                    deviceID: deviceID, apnsPriority: APNsPriority(Int(priority)), apnsPushType: Named(pushType),
+                    payload: payload)
             }
             let priority = try reader.optionalString("fcm_priority") ?? "high"
             guard ["high", "normal"].contains(priority) else {
                 throw reader.error("fcm_priority", "must be high or normal")
             }
-            return PassThroughItem(deviceID: deviceID, fcmPriority: priority, payload: payload)
+            return PassThroughItem(deviceID: deviceID, fcmPriority: Named(priority), payload: payload)
         } catch {
             throw APIError.invalid(error)
         }

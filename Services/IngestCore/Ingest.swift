@@ -147,7 +147,7 @@ public enum Ingest {
                 "ops": "\(ops.host):\(ops.port)",
             ])
         try await runServices(
-            [ShutdownHook.flushing(producer), ops.service, app], shutdownTimeout: settings.shutdownTimeout,
+            [KafkaProducerService(producer: producer), ops.service, app], shutdownTimeout: settings.shutdownTimeout,
             logger: logger)
     }
 }

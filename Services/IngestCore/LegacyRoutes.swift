@@ -222,13 +222,11 @@ extension IngestAPI {
     ) async throws {
         let notificationID = UUID().uuidString.lowercased()
         let realmUUID = realm ?? ""
-        var record = PushRequestRecord(
-            kind: .legacy, notificationID: notificationID, serverUUID: server, realmUUID: realmUUID,
-            deviceIDs: deviceIDs,
-            sealedPayload: try pipelineKeys.seal(
-                plaintext, binding: .payload(notificationID: notificationID, realmUUID: realmUUID, userID: nil)),
-            acceptedAtMs: Wire.nowMillis())
-        record.legacyUser = user.key
+        let sealed = try pipelineKeys.seal(
+            plaintext, binding: .payload(notificationID: notificationID, realmUUID: realmUUID, userID: nil))
+        let record = PushRequestRecord(
+            notificationID: notificationID, serverUUID: server, realmUUID: realmUUID, acceptedAtMs: Wire.nowMillis(),
+            request: .legacy(user: user.key, deviceIDs: deviceIDs, sealedPayload: sealed))
         try await acceptor.publish(record)
     }
 }

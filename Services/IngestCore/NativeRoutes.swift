@@ -227,9 +227,9 @@ extension IngestAPI {
             } catch { throw APIError.internalError }
             try await acceptor.publish(
                 PushRequestRecord(
-                    kind: .native, notificationID: notificationID, serverUUID: server, realmUUID: realm,
-                    userID: userID, deviceIDs: requestedIDs, notificationType: notification.type,
-                    sealedPayload: sealed, acceptedAtMs: Wire.nowMillis()))
+                    notificationID: notificationID, serverUUID: server, realmUUID: realm, acceptedAtMs: Wire.nowMillis(),
+                    request: .native(
+                        userID: userID, deviceIDs: requestedIDs, type: notification.type, sealedPayload: sealed)))
         }
         return StoredAnswer(
             status: 202,

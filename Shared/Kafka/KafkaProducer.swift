@@ -10,12 +10,30 @@ public struct KafkaOutgoing: Sendable {
     public var key: [UInt8]?
     public var value: [UInt8]
     public var headers: [(name: String, value: [UInt8])]
+    /// What to count once the broker acknowledged this record (a metric's name and
+    /// dimensions). Carried, never produced: the publisher counts it after the ack.
+    public var tally: Tally?
 
-    public init(topic: String, key: String? = nil, value: [UInt8], headers: [(name: String, value: [UInt8])] = []) {
+    public init(
+        topic: String, key: String? = nil, value: [UInt8], headers: [(name: String, value: [UInt8])] = [],
+        tally: Tally? = nil
+    ) {
         self.topic = topic
         self.key = key.map { Array($0.utf8) }
         self.value = value
         self.headers = headers
+        self.tally = tally
+    }
+
+    /// A counter increment that waits for the acknowledgement.
+    public struct Tally: Sendable {
+        public var label: String
+        public var dimensions: [(String, String)]
+
+        public init(label: String, dimensions: [(String, String)]) {
+            self.label = label
+            self.dimensions = dimensions
+        }
     }
 }
 

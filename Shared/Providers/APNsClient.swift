@@ -113,7 +113,7 @@ public final class APNsClient: PushProviderClient {
 
     public func send(_ record: OutboundRecord) async -> SendResult {
         guard let topic = record.appID, !topic.isEmpty else { return .failed(reason: "MissingTopic", status: nil) }
-        let body = Wire.canonical(record.body)
+        let body = record.body
         guard body.count <= 4096 else { return .failed(reason: "PayloadTooLarge", status: nil) }
         let bearer: String
         do {
@@ -126,8 +126,8 @@ public final class APNsClient: PushProviderClient {
         request.method = .POST
         request.headers.add(name: "authorization", value: "bearer \(bearer)")
         request.headers.add(name: "apns-topic", value: topic)
-        request.headers.add(name: "apns-push-type", value: record.delivery.apnsPushType)
-        request.headers.add(name: "apns-priority", value: String(record.delivery.apnsPriority))
+        request.headers.add(name: "apns-push-type", value: record.delivery.apnsPushType.name)
+        request.headers.add(name: "apns-priority", value: String(record.delivery.apnsPriority.value))
         let apnsID = Self.apnsID(record)
         request.headers.add(name: "apns-id", value: apnsID)
         if let expiresAt = record.expiresAt { request.headers.add(name: "apns-expiration", value: String(expiresAt)) }

@@ -140,21 +140,33 @@ public final class FCMClient: PushProviderClient {
     }
 
     public func send(_ record: OutboundRecord) async -> SendResult {
-        guard case .object(let data) = record.body, data.values.allSatisfy({ $0.stringValue != nil }) else {
+        // The encryptor built the data object (string values only); its exact size (keys
+        // and values, as FCM counts it) needs a parse only when the bytes come near the limit.
+        guard record.body.first == UInt8(ascii: "{"), record.body.last == UInt8(ascii: "}") else {
             return .failed(reason: "INVALID_DATA", status: nil)
         }
-        let dataSize = data.reduce(0) { $0 + $1.key.utf8.count + ($1.value.stringValue?.utf8.count ?? 0) }
-        guard dataSize <= 4096 else { return .failed(reason: "MESSAGE_TOO_BIG", status: nil) }
-        var android: [String: JSONValue] = ["priority": .string(record.delivery.fcmPriority.uppercased())]
+        if record.body.count > 4096 {
+            guard let data = (try? Wire.decode(JSONValue.self, from: record.body))?.objectValue,
+                data.values.allSatisfy({ $0.stringValue != nil })
+            else { return .failed(reason: "INVALID_DATA", status: nil) }
+            let dataSize = data.reduce(0) { $0 + $1.key.utf8.count + ($1.value.stringValue?.utf8.count ?? 0) }
+            guard dataSize <= 4096 else { return .failed(reason: "MESSAGE_TOO_BIG", status: nil) }
+        }
+        var android: [String: JSONValue] = ["priority": .string(record.delivery.fcmPriority.name.uppercased())]
         if let expiresAt = record.expiresAt {
             let ttl = max(0, expiresAt - Int64(Date().timeIntervalSince1970))
             android["ttl"] = .string("\(ttl)s")
         }
         if let collapse = record.collapseID { android["collapse_key"] = .string(collapse) }
-        let message: JSONValue = [
-            "validate_only": false,
-            "message": ["token": .string(record.token), "data": .object(data), "android": .object(android)],
-        ]
+        // `{"message":{"android":…,"data":…,"token":…},"validate_only":false}`, keys sorted,
+        // with the body's bytes spliced in as the encryptor built them.
+        var message = Array(#"{"message":{"android":"#.utf8)
+        message += Wire.canonical(.object(android))
+        message += Array(#","data":"#.utf8)
+        message += record.body
+        message += Array(#","token":"#.utf8)
+        message += Wire.canonical(.string(record.token))
+        message += Array(#"},"validate_only":false}"#.utf8)
         let bearer: String
         do {
             bearer = try await tokens.token()
@@ -167,7 +179,7 @@ public final class FCMClient: PushProviderClient {
         request.method = .POST
         request.headers.add(name: "authorization", value: "Bearer \(bearer)")
         request.headers.add(name: "content-type", value: "application/json")
-        request.body = .bytes(ByteBuffer(bytes: Wire.canonical(message)))
+        request.body = .bytes(ByteBuffer(bytes: message))
         do {
             let response = try await http.execute(
                 request, timeout: .seconds(configuration.requestTimeout.components.seconds))

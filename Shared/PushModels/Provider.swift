@@ -77,14 +77,101 @@ extension UInt8 {
     }
 }
 
+/// APNs `apns-priority` (docs/protocols.md §2), with `unknown` for a value a newer
+/// record or realm carries.
+public enum APNsPriority: Sendable, Hashable, Codable, ExpressibleByIntegerLiteral, CustomStringConvertible {
+    /// 10: deliver now (alerts).
+    case immediate
+    /// 5: power-considerate; required for background pushes.
+    case considerate
+    /// 1: prioritise the device's power over everything.
+    case low
+    case unknown(Int)
+
+    public init(_ value: Int) {
+        switch value {
+        case 10: self = .immediate
+        case 5: self = .considerate
+        case 1: self = .low
+        default: self = .unknown(value)
+        }
+    }
+
+    public init(integerLiteral value: Int) { self.init(value) }
+
+    public var value: Int {
+        switch self {
+        case .immediate: 10
+        case .considerate: 5
+        case .low: 1
+        case .unknown(let value): value
+        }
+    }
+
+    public var description: String { String(value) }
+
+    public init(from decoder: any Decoder) throws {
+        self.init(try decoder.singleValueContainer().decode(Int.self))
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.singleValueContainer()
+        try c.encode(value)
+    }
+}
+
+/// APNs `apns-push-type` (docs/protocols.md §2), with `unknown` for types Apple adds later.
+public enum APNsPushType: String, Sendable, Hashable, CaseIterable {
+    case alert, background, voip, location, complication, fileprovider, mdm, liveactivity, pushtotalk, widgets
+    case controls
+}
+
+/// FCM `android.priority` (docs/protocols.md §3).
+public enum FCMPriority: String, Sendable, Hashable, CaseIterable {
+    case high, normal
+}
+
+/// A closed set of names with room for the ones it does not know: a record or a realm
+/// may carry a value this build has no case for, which is kept and passed on as given.
+public enum Named<Known: RawRepresentable & Sendable & Hashable>: Sendable, Hashable, Codable,
+    ExpressibleByStringLiteral, CustomStringConvertible
+where Known.RawValue == String {
+    case known(Known)
+    case unknown(String)
+
+    public init(_ name: String) {
+        self = Known(rawValue: name).map(Named.known) ?? .unknown(name)
+    }
+
+    public init(stringLiteral value: String) { self.init(value) }
+
+    public var name: String {
+        switch self {
+        case .known(let known): known.rawValue
+        case .unknown(let name): name
+        }
+    }
+
+    public var description: String { name }
+
+    public init(from decoder: any Decoder) throws {
+        self.init(try decoder.singleValueContainer().decode(String.self))
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.singleValueContainer()
+        try c.encode(name)
+    }
+}
+
 /// Delivery settings derived from the notification type, the same for every provider.
 public struct DeliveryClass: Sendable, Equatable, Codable {
     /// APNs `apns-priority`: 10 alerts now, 5 is the power-conserving priority background pushes require.
-    public var apnsPriority: Int
+    public var apnsPriority: APNsPriority
     /// APNs `apns-push-type`.
-    public var apnsPushType: String
+    public var apnsPushType: Named<APNsPushType>
     /// FCM `android.priority`.
-    public var fcmPriority: String
+    public var fcmPriority: Named<FCMPriority>
 
     enum CodingKeys: String, CodingKey {
         case apnsPriority = "apns_priority"
@@ -92,7 +179,7 @@ public struct DeliveryClass: Sendable, Equatable, Codable {
         case fcmPriority = "fcm_priority"
     }
 
-    public init(apnsPriority: Int, apnsPushType: String, fcmPriority: String) {
+    public init(apnsPriority: APNsPriority, apnsPushType: Named<APNsPushType>, fcmPriority: Named<FCMPriority>) {
         self.apnsPriority = apnsPriority
         self.apnsPushType = apnsPushType
         self.fcmPriority = fcmPriority
@@ -101,7 +188,7 @@ public struct DeliveryClass: Sendable, Equatable, Codable {
     public init(_ type: NotificationType) {
         self =
             type.isAlert
-            ? DeliveryClass(apnsPriority: 10, apnsPushType: "alert", fcmPriority: "high")
-            : DeliveryClass(apnsPriority: 5, apnsPushType: "background", fcmPriority: "normal")
+            ? DeliveryClass(apnsPriority: .immediate, apnsPushType: .known(.alert), fcmPriority: .known(.high))
+            : DeliveryClass(apnsPriority: .considerate, apnsPushType: .known(.background), fcmPriority: .known(.normal))
     }
 }

@@ -42,9 +42,9 @@ public struct SealedBlob: Sendable, Codable, Equatable {
 /// One item of a pass-through (bouncer API) notify: a payload the realm already encrypted.
 public struct PassThroughItem: Sendable, Codable, Equatable {
     public var deviceID: Int64
-    public var apnsPriority: Int?
-    public var apnsPushType: String?
-    public var fcmPriority: String?
+    public var apnsPriority: APNsPriority?
+    public var apnsPushType: Named<APNsPushType>?
+    public var fcmPriority: Named<FCMPriority>?
     /// The provider body as the realm sent it (APNs body, or the FCM data before stringification).
     public var payload: JSONValue
 
@@ -57,8 +57,8 @@ public struct PassThroughItem: Sendable, Codable, Equatable {
     }
 
     public init(
-        deviceID: Int64, apnsPriority: Int? = nil, apnsPushType: String? = nil, fcmPriority: String? = nil,
-        payload: JSONValue
+        deviceID: Int64, apnsPriority: APNsPriority? = nil, apnsPushType: Named<APNsPushType>? = nil,
+        fcmPriority: Named<FCMPriority>? = nil, payload: JSONValue
     ) {
         self.deviceID = deviceID
         self.apnsPriority = apnsPriority
@@ -68,41 +68,41 @@ public struct PassThroughItem: Sendable, Codable, Equatable {
     }
 }
 
+/// What ingest accepted, by kind: each kind carries exactly what it needs, so a stage
+/// never meets a request without its user or its payload. New platforms' request kinds
+/// add a case here.
+public enum PushRequest: Sendable, Equatable {
+    /// The relay encrypts with each device's key (native API). `deviceIDs` nil: every
+    /// active device of the user. The plaintext notification JSON travels sealed with
+    /// the pipeline key, bound to (notification, realm, user).
+    case native(userID: Int64, deviceIDs: [Int64]?, type: NotificationType, sealedPayload: SealedBlob)
+    /// The realm encrypted already; payloads travel unchanged, one per device (bouncer API).
+    case passThrough(items: [PassThroughItem])
+    /// Zulip's legacy (non-E2EE) bouncer API: the server's APNs and FCM payloads, sealed
+    /// as `ZulipLegacyPayload` (bound to no user id), for the user's legacy devices when
+    /// ingest accepted the request. `user` is `uuid:{user_uuid}` or `id:{user_id}`.
+    case legacy(user: String, deviceIDs: [Int64], sealedPayload: SealedBlob)
+}
+
 /// `push.requests`: what ingest accepted, keyed by realm and user so one user's
-/// notifications stay in order.
+/// notifications stay in order. On the wire: a flat JSON object, `kind` naming which of
+/// the other fields are present (unchanged since schema 1).
 public struct PushRequestRecord: Sendable, Codable, Equatable {
     public static let currentSchema = 1
 
     public enum Kind: String, Sendable, Codable {
-        /// The relay encrypts with each device's key (native API).
         case native
-        /// The realm encrypted already; payloads travel unchanged (bouncer API).
         case passThrough = "pass_through"
-        /// Zulip's legacy (non-E2EE) bouncer API: the server's APNs and FCM payloads,
-        /// sealed as `ZulipLegacy.Request`, sent to the listed legacy devices.
         case legacy
     }
 
     public var schema: Int
-    public var kind: Kind
     public var notificationID: String
     public var serverUUID: String
     public var realmUUID: String
-    public var userID: Int64?
-    /// Native: the devices asked for, or nil for all the user's active devices.
-    /// Legacy: the user's legacy devices when ingest accepted the request.
-    public var deviceIDs: [Int64]?
-    public var notificationType: NotificationType?
-    /// Native: the plaintext notification JSON sealed with the pipeline key. Legacy: the
-    /// `ZulipLegacy.Request` JSON, sealed the same way (bound to no user id).
-    public var sealedPayload: SealedBlob?
-    /// Pass-through: one entry per device.
-    public var items: [PassThroughItem]?
     /// When ingest accepted it (ms since the epoch), for latency and expiry.
     public var acceptedAtMs: Int64
-    /// Legacy: the Zulip user (`uuid:{user_uuid}` or `id:{user_id}`), which keeps the
-    /// user's notifications in order.
-    public var legacyUser: String?
+    public var request: PushRequest
 
     enum CodingKeys: String, CodingKey {
         case schema, kind, items
@@ -117,29 +117,105 @@ public struct PushRequestRecord: Sendable, Codable, Equatable {
         case acceptedAtMs = "accepted_at_ms"
     }
 
-    public init(
-        kind: Kind, notificationID: String, serverUUID: String, realmUUID: String, userID: Int64? = nil,
-        deviceIDs: [Int64]? = nil, notificationType: NotificationType? = nil, sealedPayload: SealedBlob? = nil,
-        items: [PassThroughItem]? = nil, acceptedAtMs: Int64
-    ) {
+    public init(notificationID: String, serverUUID: String, realmUUID: String, acceptedAtMs: Int64, request: PushRequest) {
         self.schema = Self.currentSchema
-        self.kind = kind
         self.notificationID = notificationID
         self.serverUUID = serverUUID
         self.realmUUID = realmUUID
-        self.userID = userID
-        self.deviceIDs = deviceIDs
-        self.notificationType = notificationType
-        self.sealedPayload = sealedPayload
-        self.items = items
         self.acceptedAtMs = acceptedAtMs
+        self.request = request
+    }
+
+    public var kind: Kind {
+        switch request {
+        case .native: .native
+        case .passThrough: .passThrough
+        case .legacy: .legacy
+        }
+    }
+
+    /// A record whose kind lacks a field it needs does not decode: it is counted and
+    /// skipped as unreadable, never half-handled.
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        schema = try c.decode(Int.self, forKey: .schema)
+        notificationID = try c.decode(String.self, forKey: .notificationID)
+        serverUUID = try c.decode(String.self, forKey: .serverUUID)
+        realmUUID = try c.decode(String.self, forKey: .realmUUID)
+        acceptedAtMs = try c.decode(Int64.self, forKey: .acceptedAtMs)
+        switch try c.decode(Kind.self, forKey: .kind) {
+        case .native:
+            request = .native(
+                userID: try c.decode(Int64.self, forKey: .userID),
+                deviceIDs: try c.decodeIfPresent([Int64].self, forKey: .deviceIDs),
+                type: try c.decodeIfPresent(NotificationType.self, forKey: .notificationType) ?? .message,
+                sealedPayload: try c.decode(SealedBlob.self, forKey: .sealedPayload))
+        case .passThrough:
+            request = .passThrough(items: try c.decode([PassThroughItem].self, forKey: .items))
+        case .legacy:
+            request = .legacy(
+                user: try c.decode(String.self, forKey: .legacyUser),
+                deviceIDs: try c.decode([Int64].self, forKey: .deviceIDs),
+                sealedPayload: try c.decode(SealedBlob.self, forKey: .sealedPayload))
+        }
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(schema, forKey: .schema)
+        try c.encode(kind, forKey: .kind)
+        try c.encode(notificationID, forKey: .notificationID)
+        try c.encode(serverUUID, forKey: .serverUUID)
+        try c.encode(realmUUID, forKey: .realmUUID)
+        try c.encode(acceptedAtMs, forKey: .acceptedAtMs)
+        switch request {
+        case .native(let userID, let deviceIDs, let type, let sealed):
+            try c.encode(userID, forKey: .userID)
+            try c.encodeIfPresent(deviceIDs, forKey: .deviceIDs)
+            try c.encode(type, forKey: .notificationType)
+            try c.encode(sealed, forKey: .sealedPayload)
+        case .passThrough(let items):
+            try c.encode(items, forKey: .items)
+        case .legacy(let user, let deviceIDs, let sealed):
+            try c.encode(user, forKey: .legacyUser)
+            try c.encode(deviceIDs, forKey: .deviceIDs)
+            try c.encode(sealed, forKey: .sealedPayload)
+        }
     }
 
     /// The partition key: one user's notifications (or one realm's pass-through batch) in order.
     public var partitionKey: String {
-        if let legacyUser { return "\(serverUUID):\(legacyUser)" }
-        if let userID { return "\(realmUUID):\(userID)" }
-        return realmUUID
+        switch request {
+        case .native(let userID, _, _, _): "\(realmUUID):\(userID)"
+        case .passThrough: realmUUID
+        case .legacy(let user, _, _): "\(serverUUID):\(user)"
+        }
+    }
+
+    // Read-only views for tools and tests.
+    public var userID: Int64? {
+        if case .native(let userID, _, _, _) = request { return userID }
+        return nil
+    }
+
+    public var deviceIDs: [Int64]? {
+        switch request {
+        case .native(_, let ids, _, _): ids
+        case .legacy(_, let ids, _): ids
+        case .passThrough(let items): items.map(\.deviceID)
+        }
+    }
+
+    public var sealedPayload: SealedBlob? {
+        switch request {
+        case .native(_, _, _, let sealed), .legacy(_, _, let sealed): sealed
+        case .passThrough: nil
+        }
+    }
+
+    public var items: [PassThroughItem]? {
+        if case .passThrough(let items) = request { return items }
+        return nil
     }
 }
 
@@ -167,9 +243,12 @@ public struct ZulipLegacyPayload: Sendable, Codable, Equatable {
 /// `push.outbound` (and the retry and dead-letter topics): one ready-to-send push for
 /// one device. Schema 2 added `attempts`, `last_error` and `not_before_ms`; schema 3
 /// carries the token sealed (`sealed_token`, no `token`); schema 4 may carry the body
-/// sealed (`sealed_body`, no `body`). Older records decode with those absent.
+/// sealed (`sealed_body`, no `body`); schema 5 carries the provider body as the exact
+/// bytes to send, in the JSON string `body_json`, instead of a JSON object in `body`.
+/// Older records decode with those absent (a schema ≤ 4 `body` object is written out
+/// canonically once, as the encryptor of that time would have sent it).
 public struct OutboundRecord: Sendable, Codable, Equatable {
-    public static let currentSchema = 4
+    public static let currentSchema = 5
 
     public var schema: Int
     public var notificationID: String
@@ -187,9 +266,10 @@ public struct OutboundRecord: Sendable, Codable, Equatable {
     /// APNs topic (the app's bundle id); unused for FCM.
     public var appID: String?
     public var delivery: DeliveryClass
-    /// APNs body, or the FCM `data` map (all values strings). Empty (`null`) in memory
-    /// while `sealedBody` holds it, until the dispatcher opens it.
-    public var body: JSONValue
+    /// The provider body, built once by the encryptor and sent unchanged: the APNs JSON
+    /// body, or the FCM `data` object (all values strings), as canonical JSON bytes.
+    /// Empty in memory while `sealedBody` holds it, until the dispatcher opens it.
+    public var body: [UInt8]
     /// A body the relay can read (legacy Zulip content), sealed with the pipeline key and
     /// bound to (notification, realm, device). When present, `body` is not encoded.
     /// Schema 4.
@@ -209,6 +289,7 @@ public struct OutboundRecord: Sendable, Codable, Equatable {
 
     enum CodingKeys: String, CodingKey {
         case schema, provider, token, delivery, body, attempts
+        case bodyJSON = "body_json"
         case sealedToken = "sealed_token"
         case sealedBody = "sealed_body"
         case lastError = "last_error"
@@ -239,7 +320,7 @@ public struct OutboundRecord: Sendable, Codable, Equatable {
         self.sealedBody = sealedBody
         self.appID = appID
         self.delivery = delivery
-        self.body = body
+        self.body = sealedBody == nil ? Wire.canonical(body) : []
         self.expiresAt = expiresAt
         self.collapseID = collapseID
         self.acceptedAtMs = acceptedAtMs
@@ -263,7 +344,13 @@ public struct OutboundRecord: Sendable, Codable, Equatable {
         appID = try c.decodeIfPresent(String.self, forKey: .appID)
         delivery = try c.decode(DeliveryClass.self, forKey: .delivery)
         sealedBody = try c.decodeIfPresent(SealedBlob.self, forKey: .sealedBody)
-        body = sealedBody == nil ? try c.decode(JSONValue.self, forKey: .body) : .null
+        if sealedBody != nil {
+            body = []
+        } else if let text = try c.decodeIfPresent(String.self, forKey: .bodyJSON) {
+            body = Array(text.utf8)
+        } else {
+            body = Wire.canonical(try c.decode(JSONValue.self, forKey: .body))
+        }
         expiresAt = try c.decodeIfPresent(Int64.self, forKey: .expiresAt)
         collapseID = try c.decodeIfPresent(String.self, forKey: .collapseID)
         acceptedAtMs = try c.decode(Int64.self, forKey: .acceptedAtMs)
@@ -292,7 +379,7 @@ public struct OutboundRecord: Sendable, Codable, Equatable {
         if let sealedBody {
             try c.encode(sealedBody, forKey: .sealedBody)
         } else {
-            try c.encode(body, forKey: .body)
+            try c.encode(String(decoding: body, as: UTF8.self), forKey: .bodyJSON)
         }
         try c.encodeIfPresent(expiresAt, forKey: .expiresAt)
         try c.encodeIfPresent(collapseID, forKey: .collapseID)

@@ -104,16 +104,4 @@ public struct ShutdownHook: Service {
         try? await gracefulShutdown()
         await cleanup()
     }
-
-    /// Flushes a producer's queued records (a blocking librdkafka call, so off the pool).
-    public static func flushing(_ producer: KafkaProducer) -> ShutdownHook {
-        ShutdownHook {
-            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                DispatchQueue.global().async {
-                    producer.shutdown()
-                    continuation.resume()
-                }
-            }
-        }
-    }
 }

@@ -11,24 +11,20 @@ extension KafkaOutgoing {
             headers: [(RecordHeader.notificationID, Array(record.notificationID.utf8))])
     }
 
+    /// An outcome, counted in `pushrelay_deliveries_total` once acknowledged.
     public static func delivery(_ record: DeliveryRecord, topic: String) throws -> KafkaOutgoing {
-        Counter(
-            label: "pushrelay_deliveries_total",
-            dimensions: [
-                ("outcome", record.outcome.rawValue), ("provider", record.provider?.rawValue ?? "none"),
-                ("reason", record.reason ?? ""),
-            ]
-        ).increment()
-        return KafkaOutgoing(
+        KafkaOutgoing(
             topic: topic, key: record.deviceID.map { "\($0)" } ?? record.realmUUID, value: try Wire.encode(record),
-            headers: [(RecordHeader.notificationID, Array(record.notificationID.utf8))])
+            headers: [(RecordHeader.notificationID, Array(record.notificationID.utf8))],
+            tally: RelayMetrics.deliveryTally(record))
     }
 
+    /// A dead letter, counted in `pushrelay_dead_letters_total` once acknowledged.
     public static func deadLetter(_ record: DeadLetterRecord, topic: String) throws -> KafkaOutgoing {
-        Counter(label: "pushrelay_dead_letters_total", dimensions: [("cause", record.cause.rawValue)]).increment()
-        return KafkaOutgoing(
+        KafkaOutgoing(
             topic: topic, key: record.record.partitionKey, value: try Wire.encode(record),
-            headers: [(RecordHeader.notificationID, Array(record.record.notificationID.utf8))])
+            headers: [(RecordHeader.notificationID, Array(record.record.notificationID.utf8))],
+            tally: .init(label: RelayMetrics.Name.deadLetters, dimensions: [(RelayMetrics.Label.cause, record.cause.rawValue)]))
     }
 
     public static func feedback(_ record: FeedbackRecord, topic: String) throws -> KafkaOutgoing {
@@ -38,19 +34,12 @@ extension KafkaOutgoing {
     }
 }
 
-/// Counts a consumed record per topic and stage.
-public func countRecordIn(topic: String) {
-    Counter(label: "pushrelay_records_in_total", dimensions: [("topic", topic)]).increment()
-}
-
 extension KafkaProducer {
-    /// Sends records and waits for every acknowledgement, then counts them per topic.
+    /// Sends records and waits for every acknowledgement; then, and only then, counts
+    /// them: per topic, and each record's own tally (outcomes, dead letters). A publish
+    /// that fails counts nothing, so the retry that follows never counts twice.
     public func publish(_ records: [KafkaOutgoing]) async throws {
         try await sendAll(records)
-        var perTopic: [String: Int] = [:]
-        for record in records { perTopic[record.topic, default: 0] += 1 }
-        for (topic, count) in perTopic {
-            Counter(label: "pushrelay_records_out_total", dimensions: [("topic", topic)]).increment(by: count)
-        }
+        RelayMetrics.acknowledged(records)
     }
 }

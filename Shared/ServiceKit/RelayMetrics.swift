@@ -1,4 +1,6 @@
+import Kafka
 import Metrics
+import PushModels
 
 /// Every metric the stages export, with its name and labels, in one place. Records are
 /// counted once the broker acknowledged them (`RecordPublisher.publish` counts what the
@@ -102,5 +104,25 @@ public enum RelayMetrics {
 
     public static func slowClients(listener: String, phase: String) -> Counter {
         Counter(label: Name.slowClients, dimensions: [(Label.listener, listener), (Label.phase, phase)])
+    }
+
+    /// The tally of an outcome record: `pushrelay_deliveries_total{outcome,provider,reason}`.
+    public static func deliveryTally(_ record: DeliveryRecord) -> KafkaOutgoing.Tally {
+        .init(
+            label: Name.deliveries,
+            dimensions: [
+                (Label.outcome, record.outcome.rawValue), (Label.provider, record.provider?.rawValue ?? "none"),
+                (Label.reason, record.reason ?? ""),
+            ])
+    }
+
+    /// Counts acknowledged records: per topic, and each record's tally.
+    public static func acknowledged(_ records: [KafkaOutgoing]) {
+        var perTopic: [String: Int] = [:]
+        for record in records {
+            perTopic[record.topic, default: 0] += 1
+            if let tally = record.tally { Counter(label: tally.label, dimensions: tally.dimensions).increment() }
+        }
+        for (topic, count) in perTopic { recordsOut(topic: topic).increment(by: count) }
     }
 }

@@ -75,8 +75,8 @@ import Testing
             expiresAt: 99, collapseID: nil, acceptedAtMs: 5, registeredAtMs: nil)
         outbound.attempts = 2
         let request = PushRequestRecord(
-            kind: .passThrough, notificationID: "n", serverUUID: "s", realmUUID: "r",
-            items: [PassThroughItem(deviceID: 1, apnsPriority: 10, payload: ["x": "é\n"])], acceptedAtMs: 1)
+            notificationID: "n", serverUUID: "s", realmUUID: "r", acceptedAtMs: 1,
+            request: .passThrough(items: [PassThroughItem(deviceID: 1, apnsPriority: 10, payload: ["x": "é\n"])]))
         let dead = DeadLetterRecord(cause: .expired, lastError: nil, httpStatus: 410, attempts: 1, deadAtMs: 3, record: outbound)
         let delivery = DeliveryRecord(
             notificationID: "n", realmUUID: "r", deviceID: nil, provider: .fcm, outcome: .alreadySent, reason: "x",

@@ -162,8 +162,14 @@ enum Samples {
         #expect(try Wire.decode(DeliveryRecord.self, from: bytes) == record)
     }
 
-    @Test func deliveryClassFollowsType() {
+    @Test func deliveryClassFollowsType() throws {
         #expect(DeliveryClass(.remove) == DeliveryClass(apnsPriority: 5, apnsPushType: "background", fcmPriority: "normal"))
+        #expect(DeliveryClass(.remove).apnsPushType == .known(.background))
+        #expect(Named<APNsPushType>("liveactivity") == .known(.liveactivity))
+        #expect(Named<APNsPushType>("hologram") == .unknown("hologram"))
+        #expect(APNsPriority(7) == .unknown(7))
+        #expect(try Wire.decode(DeliveryClass.self, from: Array(#"{"apns_priority":7,"apns_push_type":"hologram","fcm_priority":"urgent"}"#.utf8))
+            == DeliveryClass(apnsPriority: .unknown(7), apnsPushType: .unknown("hologram"), fcmPriority: .unknown("urgent")))
         #expect(DeliveryClass(.test).apnsPriority == 10)
     }
 }

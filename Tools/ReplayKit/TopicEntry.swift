@@ -61,7 +61,7 @@ public struct TopicEntry: Sendable {
         if value["outcome"] != nil { return .delivery }
         if value["token_fingerprint"] != nil { return .feedback }
         if value["kind"] != nil, value["server_uuid"] != nil { return .request }
-        if value["token"] != nil || value["sealed_token"] != nil, value["body"] != nil { return value["not_before_ms"] != nil ? .retry : .outbound }
+        if value["token"] != nil || value["sealed_token"] != nil, value["body"] != nil || value["body_json"] != nil || value["sealed_body"] != nil { return value["not_before_ms"] != nil ? .retry : .outbound }
         return .unknown
     }
 
