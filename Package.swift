@@ -245,6 +245,7 @@ let package = Package(
             dependencies: [
                 "DevStack", "ServiceKit", "PushModels", "Kafka", "ReplayKit", "PushCrypto", "DeviceState", "RedisClient",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
