@@ -1,0 +1,432 @@
+import Foundation
+import Logging
+import Providers
+import PushCrypto
+import PushModels
+import RedisClient
+import ServiceKit
+import Synchronization
+
+@testable import DeviceState
+@testable import Kafka
+
+// In-memory implementations of the stage seams (ServiceKit/Seams.swift and
+// `PushProviderClient`), for driving the encryptor, dispatcher and feedback stages
+// without Kafka, Redis or HTTP. Every type is prefixed `Memory` so it cannot clash with
+// other files of this test target.
+
+/// The error every `Memory…` fake throws when told to fail.
+struct MemoryFailure: Error, CustomStringConvertible, Equatable {
+    var what: String
+    var description: String { "injected failure: \(what)" }
+}
+
+/// Records what was published (per successful `publish` call) and can be told to fail
+/// the next N calls, as a broker that does not acknowledge would.
+final class MemoryPublisher: RecordPublisher, Sendable {
+    private struct State {
+        var batches: [[KafkaOutgoing]] = []
+        var calls = 0
+        var failuresLeft = 0
+    }
+
+    private let state = Mutex(State())
+
+    init() {}
+
+    /// The next `count` calls to `publish` throw and publish nothing.
+    func failNext(_ count: Int) {
+        state.withLock { $0.failuresLeft = count }
+    }
+
+    func publish(_ records: [KafkaOutgoing]) async throws {
+        try state.withLock { s throws(MemoryFailure) in
+            s.calls += 1
+            if s.failuresLeft > 0 {
+                s.failuresLeft -= 1
+                throw MemoryFailure(what: "publish")
+            }
+            s.batches.append(records)
+        }
+    }
+
+    /// Every call to `publish`, failed ones included.
+    var calls: Int { state.withLock { $0.calls } }
+    /// The record lists of the successful calls, in order.
+    var batches: [[KafkaOutgoing]] { state.withLock { $0.batches } }
+    /// Every record acknowledged, in order.
+    var records: [KafkaOutgoing] { batches.flatMap { $0 } }
+
+    func records(on topic: String) -> [KafkaOutgoing] {
+        records.filter { $0.topic == topic }
+    }
+
+    /// The topics of everything published, in order.
+    var topics: [String] { records.map(\.topic) }
+
+    func decoded<T: Decodable>(_ type: T.Type, on topic: String) throws -> [T] {
+        try records(on: topic).map { try Wire.decode(type, from: $0.value) }
+    }
+}
+
+extension KafkaOutgoing {
+    /// The values of header `name`, as text.
+    func headerTexts(_ name: String) -> [String] {
+        headers.filter { $0.name == name }.map { String(decoding: $0.value, as: UTF8.self) }
+    }
+
+    /// The value as a JSON document, to check which fields are (not) on the topic.
+    func valueJSON() throws -> JSONValue {
+        try Wire.decode(JSONValue.self, from: value)
+    }
+
+    var valueText: String { String(decoding: value, as: UTF8.self) }
+    var keyString: String? { key.map { String(decoding: $0, as: UTF8.self) } }
+}
+
+/// A clock that stands still until told to move.
+final class MemoryClock: WallClock, Sendable {
+    private let now: Mutex<Int64>
+
+    init(_ nowMs: Int64) {
+        now = Mutex(nowMs)
+    }
+
+    func nowMillis() -> Int64 { now.withLock { $0 } }
+
+    func advance(byMs delta: Int64) {
+        now.withLock { $0 += delta }
+    }
+
+    func set(_ nowMs: Int64) {
+        now.withLock { $0 = nowMs }
+    }
+}
+
+/// The encryptor's device look-ups on a dictionary. Like `DeviceStore`, a user's device
+/// set may name ids whose record is gone; `devices(_:)` returns only the ones that exist.
+final class MemoryDeviceDirectory: DeviceDirectory, Sendable {
+    private struct State {
+        var records: [Int64: DeviceRecord] = [:]
+        var members: [String: Set<Int64>] = [:]
+        var failuresLeft = 0
+        var calls = 0
+    }
+
+    private let state = Mutex(State())
+
+    init(_ devices: [DeviceRecord] = []) {
+        for device in devices { add(device) }
+    }
+
+    private static func member(_ realm: String, _ userID: Int64) -> String { "\(realm)|\(userID)" }
+
+    /// Stores a device and, when it has a user, adds it to that user's set.
+    func add(_ device: DeviceRecord) {
+        state.withLock { s in
+            s.records[device.id] = device
+            if let userID = device.userID { s.members[Self.member(device.realmUUID, userID), default: []].insert(device.id) }
+        }
+    }
+
+    /// Adds an id to a user's set without any record (a device deleted under a reader).
+    func addMembership(realm: String, userID: Int64, id: Int64) {
+        state.withLock { _ = $0.members[Self.member(realm, userID), default: []].insert(id) }
+    }
+
+    /// The next `count` look-ups throw (Redis unavailable).
+    func failNext(_ count: Int) {
+        state.withLock { $0.failuresLeft = count }
+    }
+
+    var calls: Int { state.withLock { $0.calls } }
+
+    private func enter(_ what: String) throws(MemoryFailure) {
+        try state.withLock { s throws(MemoryFailure) in
+            s.calls += 1
+            if s.failuresLeft > 0 {
+                s.failuresLeft -= 1
+                throw MemoryFailure(what: what)
+            }
+        }
+    }
+
+    func deviceIDs(realm: String, userID: Int64) async throws -> [Int64] {
+        try enter("deviceIDs")
+        return state.withLock { Array($0.members[Self.member(realm, userID)] ?? []).sorted() }
+    }
+
+    func devices(_ ids: [Int64]) async throws -> [Int64: DeviceRecord] {
+        try enter("devices")
+        return state.withLock { s in
+            var found: [Int64: DeviceRecord] = [:]
+            for id in ids { found[id] = s.records[id] }
+            return found
+        }
+    }
+}
+
+/// The delivery ledger on a dictionary, with `RedisDeliveryLedger`'s semantics: the
+/// values are the strings it stores (`claimed {ms}`, `sent {ms} {id}`), read back with
+/// the same parser; `claim` is `SET NX GET` (returns the old value, sets only when absent);
+/// `recordSent` overwrites; `release` deletes.
+final class MemoryLedger: DeliveryLedger, Sendable {
+    private struct State {
+        var values: [String: String] = [:]
+        var claims = 0
+        var sentWrites = 0
+        var releases = 0
+    }
+
+    private let state = Mutex(State())
+
+    init() {}
+
+    private static func key(_ notificationID: String, _ deviceID: Int64) -> String { "\(notificationID):\(deviceID)" }
+
+    private static func parse(_ value: String?) -> LedgerState {
+        LedgerState(value.map { RedisValue.bytes(Array($0.utf8)) } ?? .null)
+    }
+
+    func claim(notificationID: String, deviceID: Int64, nowMs: Int64) async throws -> LedgerState {
+        state.withLock { s in
+            s.claims += 1
+            let key = Self.key(notificationID, deviceID)
+            let previous = s.values[key]
+            if previous == nil { s.values[key] = "claimed \(nowMs)" }
+            return Self.parse(previous)
+        }
+    }
+
+    func recordSent(notificationID: String, deviceID: Int64, providerMessageID: String?, nowMs: Int64) async throws {
+        state.withLock { s in
+            s.sentWrites += 1
+            s.values[Self.key(notificationID, deviceID)] = "sent \(nowMs)" + (providerMessageID.map { " \($0)" } ?? "")
+        }
+    }
+
+    func release(notificationID: String, deviceID: Int64) async throws {
+        state.withLock { s in
+            s.releases += 1
+            s.values[Self.key(notificationID, deviceID)] = nil
+        }
+    }
+
+    /// Puts a marker in place, as an earlier (possibly interrupted) dispatcher left it.
+    func seedClaimed(notificationID: String, deviceID: Int64, atMs: Int64) {
+        state.withLock { $0.values[Self.key(notificationID, deviceID)] = "claimed \(atMs)" }
+    }
+
+    func seedSent(notificationID: String, deviceID: Int64, atMs: Int64, providerMessageID: String?) {
+        state.withLock {
+            $0.values[Self.key(notificationID, deviceID)] = "sent \(atMs)" + (providerMessageID.map { " \($0)" } ?? "")
+        }
+    }
+
+    func state(notificationID: String, deviceID: Int64) -> LedgerState {
+        Self.parse(state.withLock { $0.values[Self.key(notificationID, deviceID)] })
+    }
+
+    var claims: Int { state.withLock { $0.claims } }
+    var sentWrites: Int { state.withLock { $0.sentWrites } }
+    var releases: Int { state.withLock { $0.releases } }
+}
+
+/// Feedback's device changes on dictionaries, with `DeviceStore.invalidate`'s rules: a
+/// report is ignored when the device is gone or already invalid, when its token's
+/// fingerprint differs, or when it registered after the provider's timestamp.
+final class MemoryDeviceInvalidations: DeviceInvalidations, Sendable {
+    struct Invalidation: Equatable {
+        var deviceID: Int64
+        var reason: String
+        var atMs: Int64
+    }
+
+    enum Operation: String, Sendable {
+        case device, invalidate, removeLegacy, countDevice
+    }
+
+    private struct State {
+        var devices: [Int64: DeviceRecord] = [:]
+        var counts: [String: Int64] = [:]
+        /// What `GET /v1/feedback` would list: one entry per applied invalidation.
+        var invalidations: [Invalidation] = []
+        /// Failures still to inject, per operation.
+        var failures: [Operation: Int] = [:]
+        var calls: [Operation: Int] = [:]
+    }
+
+    private let state = Mutex(State())
+    private let clock: MemoryClock
+
+    init(_ devices: [DeviceRecord] = [], counts: [String: Int64] = [:], clock: MemoryClock = MemoryClock(0)) {
+        self.clock = clock
+        state.withLock { s in
+            for device in devices { s.devices[device.id] = device }
+            s.counts = counts
+        }
+    }
+
+    /// The next `count` calls of `operation` throw (Redis unavailable) and change nothing.
+    func failNext(_ count: Int, _ operation: Operation) {
+        state.withLock { $0.failures[operation] = count }
+    }
+
+    private func enter(_ operation: Operation) throws(MemoryFailure) {
+        try state.withLock { s throws(MemoryFailure) in
+            s.calls[operation, default: 0] += 1
+            if let left = s.failures[operation], left > 0 {
+                s.failures[operation] = left - 1
+                throw MemoryFailure(what: operation.rawValue)
+            }
+        }
+    }
+
+    func device(_ id: Int64) async throws -> DeviceRecord? {
+        try enter(.device)
+        return state.withLock { $0.devices[id] }
+    }
+
+    func invalidate(deviceID: Int64, tokenFingerprint: String, reason: String, providerTimestampMs: Int64?)
+        async throws -> Bool
+    {
+        try enter(.invalidate)
+        let now = clock.nowMillis()
+        return state.withLock { s in
+            guard var device = s.devices[deviceID], device.status == .active,
+                Fingerprint.token(device.token) == tokenFingerprint
+            else { return false }
+            if let ts = providerTimestampMs, ts >= 0, device.registeredAtMs > ts { return false }
+            device.status = .invalid
+            device.invalidReason = reason
+            device.invalidAtMs = now
+            s.devices[deviceID] = device
+            s.invalidations.append(Invalidation(deviceID: deviceID, reason: reason, atMs: now))
+            return true
+        }
+    }
+
+    func removeLegacy(_ device: DeviceRecord) async throws -> Bool {
+        try enter(.removeLegacy)
+        guard device.zulipLegacyOwner != nil else { return false }
+        return state.withLock { $0.devices.removeValue(forKey: device.id) != nil }
+    }
+
+    func countDevice(server: String, by delta: Int64) async throws {
+        try enter(.countDevice)
+        state.withLock { $0.counts[server, default: 0] += delta }
+    }
+
+    func stored(_ id: Int64) -> DeviceRecord? { state.withLock { $0.devices[id] } }
+    func count(server: String) -> Int64 { state.withLock { $0.counts[server] ?? 0 } }
+    var invalidations: [Invalidation] { state.withLock { $0.invalidations } }
+    func calls(_ operation: Operation) -> Int { state.withLock { $0.calls[operation] ?? 0 } }
+}
+
+/// A provider client that answers from a script (then `.sent` with a numbered id once
+/// the script is used up) and records every push it was given.
+final class MemoryProviderClient: PushProviderClient, Sendable {
+    let provider: Provider
+    private struct State {
+        var script: [SendResult] = []
+        var sent: [OutboundRecord] = []
+        var shutdowns = 0
+    }
+
+    private let state = Mutex(State())
+
+    init(_ provider: Provider, answers: [SendResult] = []) {
+        self.provider = provider
+        state.withLock { $0.script = answers }
+    }
+
+    func enqueue(_ answers: SendResult...) {
+        state.withLock { $0.script += answers }
+    }
+
+    func send(_ record: OutboundRecord) async -> SendResult {
+        state.withLock { s in
+            s.sent.append(record)
+            return s.script.isEmpty ? .sent(status: 200, providerMessageID: "\(provider.rawValue)-\(s.sent.count)") : s.script.removeFirst()
+        }
+    }
+
+    func shutdown() async {
+        state.withLock { $0.shutdowns += 1 }
+    }
+
+    /// The pushes this client was asked to send, in order.
+    var sent: [OutboundRecord] { state.withLock { $0.sent } }
+}
+
+/// Shared values and builders for the stage tests.
+enum MemoryFixtures {
+    /// A fixed instant (whole seconds, so ms → s conversions are exact).
+    static let now: Int64 = 1_750_000_000_000
+    static let realm = "5c6d0e2a-0000-4000-8000-00000000aaaa"
+    static let otherRealm = "5c6d0e2a-0000-4000-8000-00000000bbbb"
+    static let server = "7f1e9c4b-0000-4000-8000-0000000000cc"
+    static let topics = TopicNames()
+
+    /// Logs go nowhere: the tests assert on records, not on log lines.
+    static let logger = Logger(label: "stage-tests") { _ in SwiftLogNoOpLogHandler() }
+
+    static func randomBytes(_ count: Int) -> [UInt8] {
+        (0..<count).map { _ in UInt8.random(in: 0...255) }
+    }
+
+    static func pipelineKeyring(id: String = "k1") throws -> PipelineKeyring {
+        try PipelineKeyring(fileContents: "\(id):\(Data(randomBytes(32)).base64EncodedString())")
+    }
+
+    /// A device push key as a Zulip app generates it (secretbox tag + 32 random bytes).
+    static func pushKey() throws -> PushKey {
+        try PushKey(tagged: [PushKey.secretboxTag] + randomBytes(32))
+    }
+
+    /// What the app does with `encrypted_data`: base64-decode, then libsodium
+    /// `crypto_secretbox_open_easy` (nonce || MAC || ciphertext) with its key.
+    static func deviceOpens(_ encryptedData: String, with key: PushKey) throws -> [UInt8] {
+        guard let data = Data(base64Encoded: encryptedData) else { throw MemoryFailure(what: "not base64") }
+        return try SecretBox.open(Array(data), key: key.keyBytes)
+    }
+
+    /// A push's provider body (the exact bytes the provider gets) read as JSON; nil when
+    /// the record carries none in the clear (sealed, not opened yet).
+    static func body(of record: OutboundRecord) throws -> JSONValue? {
+        record.body.isEmpty ? nil : try Wire.decode(JSONValue.self, from: record.body)
+    }
+
+    static func device(
+        _ id: Int64, provider: Provider = .apns, realm: String = realm, userID: Int64? = 10,
+        token: String? = nil, appID: String? = nil, key: (id: UInt32, key: PushKey)? = nil,
+        status: DeviceRecord.Status = .active, invalidReason: String? = nil, registeredAtMs: Int64 = now - 86_400_000,
+        legacyOwner: String? = nil
+    ) -> DeviceRecord {
+        DeviceRecord(
+            id: id, realmUUID: realm, userID: userID, provider: provider,
+            token: token ?? "\(provider.rawValue)-token-\(id)",
+            appID: appID ?? (provider == .apns ? "org.zulip.Zulip" : nil), pushAccountID: nil,
+            currentKeyID: key?.id, keys: key.map { [$0.id: $0.key] } ?? [:], status: status,
+            invalidReason: invalidReason, invalidAtMs: status == .invalid ? now - 1000 : nil,
+            registeredAtMs: registeredAtMs, createdAtMs: registeredAtMs, zulipLegacyOwner: legacyOwner)
+    }
+
+    /// A consumed record, as the Kafka consumer hands it to a stage.
+    static func consumedBytes(
+        _ value: [UInt8], topic: String, offset: Int64 = 0, headers: [(name: String, value: [UInt8])] = []
+    ) -> KafkaRecord {
+        KafkaRecord(
+            topic: topic, partition: 0, offset: offset, key: nil, value: value, headers: headers, timestampMs: now)
+    }
+
+    static func consumed<T: Encodable>(
+        _ record: T, topic: String, headers: [(name: String, value: [UInt8])] = []
+    ) throws -> KafkaRecord {
+        consumedBytes(try Wire.encode(record), topic: topic, headers: headers)
+    }
+
+    static func header(_ name: String, _ value: String) -> (name: String, value: [UInt8]) {
+        (name, Array(value.utf8))
+    }
+}

@@ -1,1 +1,0 @@
-// Stage unit tests live in this target (see the other files).
