@@ -1,4 +1,4 @@
-.PHONY: up down test build bench microbench
+.PHONY: up down test build bench microbench lint
 
 ## Start the whole pipeline on embedded defaults (dev broker, Redis, fakes, 4 services, demo realm).
 up:
@@ -14,6 +14,10 @@ test:
 
 build:
 	swift build
+
+## Formatting per .swift-format (CI runs it before the tests); `scripts/lint.sh --fix` rewrites.
+lint:
+	scripts/lint.sh
 
 ## End-to-end benchmark: flat out 60 s, then 2,000/s for 60 s (see BENCHMARKS.md).
 bench:

@@ -139,7 +139,8 @@ let package = Package(
                 .product(name: "Configuration", package: "swift-configuration"),
             ],
             path: "Services/IngestCore", swiftSettings: strict),
-        .executableTarget(name: "ingest", dependencies: ["IngestCore", "ServiceKit"], path: "Services/Ingest", swiftSettings: strict),
+        .executableTarget(
+            name: "ingest", dependencies: ["IngestCore", "ServiceKit"], path: "Services/Ingest", swiftSettings: strict),
         .target(
             name: "EncryptorCore",
             dependencies: [
@@ -148,7 +149,8 @@ let package = Package(
             ],
             path: "Services/EncryptorCore", swiftSettings: strict),
         .executableTarget(
-            name: "encryptor", dependencies: ["EncryptorCore", "ServiceKit"], path: "Services/Encryptor", swiftSettings: strict),
+            name: "encryptor", dependencies: ["EncryptorCore", "ServiceKit"], path: "Services/Encryptor",
+            swiftSettings: strict),
         .target(
             name: "DispatcherCore",
             dependencies: [
@@ -168,7 +170,8 @@ let package = Package(
             ],
             path: "Services/FeedbackCore", swiftSettings: strict),
         .executableTarget(
-            name: "feedback", dependencies: ["FeedbackCore", "ServiceKit"], path: "Services/Feedback", swiftSettings: strict),
+            name: "feedback", dependencies: ["FeedbackCore", "ServiceKit"], path: "Services/Feedback",
+            swiftSettings: strict),
         // Dev tooling: the embedded Kafka-protocol broker and the provider fakes.
         .executableTarget(
             name: "devbroker", dependencies: ["KafkaDev", "Kafka", "ServiceKit"], path: "Dev/DevBroker",
@@ -191,7 +194,8 @@ let package = Package(
         .executableTarget(
             name: "chaos",
             dependencies: [
-                "DevStack", "PushModels", "Kafka", "ReplayKit", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                "DevStack", "PushModels", "Kafka", "ReplayKit",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             path: "Tools/Chaos", swiftSettings: strict),
 
@@ -206,7 +210,8 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
             path: "benchmarks/Micro", swiftSettings: [.swiftLanguageMode(.v5)]),
-        .target(name: "ReplayKit", dependencies: ["Kafka", "PushModels"], path: "Tools/ReplayKit", swiftSettings: strict),
+        .target(
+            name: "ReplayKit", dependencies: ["Kafka", "PushModels"], path: "Tools/ReplayKit", swiftSettings: strict),
         .executableTarget(
             name: "pushrelay-replay",
             dependencies: [
@@ -218,7 +223,9 @@ let package = Package(
 
         .executableTarget(
             name: "pushrelay-fuzz",
-            dependencies: ["DevStack", "PushModels", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            dependencies: [
+                "DevStack", "PushModels", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
             path: "Tools/Fuzz", swiftSettings: strict),
 
         .executableTarget(
@@ -243,7 +250,8 @@ let package = Package(
         .testTarget(
             name: "PipelineTests",
             dependencies: [
-                "DevStack", "ServiceKit", "PushModels", "Kafka", "ReplayKit", "PushCrypto", "DeviceState", "RedisClient",
+                "DevStack", "ServiceKit", "PushModels", "Kafka", "ReplayKit", "PushCrypto", "DeviceState",
+                "RedisClient",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
@@ -259,6 +267,10 @@ let package = Package(
                 "PushModels", "PushCrypto", "DeviceState", "RedisClient", "Kafka",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Configuration", package: "swift-configuration"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
             ],
             swiftSettings: strict),
         // The standing fuzz tests: the JSON reader alone, and every ingest endpoint on a running stack.

@@ -43,7 +43,8 @@ struct DevBroker {
                 "partitions": "\(partitions)", "file": "\(file)",
             ])
         print(cluster.bootstrapServers)
-        try await runServices([StageService { try? await gracefulShutdown() }], shutdownTimeout: .seconds(10), logger: logger)
+        try await runServices(
+            [StageService { try? await gracefulShutdown() }], shutdownTimeout: .seconds(10), logger: logger)
         withExtendedLifetime(cluster) {}
     }
 }

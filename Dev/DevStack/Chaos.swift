@@ -155,13 +155,17 @@ public struct ChaosRun: Sendable {
                 let apns = n % 2 == 0
                 let token = apns ? RealmClient.apnsToken() : RealmClient.fcmToken()
                 let key = try RealmClient.pushKey()
-                let id = try await realmOf(user).device(userID: user, kind: apns ? "apns" : "fcm", token: token, key: key)
-                devices[user, default: []].append(Device(id: id, token: token, provider: apns ? "apns" : "fcm", key: key))
+                let id = try await realmOf(user).device(
+                    userID: user, kind: apns ? "apns" : "fcm", token: token, key: key)
+                devices[user, default: []].append(
+                    Device(id: id, token: token, provider: apns ? "apns" : "fcm", key: key))
             }
         }
         let all = devices.values.flatMap { $0 }
         let deadCount = Int(Double(all.count) * settings.deadTokenShare)
-        for device in all.shuffled().prefix(deadCount) { try await stack.unregister(device.provider, token: device.token) }
+        for device in all.shuffled().prefix(deadCount) {
+            try await stack.unregister(device.provider, token: device.token)
+        }
 
         // The load, with faults injected as the sent count passes each mark.
         let state = LoadState()
@@ -184,7 +188,9 @@ public struct ChaosRun: Sendable {
                         try await stack.restartRedis()
                     }
                     let seconds = Double((ContinuousClock.now - started).components.seconds)
-                    state.faultLog.withLock { $0.append("\(fault) at #\(mark) (t=\(startedMs)), back in ~\(Int(seconds)) s") }
+                    state.faultLog.withLock {
+                        $0.append("\(fault) at #\(mark) (t=\(startedMs)), back in ~\(Int(seconds)) s")
+                    }
                 }
             }
             for _ in 0..<settings.concurrency {
@@ -222,14 +228,18 @@ public struct ChaosRun: Sendable {
         var lastProgress = ContinuousClock.now
         var lastResolved = -1
         while true {
-            report = try await account(realms: Set(realms.map(\.realmUUID)), devices: devices, accepted: acceptedNow, refused: state.refused.withLock { $0 })
+            report = try await account(
+                realms: Set(realms.map(\.realmUUID)), devices: devices, accepted: acceptedNow,
+                refused: state.refused.withLock { $0 })
             let resolved = report.pairsExpected - report.lost
             if report.lost == 0 { break }
             if resolved != lastResolved {
                 lastResolved = resolved
                 lastProgress = .now
             }
-            if ContinuousClock.now - lastProgress > .seconds(60) || ContinuousClock.now - settleStart > settings.settleTimeout {
+            if ContinuousClock.now - lastProgress > .seconds(60)
+                || ContinuousClock.now - settleStart > settings.settleTimeout
+            {
                 break
             }
             log("settling: \(report.lost) pairs without an outcome yet")
@@ -237,7 +247,9 @@ public struct ChaosRun: Sendable {
         }
         // Let late duplicates (if any) show up before the final count.
         try await Task.sleep(for: .seconds(3))
-        report = try await account(realms: Set(realms.map(\.realmUUID)), devices: devices, accepted: acceptedNow, refused: state.refused.withLock { $0 })
+        report = try await account(
+            realms: Set(realms.map(\.realmUUID)), devices: devices, accepted: acceptedNow,
+            refused: state.refused.withLock { $0 })
         report.notificationsOffered = settings.notifications
         report.faults = state.faultLog.withLock { $0 }
         report.loadSeconds = loadSeconds
@@ -275,7 +287,9 @@ public struct ChaosRun: Sendable {
                 realms.contains(delivery.realmUUID), let device = delivery.deviceID
             {
                 outcomes["\(delivery.notificationID):\(device)", default: []].insert(delivery.outcome)
-                if delivery.reason == "resent_after_interrupted_send" { resent.insert("\(delivery.notificationID):\(device)") }
+                if delivery.reason == "resent_after_interrupted_send" {
+                    resent.insert("\(delivery.notificationID):\(device)")
+                }
             }
             return true
         }

@@ -85,8 +85,15 @@ public enum FuzzValues {
         case 6: return ("500-deep arrays", String(repeating: "[", count: 500) + String(repeating: "]", count: 500))
         case 7: return ("600-deep arrays", String(repeating: "[", count: 600) + String(repeating: "]", count: 600))
         case 8: return ("20,000 ids", "[" + (1...20_000).map(String.init).joined(separator: ",") + "]")
-        case 9: return ("2,000 copies of one id", "[" + Array(repeating: "1", count: 2_000).joined(separator: ",") + "]")
-        case 10: return ("array of edge numbers", "[" + jsonNumberEdges.filter { $0 != "1e999999" && $0 != "1e400" && $0 != "-1e400" }.joined(separator: ",") + "]")
+        case 9:
+            return ("2,000 copies of one id", "[" + Array(repeating: "1", count: 2_000).joined(separator: ",") + "]")
+        case 10:
+            return (
+                "array of edge numbers",
+                "["
+                    + jsonNumberEdges.filter { $0 != "1e999999" && $0 != "1e400" && $0 != "-1e400" }.joined(
+                        separator: ",") + "]"
+            )
         case 11: return ("lone surrogate string", #""\ud800""#)
         case 12: return ("100,000 zeros", "[" + Array(repeating: "0", count: 100_000).joined(separator: ",") + "]")
         default: return ("array of objects", #"[{"device_id":1},{"device_id":"x"}]"#)
@@ -109,7 +116,8 @@ public indirect enum RawJSON: Sendable {
         case .raw(let r): return r
         case .array(let items): return "[" + items.map(\.text).joined(separator: ",") + "]"
         case .object(let fields):
-            return "{" + fields.map { String(decoding: Wire.canonical(.string($0.0)), as: UTF8.self) + ":" + $0.1.text }
+            return "{"
+                + fields.map { String(decoding: Wire.canonical(.string($0.0)), as: UTF8.self) + ":" + $0.1.text }
                 .joined(separator: ",") + "}"
         }
     }
@@ -173,7 +181,8 @@ public indirect enum RawJSON: Sendable {
         var node = self
         for key in path {
             switch node {
-            case .object(let fields): guard let next = fields.last(where: { $0.0 == key })?.1 else { return nil }
+            case .object(let fields):
+                guard let next = fields.last(where: { $0.0 == key })?.1 else { return nil }
                 node = next
             case .array(let items):
                 guard let i = Int(key.dropFirst().dropLast()), items.indices.contains(i) else { return nil }
@@ -316,13 +325,21 @@ public struct FuzzReport: Codable, Sendable {
 
     /// A plain-text summary: counts, then every distinct failure with its request.
     public var text: String {
-        var lines = ["seed \(seed): \(requests) requests in \(String(format: "%.1f", seconds)) s (slowest \(String(format: "%.2f", slowest)) s)"]
-        lines.append("by status: " + byStatus.sorted { $0.key < $1.key }.map { "\($0.key) ×\($0.value)" }.joined(separator: ", "))
+        var lines = [
+            "seed \(seed): \(requests) requests in \(String(format: "%.1f", seconds)) s (slowest \(String(format: "%.2f", slowest)) s)"
+        ]
+        lines.append(
+            "by status: " + byStatus.sorted { $0.key < $1.key }.map { "\($0.key) ×\($0.value)" }.joined(separator: ", ")
+        )
         lines.append("by code:")
         for (code, n) in byCode.sorted(by: { $0.key < $1.key }) { lines.append("  \(code) ×\(n)") }
-        lines.append("by endpoint: " + byEndpoint.sorted { $0.key < $1.key }.map { "\($0.key) ×\($0.value)" }.joined(separator: ", "))
+        lines.append(
+            "by endpoint: "
+                + byEndpoint.sorted { $0.key < $1.key }.map { "\($0.key) ×\($0.value)" }.joined(separator: ", "))
         let kinds: [Kind] = [.crash, .serverError, .malformedError, .noAnswer, .accepted]
-        lines.append("crashes \(count(.crash)), 5xx \(count(.serverError)), non-JSON errors \(count(.malformedError)), no answer \(count(.noAnswer)), accepted-but-must-refuse \(count(.accepted))")
+        lines.append(
+            "crashes \(count(.crash)), 5xx \(count(.serverError)), non-JSON errors \(count(.malformedError)), no answer \(count(.noAnswer)), accepted-but-must-refuse \(count(.accepted))"
+        )
         for kind in kinds {
             for f in failures where f.kind == kind {
                 lines.append("[\(f.kind.rawValue)] ×\(f.count) \(f.endpoint) — \(f.mutation): \(f.detail)")
@@ -400,7 +417,8 @@ public struct EndpointFuzzer: Sendable {
     public var log: @Sendable (String) -> Void
 
     public init(
-        target: Target, requests: Int, seed: UInt64, liveness: Liveness, log: @escaping @Sendable (String) -> Void = { _ in }
+        target: Target, requests: Int, seed: UInt64, liveness: Liveness,
+        log: @escaping @Sendable (String) -> Void = { _ in }
     ) {
         self.target = target
         self.requests = requests
@@ -413,12 +431,14 @@ public struct EndpointFuzzer: Sendable {
     public static func registerServer(baseURL: String) async throws -> Target {
         let uuid = UUID().uuidString.lowercased()
         let key = String((0..<64).map { _ in "abcdefghijklmnopqrstuvwxyz0123456789".randomElement()! })
-        let form = "zulip_org_id=\(uuid)&zulip_org_key=\(key)&hostname=fuzz.example.com&contact_email=fuzz%40example.com"
+        let form =
+            "zulip_org_id=\(uuid)&zulip_org_key=\(key)&hostname=fuzz.example.com&contact_email=fuzz%40example.com"
         let reply = try await HTTP.send(
             "POST", "\(baseURL)/api/v1/remotes/server/register", body: Array(form.utf8),
             contentType: "application/x-www-form-urlencoded")
         guard reply.status == 200 else {
-            throw StackError("server registration failed: \(reply.status) \(String(decoding: reply.body, as: UTF8.self))")
+            throw StackError(
+                "server registration failed: \(reply.status) \(String(decoding: reply.body, as: UTF8.self))")
         }
         return Target(baseURL: baseURL, serverUUID: uuid, apiKey: key)
     }
@@ -443,7 +463,9 @@ public struct EndpointFuzzer: Sendable {
                 report.byCode["\(reply.status) \(code)", default: 0] += 1
                 let answer = FuzzRequest.shorten(String(decoding: reply.body, as: UTF8.self), 300)
                 if let problem = FuzzChecker.problem(method: request.method, status: reply.status, body: reply.body) {
-                    report.record(reply.status >= 500 ? .serverError : .malformedError, request, detail: problem, response: answer)
+                    report.record(
+                        reply.status >= 500 ? .serverError : .malformedError, request, detail: problem, response: answer
+                    )
                 } else if let rule = request.mustRefuse, (200..<300).contains(reply.status) {
                     report.record(.accepted, request, detail: "answered \(reply.status); \(rule)", response: answer)
                 }
@@ -466,7 +488,9 @@ public struct EndpointFuzzer: Sendable {
             }
             if sent % batch == 0 || sent == requests {
                 if !(await liveness.isRunning()) {
-                    report.record(.crash, request, detail: "found stopped after the batch: \(liveness.exitDetail())", response: "")
+                    report.record(
+                        .crash, request, detail: "found stopped after the batch: \(liveness.exitDetail())", response: ""
+                    )
                     guard try await recover() else { break }
                 }
                 if sent % 1000 == 0 { log("\(sent) requests, \(report.failures.count) distinct failures") }
@@ -511,7 +535,8 @@ struct FuzzContext: Sendable {
     var userIDs: [Int64] = [10, 11, 12]
 
     static func prepare(_ target: EndpointFuzzer.Target) async throws -> FuzzContext {
-        let keys = try await HTTP.get("\(target.baseURL)/v1/bouncer-public-keys", auth: (target.serverUUID, target.apiKey))
+        let keys = try await HTTP.get(
+            "\(target.baseURL)/v1/bouncer-public-keys", auth: (target.serverUUID, target.apiKey))
         guard let key = keys.json["public_keys"]?.arrayValue?.first?.stringValue else {
             throw StackError("no bouncer public key: \(keys.status) \(String(decoding: keys.body, as: UTF8.self))")
         }
@@ -529,11 +554,14 @@ struct FuzzContext: Sendable {
             let body = context.deviceTemplate(&random, kind: kind, sealed: false)
                 .replacing(["realm_uuid"], with: .string(context.realmUUID)).text
             let reply = try await HTTP.send(
-                "POST", "\(target.baseURL)/v1/devices", body: Array(body.utf8), auth: (target.serverUUID, target.apiKey))
+                "POST", "\(target.baseURL)/v1/devices", body: Array(body.utf8), auth: (target.serverUUID, target.apiKey)
+            )
             if let id = reply.json["device_id"]?.intValue { context.deviceIDs.append(id) }
             refusal = "\(reply.status) \(String(decoding: reply.body, as: UTF8.self))"
         }
-        guard !context.deviceIDs.isEmpty else { throw StackError("could not register the fuzzer's devices: \(refusal)") }
+        guard !context.deviceIDs.isEmpty else {
+            throw StackError("could not register the fuzzer's devices: \(refusal)")
+        }
         // Another server claims the foreign realm.
         if let other = try? await EndpointFuzzer.registerServer(baseURL: target.baseURL) {
             _ = try? await HTTP.send(
@@ -571,7 +599,9 @@ struct FuzzContext: Sendable {
     }
 
     static func fcmToken(_ random: inout FuzzRandom) -> String {
-        "fcm:" + (0..<72).map { _ in String(random.pick(Array("abcdefghijklmnopqrstuvwxyzABCDEFGHIJ0123456789-_"))) }.joined()
+        "fcm:"
+            + (0..<72).map { _ in String(random.pick(Array("abcdefghijklmnopqrstuvwxyzABCDEFGHIJ0123456789-_"))) }
+            .joined()
     }
 
     static func pushKey(_ random: inout FuzzRandom) -> String {
@@ -626,7 +656,8 @@ enum FuzzRequestGenerator {
     static func request(_ random: inout FuzzRandom, _ context: inout FuzzContext) -> FuzzRequest {
         let endpoint = random.pick(FuzzEndpoint.allCases)
         var request = FuzzRequest(
-            endpoint: endpoint, method: "GET", path: "/", contentType: nil, auth: "valid", authorization: nil, body: nil,
+            endpoint: endpoint, method: "GET", path: "/", contentType: nil, auth: "valid", authorization: nil,
+            body: nil,
             mutation: "valid")
         auth(&request, &random, context)
         switch endpoint {
@@ -644,16 +675,22 @@ enum FuzzRequestGenerator {
             // Zulip sends each field as JSON text in a form; the JSON form is accepted too.
             post(&request, "/api/v1/remotes/server/analytics", .object([("realms", realms)]), &random, context)
         case .analyticsStatus:
-            query(&request, "/api/v1/remotes/server/analytics/status", random.chance(0.7) ? [] : [("junk", "1")], &random)
+            query(
+                &request, "/api/v1/remotes/server/analytics/status", random.chance(0.7) ? [] : [("junk", "1")], &random)
         case .realmRegister:
             let realm = random.pick([context.realmUUID, context.foreignRealmUUID, UUID().uuidString.lowercased()])
             post(&request, "/v1/realms", .object([("realm_uuid", .string(realm))]), &random, context)
         case .bouncerRegister:
-            post(&request, "/api/v1/remotes/push/e2ee/register", bouncerRegisterTemplate(&random, context, &request), &random, context)
+            post(
+                &request, "/api/v1/remotes/push/e2ee/register", bouncerRegisterTemplate(&random, context, &request),
+                &random, context)
         case .bouncerNotify:
-            post(&request, "/api/v1/remotes/push/e2ee/notify", bouncerNotifyTemplate(&random, context), &random, context)
+            post(
+                &request, "/api/v1/remotes/push/e2ee/notify", bouncerNotifyTemplate(&random, context), &random, context)
         case .legacyRegister, .legacyUnregister, .testNotification:
-            let path = endpoint == .legacyRegister ? "register" : endpoint == .legacyUnregister ? "unregister" : "test_notification"
+            let path =
+                endpoint == .legacyRegister
+                ? "register" : endpoint == .legacyUnregister ? "unregister" : "test_notification"
             post(&request, "/api/v1/remotes/push/\(path)", legacyDeviceTemplate(&random, context), &random, context)
         case .legacyNotify:
             post(&request, "/api/v1/remotes/push/notify", legacyNotifyTemplate(&random, context), &random, context)
@@ -662,7 +699,8 @@ enum FuzzRequestGenerator {
             var template = context.deviceTemplate(&random, kind: random.pick(["apns", "fcm"]), sealed: sealed)
             if sealed, random.chance(0.6) {
                 let (registration, label, rule) = hostileRegistration(&random, context)
-                template = template.replacing(["encrypted_push_registration"], with: .string(context.seal(registration)))
+                template = template.replacing(
+                    ["encrypted_push_registration"], with: .string(context.seal(registration)))
                 request.mutation = label
                 request.mustRefuse = rule
                 request.method = "POST"
@@ -678,7 +716,11 @@ enum FuzzRequestGenerator {
                 ("payload", .value(FuzzContext.messagePayload(userID: 10))),
             ]
             if random.chance(0.6) {
-                fields.append(("device_ids", .array(context.deviceIDs.shuffled(using: &random).prefix(3).map { .raw(String($0)) })))
+                fields.append(
+                    (
+                        "device_ids",
+                        .array(context.deviceIDs.shuffled(using: &random).prefix(3).map { .raw(String($0)) })
+                    ))
             }
             post(&request, "/v1/notify", .object(fields), &random, context)
         case .deleteDevice:
@@ -687,19 +729,27 @@ enum FuzzRequestGenerator {
             request.path = "/v1/devices/\(id)"
             request.mutation = "id \(name)"
         case .listDevices:
-            query(&request, "/v1/devices", [("realm_uuid", context.realm(&random)), ("user_id", String(random.pick(context.userIDs)))], &random)
+            query(
+                &request, "/v1/devices",
+                [("realm_uuid", context.realm(&random)), ("user_id", String(random.pick(context.userIDs)))], &random)
         case .feedback:
             query(
                 &request, "/v1/feedback",
-                [("realm_uuid", context.realm(&random)), ("after", random.pick(["0-0", "1700000000000-0", "\(Wire.nowMillis())-1"])), ("limit", String(random.int(1...1000)))],
+                [
+                    ("realm_uuid", context.realm(&random)),
+                    ("after", random.pick(["0-0", "1700000000000-0", "\(Wire.nowMillis())-1"])),
+                    ("limit", String(random.int(1...1000))),
+                ],
                 &random)
         case .publicKeys:
             query(&request, "/v1/bouncer-public-keys", random.chance(0.5) ? [] : [("junk", "1")], &random)
         case .unknownPath:
             request.method = random.pick(["GET", "POST", "DELETE"])
             request.path = random.pick([
-                "/", "/v1", "/v2/notify", "/api/v1/remotes/server/register/extra", "/v1/devices/1/2", "/api/v1/remotes/push",
-                "/v1/notify/", "/%2e%2e/%2e%2e/etc/passwd", "/v1/%00", "/V1/NOTIFY", "/api/v1/remotes/push/e2ee/notify/..",
+                "/", "/v1", "/v2/notify", "/api/v1/remotes/server/register/extra", "/v1/devices/1/2",
+                "/api/v1/remotes/push",
+                "/v1/notify/", "/%2e%2e/%2e%2e/etc/passwd", "/v1/%00", "/V1/NOTIFY",
+                "/api/v1/remotes/push/e2ee/notify/..",
                 "/" + String(repeating: "a", count: 8_000), "/v1/devices%2F1", "/api//v1//remotes",
             ])
             request.mutation = "path \(FuzzRequest.shorten(request.path, 40))"
@@ -710,7 +760,8 @@ enum FuzzRequestGenerator {
         case .wrongMethod:
             let (method, path) = random.pick([
                 ("GET", "/v1/notify"), ("PUT", "/v1/devices"), ("PATCH", "/v1/devices"), ("DELETE", "/v1/notify"),
-                ("POST", "/v1/bouncer-public-keys"), ("POST", "/v1/feedback"), ("GET", "/api/v1/remotes/server/register"),
+                ("POST", "/v1/bouncer-public-keys"), ("POST", "/v1/feedback"),
+                ("GET", "/api/v1/remotes/server/register"),
                 ("PUT", "/api/v1/remotes/push/e2ee/notify"), ("OPTIONS", "/v1/devices"), ("HEAD", "/v1/devices"),
                 ("HEAD", "/v1/nothing"), ("POST", "/v1/devices/1"), ("DELETE", "/v1/devices"), ("FUZZ", "/v1/notify"),
                 ("TRACE", "/v1/devices"), ("CONNECT", "/v1/devices"),
@@ -734,11 +785,13 @@ enum FuzzRequestGenerator {
         let t = context.target
         switch random.int(0...19) {
         case 0: (request.auth, request.authorization) = ("wrong key", basic(t.serverUUID, String(t.apiKey.reversed())))
-        case 1: (request.auth, request.authorization) = ("unknown server", basic(UUID().uuidString.lowercased(), t.apiKey))
+        case 1:
+            (request.auth, request.authorization) = ("unknown server", basic(UUID().uuidString.lowercased(), t.apiKey))
         case 2:
             let (name, header) = random.pick([
                 ("not base64", "Basic !!!!"), ("no colon", "Basic " + Data(t.serverUUID.utf8).base64EncodedString()),
-                ("bearer", "Bearer \(t.apiKey)"), ("empty basic", "Basic "), ("NUL in key", basic(t.serverUUID, t.apiKey + "\u{0}")),
+                ("bearer", "Bearer \(t.apiKey)"), ("empty basic", "Basic "),
+                ("NUL in key", basic(t.serverUUID, t.apiKey + "\u{0}")),
                 ("huge", basic(t.serverUUID, String(repeating: "k", count: 6_000))), ("only colon", basic("", "")),
                 ("combining marks", basic(t.serverUUID, String(repeating: "\u{301}", count: 64))),
             ])
@@ -752,7 +805,12 @@ enum FuzzRequestGenerator {
         let ownUUID = random.chance(0.1)
         var fields: [(String, RawJSON)] = [
             ("zulip_org_id", .string(ownUUID ? context.target.serverUUID : UUID().uuidString.lowercased())),
-            ("zulip_org_key", .string(ownUUID ? context.target.apiKey : String((0..<64).map { _ in random.pick(Array("abcdef0123456789")) }))),
+            (
+                "zulip_org_key",
+                .string(
+                    ownUUID
+                        ? context.target.apiKey : String((0..<64).map { _ in random.pick(Array("abcdef0123456789")) }))
+            ),
             ("hostname", .string("fuzz.example.com")), ("contact_email", .string("fuzz@example.com")),
         ]
         // Never a new key for the fuzzer's own server: it would lock the run out.
@@ -760,7 +818,9 @@ enum FuzzRequestGenerator {
         return .object(fields)
     }
 
-    static func bouncerRegisterTemplate(_ random: inout FuzzRandom, _ context: FuzzContext, _ request: inout FuzzRequest) -> RawJSON {
+    static func bouncerRegisterTemplate(
+        _ random: inout FuzzRandom, _ context: FuzzContext, _ request: inout FuzzRequest
+    ) -> RawJSON {
         var registration = context.registrationTemplate(&random, kind: random.pick(["apns", "fcm"]))
         if random.chance(0.5) {
             let (hostile, label, rule) = hostileRegistration(&random, context)
@@ -793,7 +853,8 @@ enum FuzzRequestGenerator {
                 ("far future (year 3000)", "32503680000", true), ("now + 1 h", String(now + 3600), true),
                 ("now + 1 min", String(now + 60), false), ("now - 25 h", String(now - 25 * 3600), true),
                 ("0", "0", true), ("-1", "-1", true), ("1e300", "1e300", true), ("1e400", "1e400", true),
-                ("string", "\"\(now)\"", true), ("null", "null", true), ("1.5", "1.5", true), ("UInt64.max", "18446744073709551615", true),
+                ("string", "\"\(now)\"", true), ("null", "null", true), ("1.5", "1.5", true),
+                ("UInt64.max", "18446744073709551615", true),
                 ("milliseconds", String(now * 1000), true), ("-0", "-0", true),
             ])
             return (
@@ -816,25 +877,39 @@ enum FuzzRequestGenerator {
             let fields = ["token", "timestamp", "token_kind", "ios_app_id"]
             let field = random.pick(fields)
             if random.chance(0.5) {
-                return (base.replacing([field], with: nil), "inner \(field) removed", field == "timestamp" ? "timestamp is required" : nil)
+                return (
+                    base.replacing([field], with: nil), "inner \(field) removed",
+                    field == "timestamp" ? "timestamp is required" : nil
+                )
             }
-            return (base.replacing([field], with: .raw("-9223372036854775808"), duplicate: true), "inner \(field) duplicated with Int64.min", nil)
+            return (
+                base.replacing([field], with: .raw("-9223372036854775808"), duplicate: true),
+                "inner \(field) duplicated with Int64.min", nil
+            )
         }
     }
 
     static func bouncerNotifyTemplate(_ random: inout FuzzRandom, _ context: FuzzContext) -> RawJSON {
         var items: [RawJSON] = []
         for _ in 0..<random.int(1...3) {
-            let id: RawJSON = .raw(String(random.chance(0.7) ? random.pick(context.deviceIDs) : Int64(random.int(1...1_000_000))))
+            let id: RawJSON = .raw(
+                String(random.chance(0.7) ? random.pick(context.deviceIDs) : Int64(random.int(1...1_000_000))))
             let payload: RawJSON = .object([
-                ("encrypted_data", .string(Data((0..<48).map { _ in UInt8(random.int(0...255)) }).base64EncodedString())),
+                (
+                    "encrypted_data",
+                    .string(Data((0..<48).map { _ in UInt8(random.int(0...255)) }).base64EncodedString())
+                ),
                 (random.chance(0.5) ? "push_key_id" : "push_account_id", .raw(String(random.int(1...5)))),
             ])
             if random.chance(0.5) {
-                items.append(.object([
-                    ("device_id", id), ("payload", payload),
-                    ("http_headers", .object([("apns_priority", .raw("10")), ("apns_push_type", .string("alert"))])),
-                ]))
+                items.append(
+                    .object([
+                        ("device_id", id), ("payload", payload),
+                        (
+                            "http_headers",
+                            .object([("apns_priority", .raw("10")), ("apns_push_type", .string("alert"))])
+                        ),
+                    ]))
             } else {
                 items.append(.object([("device_id", id), ("payload", payload), ("fcm_priority", .string("high"))]))
             }
@@ -875,17 +950,27 @@ enum FuzzRequestGenerator {
     }
 
     /// Fields whose text must never hold control characters (issue 8: charsets of ids, hostnames, app ids, tokens, keys).
-    static let controlFree: Set<String> = ["hostname", "token", "ios_app_id", "zulip_org_key", "new_org_key", "contact_email", "zulip_org_id"]
+    static let controlFree: Set<String> = [
+        "hostname", "token", "ios_app_id", "zulip_org_key", "new_org_key", "contact_email", "zulip_org_id",
+    ]
 
     /// Sets method, path and a body: valid, one node mutated, removed or duplicated, junk added, bytes mutated, or a form.
     /// A mutation of the template's contents (a hostile sealed registration) stays in the label.
-    static func post(_ request: inout FuzzRequest, _ path: String, _ template: RawJSON, _ random: inout FuzzRandom, _ context: FuzzContext) {
+    static func post(
+        _ request: inout FuzzRequest, _ path: String, _ template: RawJSON, _ random: inout FuzzRandom,
+        _ context: FuzzContext
+    ) {
         let inner = request.mutation
         postBody(&request, path, template, &random, context)
-        if inner != "valid" { request.mutation = request.mutation == "valid" ? inner : "\(inner) + \(request.mutation)" }
+        if inner != "valid" {
+            request.mutation = request.mutation == "valid" ? inner : "\(inner) + \(request.mutation)"
+        }
     }
 
-    static func postBody(_ request: inout FuzzRequest, _ path: String, _ template: RawJSON, _ random: inout FuzzRandom, _ context: FuzzContext) {
+    static func postBody(
+        _ request: inout FuzzRequest, _ path: String, _ template: RawJSON, _ random: inout FuzzRandom,
+        _ context: FuzzContext
+    ) {
         request.method = "POST"
         request.path = path
         request.contentType = "application/json"
@@ -902,7 +987,9 @@ enum FuzzRequestGenerator {
                 let (label, value) = FuzzValues.strings(&random)
                 body = body.replacing(target, with: .string(value))
                 request.mutation = "\(name) ← \(label)"
-                if controlFree.contains(target.last ?? ""), value.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }) {
+                if controlFree.contains(target.last ?? ""),
+                    value.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F })
+                {
                     request.mustRefuse = "\(name) must not hold control characters"
                 }
             case 2:
@@ -934,7 +1021,9 @@ enum FuzzRequestGenerator {
             request.mutation = "bytes: \(operations)"
             return
         case 14:
-            request.mutation = random.pick(["empty body", "random bytes", "top-level array", "top-level string", "huge body"])
+            request.mutation = random.pick([
+                "empty body", "random bytes", "top-level array", "top-level string", "huge body",
+            ])
             switch request.mutation {
             case "empty body": request.body = []
             case "random bytes": request.body = (0..<random.int(1...200)).map { _ in UInt8(random.int(0...255)) }
@@ -974,7 +1063,9 @@ enum FuzzRequestGenerator {
                 let (label, value) = FuzzValues.strings(&random)
                 pairs[i].1 = value
                 request.mutation = "form \(pairs[i].0) ← \(label)"
-                if controlFree.contains(pairs[i].0), value.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }) {
+                if controlFree.contains(pairs[i].0),
+                    value.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F })
+                {
                     request.mustRefuse = "\(pairs[i].0) must not hold control characters"
                 }
             case 1:
@@ -998,7 +1089,9 @@ enum FuzzRequestGenerator {
     }
 
     /// Query parameters: valid, one hostile, one missing, duplicated or junk added.
-    static func query(_ request: inout FuzzRequest, _ path: String, _ params: [(String, String)], _ random: inout FuzzRandom) {
+    static func query(
+        _ request: inout FuzzRequest, _ path: String, _ params: [(String, String)], _ random: inout FuzzRandom
+    ) {
         request.method = "GET"
         var params = params
         request.mutation = "valid"
@@ -1006,9 +1099,11 @@ enum FuzzRequestGenerator {
             let i = random.int(0...params.count - 1)
             switch random.int(0...5) {
             case 0, 1:
-                let value = params[i].0 == "after"
+                let value =
+                    params[i].0 == "after"
                     ? random.pick([
-                        "-1-2", "1--2", "٣-٤", "99999999999999999999-1", "1-99999999999999999999", "-", "--", "1-2-3", "0-", "-0",
+                        "-1-2", "1--2", "٣-٤", "99999999999999999999-1", "1-99999999999999999999", "-", "--", "1-2-3",
+                        "0-", "-0",
                         "18446744073709551616-0", "1-١", "１-２", "1e3-1", "9223372036854775807-9223372036854775807",
                         "-9223372036854775808-0", "0-18446744073709551615",
                     ])
@@ -1031,14 +1126,16 @@ enum FuzzRequestGenerator {
                 request.mutation = "junk parameter"
             }
         }
-        request.path = path + (params.isEmpty ? "" : "?" + params.map { encode($0.0) + "=" + encode($0.1) }.joined(separator: "&"))
+        request.path =
+            path + (params.isEmpty ? "" : "?" + params.map { encode($0.0) + "=" + encode($0.1) }.joined(separator: "&"))
     }
 
     /// A device id for the path: a real one, edges, text.
     static func pathValue(_ random: inout FuzzRandom, _ context: FuzzContext) -> (String, String) {
         if random.chance(0.3) { return ("real", String(random.pick(context.deviceIDs))) }
         let value = random.pick([
-            "-1", "0", "9223372036854775807", "9223372036854775808", "-9223372036854775809", "18446744073709551616", "abc",
+            "-1", "0", "9223372036854775807", "9223372036854775808", "-9223372036854775809", "18446744073709551616",
+            "abc",
             "%00", "1e3", "%D9%A1", "1%20", "%20", String(repeating: "9", count: 4000), "1.0", "0x1", "+1",
         ])
         return (value.count > 40 ? "4000 nines" : value, value)
@@ -1056,14 +1153,19 @@ enum FuzzRequestGenerator {
                 bytes = Array(bytes.prefix(at))
                 names.append("truncate")
             case 2:
-                bytes.insert(contentsOf: random.pick([[0x00], [0xC0, 0xAF], [0xED, 0xA0, 0x80], [0xFF], Array(#"\ud800"#.utf8), Array(",".utf8), Array("}".utf8)]), at: at)
+                bytes.insert(
+                    contentsOf: random.pick([
+                        [0x00], [0xC0, 0xAF], [0xED, 0xA0, 0x80], [0xFF], Array(#"\ud800"#.utf8), Array(",".utf8),
+                        Array("}".utf8),
+                    ]), at: at)
                 names.append("insert")
             case 3 where !bytes.isEmpty:
                 let end = min(bytes.count, at + random.int(1...8))
                 bytes.removeSubrange(min(at, end)..<end)
                 names.append("delete")
             default:
-                bytes.insert(contentsOf: Array(String(repeating: "[", count: random.pick([100, 600, 100_000])).utf8), at: at)
+                bytes.insert(
+                    contentsOf: Array(String(repeating: "[", count: random.pick([100, 600, 100_000])).utf8), at: at)
                 names.append("deep nesting")
             }
         }

@@ -30,7 +30,9 @@ public struct LoadRun: Sendable {
         public var users = 1000
         public var devicesPerUser = 2
         public var connections = 64
-        public var phases = [Phase(name: "flat out", rate: 0, seconds: 60), Phase(name: "2000/s", rate: 2000, seconds: 60)]
+        public var phases = [
+            Phase(name: "flat out", rate: 0, seconds: 60), Phase(name: "2000/s", rate: 2000, seconds: 60),
+        ]
         /// After a phase, how long to wait for the backlog to drain.
         public var drainTimeout: Duration = .seconds(180)
         public init() {}
@@ -43,7 +45,9 @@ public struct LoadRun: Sendable {
         init(_ values: [Int64]) {
             guard !values.isEmpty else { return }
             let sorted = values.sorted()
-            func at(_ q: Double) -> Double { Double(sorted[Swift.min(sorted.count - 1, Int(Double(sorted.count) * q))]) }
+            func at(_ q: Double) -> Double {
+                Double(sorted[Swift.min(sorted.count - 1, Int(Double(sorted.count) * q))])
+            }
             count = sorted.count
             p50 = at(0.50)
             p95 = at(0.95)
@@ -196,7 +200,9 @@ public struct LoadRun: Sendable {
                 lastCount = done
                 lastProgress = .now
             }
-            if ContinuousClock.now - lastProgress > .seconds(30) || ContinuousClock.now - drainStart > settings.drainTimeout {
+            if ContinuousClock.now - lastProgress > .seconds(30)
+                || ContinuousClock.now - drainStart > settings.drainTimeout
+            {
                 log("drain stopped with \(report.pushesExpected - done) pushes without an outcome")
                 break
             }
@@ -312,19 +318,25 @@ final class DeliveryFollower: Sendable {
         running.store(true, ordering: .relaxed)
         let thread = Thread { [self] in
             defer { finished.signal() }
-            guard let reader = try? KafkaTopicReader(
-                configuration: KafkaConfiguration(bootstrapServers: brokers, clientID: "pushrelay-load"),
-                logger: Logger(label: "pushrelay-load"))
+            guard
+                let reader = try? KafkaTopicReader(
+                    configuration: KafkaConfiguration(bootstrapServers: brokers, clientID: "pushrelay-load"),
+                    logger: Logger(label: "pushrelay-load"))
             else { return }
             var positions = origin
             while running.load(ordering: .relaxed) {
                 var batch: [DeliveryRecord] = []
-                if let next = try? reader.read(TopicRange(topic: "push.deliveries", startOffsets: positions), each: { record in
-                    if let d = try? Wire.decode(DeliveryRecord.self, from: record.value), realms.contains(d.realmUUID) {
-                        batch.append(d)
-                    }
-                    return true
-                }) {
+                if let next = try? reader.read(
+                    TopicRange(topic: "push.deliveries", startOffsets: positions),
+                    each: { record in
+                        if let d = try? Wire.decode(DeliveryRecord.self, from: record.value),
+                            realms.contains(d.realmUUID)
+                        {
+                            batch.append(d)
+                        }
+                        return true
+                    })
+                {
                     positions = next
                 }
                 if !batch.isEmpty {
@@ -333,7 +345,11 @@ final class DeliveryFollower: Sendable {
                             s.outcomes[d.outcome.rawValue, default: 0] += 1
                             s.completedAt.append(d.completedAtMs)
                             s.lastCompletedMs = max(s.lastCompletedMs, d.completedAtMs)
-                            if d.outcome == .sent { s.latencies.append(d.completedAtMs - d.acceptedAtMs) } else { s.unsent += 1 }
+                            if d.outcome == .sent {
+                                s.latencies.append(d.completedAtMs - d.acceptedAtMs)
+                            } else {
+                                s.unsent += 1
+                            }
                         }
                     }
                 }
@@ -361,17 +377,22 @@ final class ResourceSampler: Sendable {
 
     func run() async {
         let groups: [(stage: String, group: String, topic: String)] = [
-            ("encryptor", "pushrelay-encryptor", "push.requests"), ("dispatcher", "pushrelay-dispatcher", "push.outbound"),
+            ("encryptor", "pushrelay-encryptor", "push.requests"),
+            ("dispatcher", "pushrelay-dispatcher", "push.outbound"),
             ("feedback", "pushrelay-feedback", "push.feedback"),
         ]
         let configuration = KafkaConfiguration(bootstrapServers: stack.kafkaBrokers, clientID: "pushrelay-load")
-        let probes = groups.compactMap { g in (try? KafkaGroupLag(configuration: configuration, group: g.group)).map { (g, $0) } }
+        let probes = groups.compactMap { g in
+            (try? KafkaGroupLag(configuration: configuration, group: g.group)).map { (g, $0) }
+        }
         let reader = try? KafkaTopicReader(configuration: configuration, logger: Logger(label: "pushrelay-load"))
         var partitions: [String: [Int32]] = [:]
         for g in groups { partitions[g.topic] = (try? reader?.partitions(of: g.topic)) ?? [] }
         while !Task.isCancelled {
             for (name, pid) in stack.pids() {
-                if let kib = Self.status(pid: pid, field: "VmRSS:") { rss.withLock { $0[name] = max($0[name] ?? 0, kib) } }
+                if let kib = Self.status(pid: pid, field: "VmRSS:") {
+                    rss.withLock { $0[name] = max($0[name] ?? 0, kib) }
+                }
             }
             for (g, probe) in probes {
                 if let value = try? probe.lag(topic: g.topic, partitions: partitions[g.topic] ?? []) {
@@ -405,7 +426,8 @@ final class ResourceSampler: Sendable {
     static func status(pid: Int32, field: String) -> Int? {
         guard let text = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return nil }
         for line in text.split(separator: "\n") where line.hasPrefix(field) {
-            return Int(line.dropFirst(field.count).trimmingCharacters(in: .whitespaces).split(separator: " ").first ?? "")
+            return Int(
+                line.dropFirst(field.count).trimmingCharacters(in: .whitespaces).split(separator: " ").first ?? "")
         }
         return nil
     }

@@ -48,7 +48,9 @@ public struct RealmClient: Sendable {
             contentType: "application/x-www-form-urlencoded")
     }
 
-    public static func apnsToken() -> String { (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined() }
+    public static func apnsToken() -> String {
+        (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
+    }
     public static func fcmToken() -> String { "fcm:" + UUID().uuidString + UUID().uuidString }
 
     /// A fresh device push key (33-byte tagged secretbox key).
@@ -57,7 +59,9 @@ public struct RealmClient: Sendable {
     }
 
     /// `encrypted_push_registration`: the registration JSON sealed to the relay's bouncer key.
-    public func sealedRegistration(kind: String, token: String, appID: String?, timestamp: Int64? = nil) throws -> String {
+    public func sealedRegistration(kind: String, token: String, appID: String?, timestamp: Int64? = nil) throws
+        -> String
+    {
         let fields: [String: JSONValue] = [
             "token": .string(token), "token_kind": .string(kind),
             "timestamp": .int(timestamp ?? Int64(Date().timeIntervalSince1970)),
@@ -67,7 +71,9 @@ public struct RealmClient: Sendable {
         return Data(try SealedBox.seal(Wire.canonical(.object(fields)), to: publicKey)).base64EncodedString()
     }
 
-    public func bouncerRegister(kind: String, token: String, appID: String?, pushAccountID: Int64) async throws -> HTTP.Reply {
+    public func bouncerRegister(kind: String, token: String, appID: String?, pushAccountID: Int64) async throws
+        -> HTTP.Reply
+    {
         try await HTTP.send(
             "POST", "\(stack.ingestURL)/api/v1/remotes/push/e2ee/register",
             json: [
@@ -89,12 +95,14 @@ public struct RealmClient: Sendable {
     }
 
     /// Registers a device through the native API and returns its id.
-    public func device(userID: Int64, kind: String, token: String, key: PushKey, keyID: Int64 = 1) async throws -> Int64 {
+    public func device(userID: Int64, kind: String, token: String, key: PushKey, keyID: Int64 = 1) async throws -> Int64
+    {
         let reply = try await registerDevice(
             userID: userID, kind: kind, token: token, appID: kind == "apns" ? "org.zulip.Zulip" : nil, key: key,
             keyID: keyID)
         guard let id = reply.json["device_id"]?.intValue else {
-            throw StackError("device registration failed: \(reply.status) \(String(decoding: reply.body, as: UTF8.self))")
+            throw StackError(
+                "device registration failed: \(reply.status) \(String(decoding: reply.body, as: UTF8.self))")
         }
         return id
     }
@@ -102,7 +110,8 @@ public struct RealmClient: Sendable {
     public func notify(userID: Int64, payload: JSONValue, deviceIDs: [Int64]? = nil) async throws -> HTTP.Reply {
         var body: [String: JSONValue] = ["realm_uuid": .string(realmUUID), "user_id": .int(userID), "payload": payload]
         if let deviceIDs { body["device_ids"] = .array(deviceIDs.map { .int($0) }) }
-        return try await HTTP.send("POST", "\(stack.ingestURL)/v1/notify", json: .object(body), auth: auth, client: client)
+        return try await HTTP.send(
+            "POST", "\(stack.ingestURL)/v1/notify", json: .object(body), auth: auth, client: client)
     }
 
     public func feedback(after cursor: String? = nil) async throws -> HTTP.Reply {

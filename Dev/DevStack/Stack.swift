@@ -52,7 +52,9 @@ public final class Stack: Sendable {
         for (service, process) in processes.withLock({ $0 }) where process.isRunning {
             result[service.rawValue] = process.processIdentifier
         }
-        for (name, process) in helpers.withLock({ $0 }) where process.isRunning { result[name] = process.processIdentifier }
+        for (name, process) in helpers.withLock({ $0 }) where process.isRunning {
+            result[name] = process.processIdentifier
+        }
         return result
     }
 
@@ -62,7 +64,8 @@ public final class Stack: Sendable {
         public var partitions: Int
         /// Extra environment for the provider fakes.
         public var fakesEnvironment: [String: String]
-        public init(environment: [String: String] = [:], partitions: Int = 6, fakesEnvironment: [String: String] = [:]) {
+        public init(environment: [String: String] = [:], partitions: Int = 6, fakesEnvironment: [String: String] = [:])
+        {
             self.environment = environment
             self.partitions = partitions
             self.fakesEnvironment = fakesEnvironment
@@ -161,7 +164,8 @@ public final class Stack: Sendable {
         return process
     }
 
-    public static func waitFor(_ what: String, timeout: Duration = .seconds(60), _ check: () async -> Bool) async throws {
+    public static func waitFor(_ what: String, timeout: Duration = .seconds(60), _ check: () async -> Bool) async throws
+    {
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
             if await check() { return }
@@ -231,7 +235,8 @@ public final class Stack: Sendable {
 
     private init(
         directory: String, binDirectory: String, redisPort: Int, kafkaBrokers: String, ports: [Service: Int],
-        ingestOpsPort: Int, controlPort: Int, dispatcherEnvironment: [String: String], bouncerPublicKey: String, options: Options
+        ingestOpsPort: Int, controlPort: Int, dispatcherEnvironment: [String: String], bouncerPublicKey: String,
+        options: Options
     ) {
         self.options = options
         self.directory = directory
@@ -392,7 +397,9 @@ public final class Stack: Sendable {
     }
 
     public func inject(_ provider: String, status: Int, reason: String, retryAfter: Int?, count: Int) async throws {
-        var body: [String: JSONValue] = ["status": .int(Int64(status)), "reason": .string(reason), "count": .int(Int64(count))]
+        var body: [String: JSONValue] = [
+            "status": .int(Int64(status)), "reason": .string(reason), "count": .int(Int64(count)),
+        ]
         if let retryAfter { body["retry_after"] = .int(Int64(retryAfter)) }
         _ = try await HTTP.send("POST", "\(controlURL)/\(provider)/inject", json: .object(body))
     }
@@ -498,7 +505,9 @@ extension Stack {
     }
 
     /// Runs one of the built tools (e.g. `pushrelay-replay`) against this stack.
-    public func runTool(_ name: String, _ arguments: [String]) async throws -> (status: Int32, output: String, errors: String) {
+    public func runTool(_ name: String, _ arguments: [String]) async throws -> (
+        status: Int32, output: String, errors: String
+    ) {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "\(binDirectory)/\(name)")
         process.arguments = arguments

@@ -94,7 +94,9 @@ public struct FakeAPNs: Sendable {
         if let problem = await verify(jwt) { return fail(403, problem) }
 
         guard !rawToken.isEmpty else { return fail(400, "MissingDeviceToken") }
-        guard rawToken.utf8.count % 2 == 0, rawToken.allSatisfy(\.isHexDigit) else { return fail(400, "BadDeviceToken") }
+        guard rawToken.utf8.count % 2 == 0, rawToken.allSatisfy(\.isHexDigit) else {
+            return fail(400, "BadDeviceToken")
+        }
         guard let topic = recorded["apns-topic"], !topic.isEmpty else { return fail(400, "MissingTopic") }
         if !allowedTopics.isEmpty && !allowedTopics.contains(topic.replacingOccurrences(of: ".voip", with: "")) {
             return fail(400, "TopicDisallowed")

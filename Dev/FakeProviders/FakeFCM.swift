@@ -49,7 +49,8 @@ public struct FakeFCM: Sendable {
         var headers: HTTPFields = [.contentType: "application/json; charset=UTF-8"]
         if let retryAfter { headers[.retryAfter] = String(retryAfter) }
         return Response(
-            status: .init(code: status), headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: Wire.canonical(body))))
+            status: .init(code: status), headers: headers,
+            body: .init(byteBuffer: ByteBuffer(bytes: Wire.canonical(body))))
     }
 
     static let grpcStatus: [Int: String] = [
@@ -111,7 +112,8 @@ public struct FakeFCM: Sendable {
         else { return oauthError("invalid_grant", "Invalid JWT Signature.") }
         guard claims.iss.value == clientEmail else { return oauthError("invalid_grant", "Invalid issuer") }
         guard claims.aud.value.contains(tokenURI) else {
-            return oauthError("invalid_grant", "Invalid JWT: Token must be a short-lived token and in a reasonable timeframe")
+            return oauthError(
+                "invalid_grant", "Invalid JWT: Token must be a short-lived token and in a reasonable timeframe")
         }
         guard claims.scope.split(separator: " ").contains("https://www.googleapis.com/auth/firebase.messaging") else {
             return oauthError("invalid_scope", "Invalid OAuth scope")
@@ -158,7 +160,8 @@ public struct FakeFCM: Sendable {
                 reason: "SENDER_ID_MISMATCH")
         }
         guard case .object = message ?? .null else {
-            return answer(Self.badRequest(field: "message", "Invalid JSON payload received."), reason: "INVALID_ARGUMENT")
+            return answer(
+                Self.badRequest(field: "message", "Invalid JSON payload received."), reason: "INVALID_ARGUMENT")
         }
         guard !token.isEmpty else {
             return answer(
@@ -168,7 +171,9 @@ public struct FakeFCM: Sendable {
         var dataSize = 0
         if let data = message?["data"] {
             guard case .object(let fields) = data else {
-                return answer(Self.badRequest(field: "message.data", "Invalid value at 'message.data'"), reason: "INVALID_ARGUMENT")
+                return answer(
+                    Self.badRequest(field: "message.data", "Invalid value at 'message.data'"),
+                    reason: "INVALID_ARGUMENT")
             }
             for (key, value) in fields {
                 guard let text = value.stringValue else {
@@ -198,7 +203,8 @@ public struct FakeFCM: Sendable {
         }
         if let injected = state.nextInjected(provider: "fcm") {
             return answer(
-                Self.fcmError(injected.status, injected.reason, "Injected failure", retryAfter: injected.retryAfterSeconds),
+                Self.fcmError(
+                    injected.status, injected.reason, "Injected failure", retryAfter: injected.retryAfterSeconds),
                 reason: injected.reason)
         }
         if state.fcmUnregistered(token) {

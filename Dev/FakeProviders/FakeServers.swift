@@ -47,7 +47,9 @@ public struct FakeServers: Sendable {
     /// The three applications; run them in one ServiceGroup.
     public func applications(logger: Logger) async throws -> [any ApplicationProtocol & Sendable] {
         let tls = TLSConfiguration.makeServerConfiguration(
-            certificateChain: [.certificate(try NIOSSLCertificate(bytes: Array(credentials.serverCertificatePEM.utf8), format: .pem))],
+            certificateChain: [
+                .certificate(try NIOSSLCertificate(bytes: Array(credentials.serverCertificatePEM.utf8), format: .pem))
+            ],
             privateKey: .privateKey(try NIOSSLPrivateKey(bytes: Array(credentials.serverKeyPEM.utf8), format: .pem)))
 
         let apnsRouter = Router(context: BasicRequestContext.self)
@@ -99,9 +101,12 @@ public struct FakeServers: Sendable {
             var request = request
             let body = try await request.collectBody(upTo: 64 * 1024)
             let fields = try JSONDecoder().decode(JSONValue.self, from: Data(body.readableBytesView))
-            guard let token = fields["token"]?.stringValue else { throw HTTPError(.badRequest, message: "token required") }
+            guard let token = fields["token"]?.stringValue else {
+                throw HTTPError(.badRequest, message: "token required")
+            }
             let timestamp = fields["timestamp_ms"]?.intValue ?? Wire.nowMillis()
-            state.markUnregistered(provider: context.parameters.get("provider") ?? "", token: token, timestampMs: timestamp)
+            state.markUnregistered(
+                provider: context.parameters.get("provider") ?? "", token: token, timestampMs: timestamp)
             return try FakeServers.json(["status": "ok"])
         }
         router.post("/:provider/inject") { request, context in

@@ -71,9 +71,11 @@ public final class FakeState: Sendable {
 
     /// Answers so far: provider → HTTP status → count.
     public func counts() -> [String: [String: Int]] {
-        state.withLock { s in s.counts.mapValues { byStatus in
-            Dictionary(uniqueKeysWithValues: byStatus.map { ("\($0.key)", $0.value) })
-        } }
+        state.withLock { s in
+            s.counts.mapValues { byStatus in
+                Dictionary(uniqueKeysWithValues: byStatus.map { ("\($0.key)", $0.value) })
+            }
+        }
     }
 
     public func received(provider: String? = nil) -> [ReceivedPush] {
@@ -82,7 +84,9 @@ public final class FakeState: Sendable {
 
     public func markUnregistered(provider: String, token: String, timestampMs: Int64) {
         state.withLock { s in
-            if provider == "apns" { s.unregisteredAPNs[token.lowercased()] = timestampMs } else {
+            if provider == "apns" {
+                s.unregisteredAPNs[token.lowercased()] = timestampMs
+            } else {
                 s.unregisteredFCM.insert(token)
             }
         }

@@ -81,7 +81,8 @@ public enum Dispatcher {
             observability: observability)
         try await runServices(
             [
-                KafkaProducerService(producer: producer), ShutdownHook {
+                KafkaProducerService(producer: producer),
+                ShutdownHook {
                     for client in clients.values { await client.shutdown() }
                 }, app,
                 KafkaConsumerService(consumer: main) { await stage.handle($0, maxRateWait: mainWait) },
@@ -155,10 +156,13 @@ public struct DispatchStage: Sendable {
         if let unreadable {
             // Nothing can be sent without the token or body; the dead letter keeps them sealed for a re-drive.
             decision = Decision(
-                step: .dead(.rejected, .failed(reason: unreadable, status: nil), attempts: max(0, outbound.attempts ?? 0)),
+                step: .dead(
+                    .rejected, .failed(reason: unreadable, status: nil), attempts: max(0, outbound.attempts ?? 0)),
                 claimed: false, ambiguous: false)
         } else {
-            guard let decided = await decide(outbound, force: force, maxRateWait: maxRateWait) else { return .abandoned }
+            guard let decided = await decide(outbound, force: force, maxRateWait: maxRateWait) else {
+                return .abandoned
+            }
             decision = decided
         }
         if decision.claimed && !decision.step.isSent {
@@ -214,7 +218,8 @@ public struct DispatchStage: Sendable {
         do {
             let bytes = try pipelineKeys.open(
                 sealed,
-                binding: .body(notificationID: record.notificationID, realmUUID: record.realmUUID, deviceID: record.deviceID))
+                binding: .body(
+                    notificationID: record.notificationID, realmUUID: record.realmUUID, deviceID: record.deviceID))
             record.body = bytes
             return true
         } catch {
@@ -245,7 +250,8 @@ public struct DispatchStage: Sendable {
             }
             switch state {
             case nil: return nil
-            case .sent(_, let id)?: return Decision(step: .alreadySent(providerMessageID: id), claimed: false, ambiguous: false)
+            case .sent(_, let id)?:
+                return Decision(step: .alreadySent(providerMessageID: id), claimed: false, ambiguous: false)
             case .claimed(let at)?:
                 ambiguous = true
                 RelayMetrics.ambiguousResends(provider: record.provider.rawValue).increment()
@@ -286,7 +292,8 @@ public struct DispatchStage: Sendable {
         guard await rates.acquire(target, maxWait: maxRateWait) else {
             // The provider asked us to slow down: park the push rather than hold the stream.
             RelayMetrics.rateDeferred(target: target).increment()
-            return plannedRetry(record, attempts: attemptsSoFar, result: .retry(reason: "rate_limited", status: nil, retryAfter: nil))
+            return plannedRetry(
+                record, attempts: attemptsSoFar, result: .retry(reason: "rate_limited", status: nil, retryAfter: nil))
         }
         let start = ContinuousClock.now
         let result = await limiter.withSlot { await client.send(record) }
@@ -349,7 +356,8 @@ public struct DispatchStage: Sendable {
             logger.info("already sent; not sending again", metadata: metadata)
             return [
                 try .delivery(
-                    delivery(.alreadySent, reason: nil, status: nil, attempts: record.attempts ?? 0, id: providerMessageID),
+                    delivery(
+                        .alreadySent, reason: nil, status: nil, attempts: record.attempts ?? 0, id: providerMessageID),
                     topic: topics.deliveries)
             ]
         case .retry(let next, let stage, let due):
@@ -370,17 +378,21 @@ public struct DispatchStage: Sendable {
             return [
                 try .deadLetter(dead, topic: topics.deadLetter),
                 try .delivery(
-                    delivery(cause == .expired ? .expired : .failed, reason: reason, status: status, attempts: attempts),
+                    delivery(
+                        cause == .expired ? .expired : .failed, reason: reason, status: status, attempts: attempts),
                     topic: topics.deliveries),
             ]
         case .outcome(let result, let attempts):
             switch result {
             case .sent(let status, let id):
-                RelayMetrics.endToEnd(provider: record.provider.rawValue).recordMilliseconds(max(0, now.saturatingSubtract(record.acceptedAtMs)))
+                RelayMetrics.endToEnd(provider: record.provider.rawValue).recordMilliseconds(
+                    max(0, now.saturatingSubtract(record.acceptedAtMs)))
                 // An ambiguous re-send is marked, so accounting can tell a possible duplicate from a bug.
                 let reason = ambiguous ? "resent_after_interrupted_send" : nil
                 return [
-                    try .delivery(delivery(.sent, reason: reason, status: status, attempts: attempts, id: id), topic: topics.deliveries)
+                    try .delivery(
+                        delivery(.sent, reason: reason, status: status, attempts: attempts, id: id),
+                        topic: topics.deliveries)
                 ]
             case .invalidToken(let reason, let status, let timestamp):
                 metadata[LogKey.reason] = "\(reason)"
@@ -391,11 +403,16 @@ public struct DispatchStage: Sendable {
                     notificationID: record.notificationID, observedAtMs: now)
                 return [
                     try .feedback(feedback, topic: topics.feedback),
-                    try .delivery(delivery(.invalidToken, reason: reason, status: status, attempts: attempts), topic: topics.deliveries),
+                    try .delivery(
+                        delivery(.invalidToken, reason: reason, status: status, attempts: attempts),
+                        topic: topics.deliveries),
                 ]
             case .retry, .failed:
                 let (reason, status) = Self.reasonAndStatus(result)
-                return [try .delivery(delivery(.failed, reason: reason, status: status, attempts: attempts), topic: topics.deliveries)]
+                return [
+                    try .delivery(
+                        delivery(.failed, reason: reason, status: status, attempts: attempts), topic: topics.deliveries)
+                ]
             }
         }
     }

@@ -46,7 +46,10 @@ public enum Encryptor {
             settings: settings, readiness: Readiness(kafka: { consumer.isConnected() }, redis: redis),
             observability: observability)
         try await runServices(
-            [KafkaProducerService(producer: producer), app, KafkaConsumerService(consumer: consumer, handler: stage.handle)],
+            [
+                KafkaProducerService(producer: producer), app,
+                KafkaConsumerService(consumer: consumer, handler: stage.handle),
+            ],
             shutdownTimeout: settings.shutdownTimeout, logger: logger)
     }
 }
@@ -139,12 +142,15 @@ public struct EncryptorStage: Sendable {
                 continue
             }
             guard device.realmUUID == request.realmUUID, device.userID == userID else {
-                messages.append(try unsent(request, device: id, provider: device.provider, .unknownDevice, "not_users_device"))
+                messages.append(
+                    try unsent(request, device: id, provider: device.provider, .unknownDevice, "not_users_device"))
                 continue
             }
             guard device.status == .active else {
                 messages.append(
-                    try unsent(request, device: id, provider: device.provider, .invalidToken, device.invalidReason ?? "device_invalid"))
+                    try unsent(
+                        request, device: id, provider: device.provider, .invalidToken,
+                        device.invalidReason ?? "device_invalid"))
                 continue
             }
             guard let keyID = device.currentKeyID, let key = device.currentKey else {
@@ -156,7 +162,8 @@ public struct EncryptorStage: Sendable {
                 provider: device.provider, pushKeyID: keyID, encryptedData: encrypted, type: type)
             messages.append(
                 try .outbound(
-                    try outbound(request, device: device, delivery: DeliveryClass(type), body: body), topic: topics.outbound))
+                    try outbound(request, device: device, delivery: DeliveryClass(type), body: body),
+                    topic: topics.outbound))
         }
         return messages
     }
@@ -168,9 +175,11 @@ public struct EncryptorStage: Sendable {
         var messages: [KafkaOutgoing] = []
         for item in items {
             let wanted: Provider = item.apnsPushType != nil || item.apnsPriority != nil ? .apns : .fcm
-            guard let device = found[item.deviceID], device.realmUUID == request.realmUUID, device.zulipLegacyOwner == nil
+            guard let device = found[item.deviceID], device.realmUUID == request.realmUUID,
+                device.zulipLegacyOwner == nil
             else {
-                messages.append(try unsent(request, device: item.deviceID, provider: wanted, .unknownDevice, "unknown_device"))
+                messages.append(
+                    try unsent(request, device: item.deviceID, provider: wanted, .unknownDevice, "unknown_device"))
                 continue
             }
             guard device.status == .active else {
@@ -181,7 +190,8 @@ public struct EncryptorStage: Sendable {
                 continue
             }
             guard device.provider == wanted else {
-                messages.append(try unsent(request, device: item.deviceID, provider: device.provider, .failed, "provider_mismatch"))
+                messages.append(
+                    try unsent(request, device: item.deviceID, provider: device.provider, .failed, "provider_mismatch"))
                 continue
             }
             let delivery = DeliveryClass(
@@ -189,7 +199,8 @@ public struct EncryptorStage: Sendable {
                 fcmPriority: item.fcmPriority ?? .known(.high))
             let body = ProviderBody.passThrough(provider: device.provider, payload: item.payload)
             messages.append(
-                try .outbound(try outbound(request, device: device, delivery: delivery, body: body), topic: topics.outbound))
+                try .outbound(
+                    try outbound(request, device: device, delivery: delivery, body: body), topic: topics.outbound))
         }
         return messages
     }
@@ -222,7 +233,9 @@ public struct EncryptorStage: Sendable {
             }
             guard device.status == .active else {
                 messages.append(
-                    try unsent(request, device: id, provider: device.provider, .invalidToken, device.invalidReason ?? "device_invalid"))
+                    try unsent(
+                        request, device: id, provider: device.provider, .invalidToken,
+                        device.invalidReason ?? "device_invalid"))
                 continue
             }
             let body: JSONValue
@@ -243,7 +256,8 @@ public struct EncryptorStage: Sendable {
             record.body = []
             record.sealedBody = try pipelineKeys.seal(
                 Wire.canonical(body),
-                binding: .body(notificationID: request.notificationID, realmUUID: request.realmUUID, deviceID: device.id))
+                binding: .body(
+                    notificationID: request.notificationID, realmUUID: request.realmUUID, deviceID: device.id))
             messages.append(try .outbound(record, topic: topics.outbound))
         }
         return messages

@@ -89,7 +89,8 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
         } catch let error as HTTPError {
             switch error.status {
             case .contentTooLarge:
-                throw APIError(status: .contentTooLarge, code: "REQUEST_TOO_LARGE", message: "Request body is too large")
+                throw APIError(
+                    status: .contentTooLarge, code: "REQUEST_TOO_LARGE", message: "Request body is too large")
             case .notFound:
                 throw APIError(status: .notFound, code: "NOT_FOUND", message: "No such endpoint")
             case .methodNotAllowed:

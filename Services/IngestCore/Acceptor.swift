@@ -31,4 +31,3 @@ struct Acceptor: Sendable {
         }
     }
 }
-

@@ -75,14 +75,15 @@ public final class ServerAuthenticator: Sendable {
         let failure = Self.failure(request, api: api, uuid: credentials?.uuid)
         let cacheKey = credentials.map { Fingerprint.sha256Hex("\($0.uuid):\($0.key)") }
         let now = ContinuousClock.now
-        let cached = cacheKey.map { key in
-            verified.withLock { cache in
-                guard let expiry = cache[key], expiry > now else { return false }
-                // A server in use stays verified: its entry slides with each request.
-                cache[key] = now + .seconds(30)
-                return true
-            }
-        } ?? false
+        let cached =
+            cacheKey.map { key in
+                verified.withLock { cache in
+                    guard let expiry = cache[key], expiry > now else { return false }
+                    // A server in use stays verified: its entry slides with each request.
+                    cache[key] = now + .seconds(30)
+                    return true
+                }
+            } ?? false
         if !cached {
             let client = clientAddress(request, context: context)
             let nowMs = Wire.nowMillis()

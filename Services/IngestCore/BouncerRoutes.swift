@@ -170,7 +170,8 @@ extension IngestAPI {
         var largest: Int64 = 0
         for (index, row) in rows.enumerated() {
             guard let id = row["id"]?.intValue, id >= 0 else {
-                throw APIError.badRequest("\(name)[\(index)].id: must be a non-negative integer", field: "\(name)[\(index)].id")
+                throw APIError.badRequest(
+                    "\(name)[\(index)].id: must be a non-negative integer", field: "\(name)[\(index)].id")
             }
             largest = max(largest, id)
         }
@@ -294,7 +295,8 @@ extension IngestAPI {
         if byTokenID {
             // 12.x: the realm's token ids name the devices.
             let found = try await devices.redis.command(
-                ["MGET"] + parsed.map { RedisArgument(devices.keys.zulipTokenID(realm: realm, tokenID: $0.tokenID ?? "")) }
+                ["MGET"]
+                    + parsed.map { RedisArgument(devices.keys.zulipTokenID(realm: realm, tokenID: $0.tokenID ?? "")) }
             ).array
             for i in parsed.indices { parsed[i].item.deviceID = i < found.count ? (found[i].int ?? -1) : -1 }
         }

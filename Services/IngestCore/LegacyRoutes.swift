@@ -104,7 +104,9 @@ extension IngestAPI {
         let token = try Self.legacyToken(body)
         var appID: String?
         if token.provider == .apns {
-            guard let given = try body.optionalString("ios_app_id") else { throw APIError.badRequest("Missing ios_app_id") }
+            guard let given = try body.optionalString("ios_app_id") else {
+                throw APIError.badRequest("Missing ios_app_id")
+            }
             guard Syntax.isZulipAppID(given) else { throw APIError.badRequest("ios_app_id has invalid format") }
             appID = given
         }

@@ -156,7 +156,9 @@ extension IngestAPI {
         var requestedIDs: [Int64]?
         if body.has("device_ids") {
             // A repeated id is one device: it gets one push and is listed once.
-            do { requestedIDs = Self.unique(try body.reader.intArray("device_ids")) } catch { throw APIError.invalid(error) }
+            do { requestedIDs = Self.unique(try body.reader.intArray("device_ids")) } catch {
+                throw APIError.invalid(error)
+            }
             if let count = requestedIDs?.count, count > limits.maxDeviceIDs {
                 throw APIError.tooManyTargets(field: "device_ids", limit: limits.maxDeviceIDs)
             }
@@ -165,12 +167,14 @@ extension IngestAPI {
         guard plaintext.count <= limits.maxPlaintextBytes else {
             throw APIError(
                 status: .contentTooLarge, code: "PAYLOAD_TOO_LARGE",
-                message: "payload: encrypted it would exceed the providers' 4096-byte limit (max \(limits.maxPlaintextBytes) bytes of JSON)",
+                message:
+                    "payload: encrypted it would exceed the providers' 4096-byte limit (max \(limits.maxPlaintextBytes) bytes of JSON)",
                 field: "payload")
         }
         try await ownRealm(realm, server: server)
-        if let idempotency, let earlier = try await idempotency.claim(
-            server: server, fingerprint: Fingerprint.hex(Fingerprint.sha256(body.bytes)), api: self)
+        if let idempotency,
+            let earlier = try await idempotency.claim(
+                server: server, fingerprint: Fingerprint.hex(Fingerprint.sha256(body.bytes)), api: self)
         {
             return earlier
         }
@@ -227,7 +231,8 @@ extension IngestAPI {
             } catch { throw APIError.internalError }
             try await acceptor.publish(
                 PushRequestRecord(
-                    notificationID: notificationID, serverUUID: server, realmUUID: realm, acceptedAtMs: Wire.nowMillis(),
+                    notificationID: notificationID, serverUUID: server, realmUUID: realm,
+                    acceptedAtMs: Wire.nowMillis(),
                     request: .native(
                         userID: userID, deviceIDs: requestedIDs, type: notification.type, sealedPayload: sealed)))
         }
@@ -265,7 +270,11 @@ extension IngestAPI {
             return .object(fields)
         }
         let next: JSONValue
-        if let last = entries.last { next = .string(last.cursor) } else if let after { next = .string(after) } else {
+        if let last = entries.last {
+            next = .string(last.cursor)
+        } else if let after {
+            next = .string(after)
+        } else {
             next = .null
         }
         return success(["invalidated": .array(invalidated), "next_cursor": next])

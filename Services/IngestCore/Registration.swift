@@ -78,7 +78,8 @@ extension IngestAPI {
             deviceToken = try DeviceToken(provider: provider, value: token, rules: rules)
         } catch {
             throw APIError.invalid(
-                PayloadValidationError(field: path.isEmpty ? error.field : "\(path).\(error.field)", problem: error.problem),
+                PayloadValidationError(
+                    field: path.isEmpty ? error.field : "\(path).\(error.field)", problem: error.problem),
                 code: "INVALID_TOKEN")
         }
         switch provider {

@@ -119,7 +119,8 @@ public struct DeviceStore: Sendable {
                 // Found under an older index form: move it to the current one.
                 try check(
                     try await redis.pipeline([
-                        ["SET", RedisArgument(index), RedisArgument(id), "NX"], ["DEL", RedisArgument(indexes[position])],
+                        ["SET", RedisArgument(index), RedisArgument(id), "NX"],
+                        ["DEL", RedisArgument(indexes[position])],
                     ]))
             }
             // The same phone now signed in as another user: it leaves the old user's fan-out.
@@ -292,7 +293,7 @@ public struct DeviceStore: Sendable {
     private func readable<T>(_ open: @autoclosure () throws(CryptoError) -> T) throws(CryptoError) -> T? {
         do {
             return try open()
-        } catch where error.code == .invalidKey {
+        } catch  where error.code == .invalidKey {
             throw error
         } catch {
             return nil
@@ -310,7 +311,8 @@ public struct DeviceStore: Sendable {
     @discardableResult
     public func delete(_ device: DeviceRecord) async throws -> Bool {
         let indexes = tokenIndexes(
-            realm: device.realmUUID, provider: device.provider, token: device.token, pushAccountID: device.pushAccountID)
+            realm: device.realmUUID, provider: device.provider, token: device.token, pushAccountID: device.pushAccountID
+        )
         var commands: [[RedisArgument]] = [
             ["DEL", RedisArgument(keys.device(device.id)), RedisArgument(keys.deviceKeys(device.id))]
         ]

@@ -43,11 +43,14 @@ public struct RedisKeys: Sendable {
     /// The first form of the token index, under the unkeyed SHA-256 of the token: still
     /// looked up, so devices registered before the keyed index keep their ids.
     public func legacyTokenIndex(realm: String, provider: Provider, token: String, pushAccountID: Int64?) -> String {
-        tokenIndex(realm: realm, provider: provider, tokenDigest: Fingerprint.sha256Hex(token), pushAccountID: pushAccountID)
+        tokenIndex(
+            realm: realm, provider: provider, tokenDigest: Fingerprint.sha256Hex(token), pushAccountID: pushAccountID)
     }
     public func feedback(realm: String) -> String { "\(prefix)fb:\(realm)" }
     public func zulipTokenID(realm: String, tokenID: String) -> String { "\(prefix)tid:\(realm):\(tokenID)" }
     public func zulipLegacyUser(server: String, user: String) -> String { "\(prefix)zl:\(server):\(user)" }
     public func rateLimit(server: String, window: Int64) -> String { "\(prefix)rl:\(server):\(window)" }
-    public func sent(notificationID: String, deviceID: Int64) -> String { "\(prefix)sent:\(notificationID):\(deviceID)" }
+    public func sent(notificationID: String, deviceID: Int64) -> String {
+        "\(prefix)sent:\(notificationID):\(deviceID)"
+    }
 }

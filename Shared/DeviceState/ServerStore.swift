@@ -62,10 +62,12 @@ public struct ServerStore: Sendable {
             throw ServerRegistrationError.registrationClosed
         }
         // Created only when no record exists: a server with just the old hash field is not new.
-        let created = try await redis.command(
-            "EVAL", RedisArgument(Self.createScript), "1", RedisArgument(key), RedisArgument(pepper.hmacHex(apiKey)),
-            RedisArgument(nowMs)
-        ).int == 1
+        let created =
+            try await redis.command(
+                "EVAL", RedisArgument(Self.createScript), "1", RedisArgument(key),
+                RedisArgument(pepper.hmacHex(apiKey)),
+                RedisArgument(nowMs)
+            ).int == 1
         if !created {
             switch try await check(uuid: uuid, apiKey: apiKey) {
             case .valid: break

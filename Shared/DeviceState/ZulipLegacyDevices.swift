@@ -63,8 +63,10 @@ public struct ZulipLegacyDevices: Sendable {
         guard let primary = user.primary else { throw RedisError(code: .protocolError, message: "no user") }
         let forms = fields(token)
         let reply = try await redis.command(
-            ["EVAL", RedisArgument(Self.registerScript), "2",
-             RedisArgument(keys.zulipLegacyUser(server: server, user: primary)), RedisArgument(keys.deviceSequence)]
+            [
+                "EVAL", RedisArgument(Self.registerScript), "2",
+                RedisArgument(keys.zulipLegacyUser(server: server, user: primary)), RedisArgument(keys.deviceSequence),
+            ]
                 + forms.map { RedisArgument($0) })
         let parts = reply.array
         guard parts.count == 2, let id = parts[0].int, let created = parts[1].int else {
@@ -166,8 +168,10 @@ public struct ZulipLegacyDevices: Sendable {
         // Only the index fields that still name this device, compared and removed in one step.
         if let token = try? DeviceToken(provider: device.provider, value: device.token, rules: .zulip) {
             try await redis.command(
-                ["EVAL", RedisArgument(Self.takeScript), "1",
-                 RedisArgument(keys.zulipLegacyUser(server: server, user: userKey)), RedisArgument(device.id)]
+                [
+                    "EVAL", RedisArgument(Self.takeScript), "1",
+                    RedisArgument(keys.zulipLegacyUser(server: server, user: userKey)), RedisArgument(device.id),
+                ]
                     + fields(token).map { RedisArgument($0) })
         }
         return try await devices.delete(device)
@@ -179,8 +183,10 @@ public struct ZulipLegacyDevices: Sendable {
         for userKey in userKeys {
             // Read and removed in one step: a registration in between is not lost.
             ids += try await redis.command(
-                ["EVAL", RedisArgument(Self.takeScript), "1",
-                 RedisArgument(keys.zulipLegacyUser(server: server, user: userKey)), "-"]
+                [
+                    "EVAL", RedisArgument(Self.takeScript), "1",
+                    RedisArgument(keys.zulipLegacyUser(server: server, user: userKey)), "-",
+                ]
                     + forms.map { RedisArgument($0) }
             ).array.compactMap(\.int)
         }

@@ -61,13 +61,15 @@ extension RealmDirectory {
                 "host", RedisArgument(realm.host), "url", RedisArgument(realm.url), "name", RedisArgument(realm.name),
                 "org_type", RedisArgument(realm.orgType), "deactivated", realm.deactivated ? "1" : "0",
                 "system_bot", realm.isSystemBotRealm ? "1" : "0",
-                "owner_secret", RedisArgument(try storage.sealString(realm.ownerSecret, slot: .realmOwnerSecret(realm.uuid))),
+                "owner_secret",
+                RedisArgument(try storage.sealString(realm.ownerSecret, slot: .realmOwnerSecret(realm.uuid))),
                 "plan_type", RedisArgument(Self.zulipPlanType), "locally_deleted", "0",
                 "updated_ms", RedisArgument(nowMs),
             ])
         }
         let uploaded = Set(realms.map(\.uuid))
-        let owned = try await redis.command("SMEMBERS", RedisArgument(keys.serverRealms(server))).array.compactMap(\.string)
+        let owned = try await redis.command("SMEMBERS", RedisArgument(keys.serverRealms(server))).array.compactMap(
+            \.string)
         for realm in owned where !uploaded.contains(realm) {
             commands.append([
                 "HSET", RedisArgument(keys.realm(realm)), "locally_deleted", "1", "updated_ms", RedisArgument(nowMs),

@@ -215,7 +215,9 @@ public final class KafkaGroupLag {
             let e = list.pointee.elems[i]
             var low: Int64 = 0
             var high: Int64 = 0
-            guard rd_kafka_query_watermark_offsets(handle, topic, e.partition, &low, &high, 5000) == RD_KAFKA_RESP_ERR_NO_ERROR
+            guard
+                rd_kafka_query_watermark_offsets(handle, topic, e.partition, &low, &high, 5000)
+                    == RD_KAFKA_RESP_ERR_NO_ERROR
             else { continue }
             total += max(0, high - (e.offset >= 0 ? e.offset : low))
         }

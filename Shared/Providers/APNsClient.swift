@@ -26,7 +26,8 @@ public struct APNsConfiguration: Sendable {
 
     public init(
         baseURL: String, teamID: String, keyID: String, privateKeyPEM: String, caFile: String? = nil,
-        connections: Int = 2, tokenRefreshInterval: Duration = .seconds(50 * 60), requestTimeout: Duration = .seconds(15)
+        connections: Int = 2, tokenRefreshInterval: Duration = .seconds(50 * 60),
+        requestTimeout: Duration = .seconds(15)
     ) {
         self.baseURL = baseURL
         self.teamID = teamID
@@ -141,7 +142,8 @@ public final class APNsClient: PushProviderClient {
         request.headers.add(name: "content-type", value: "application/json")
         request.body = .bytes(ByteBuffer(bytes: body))
         do {
-            let response = try await client().execute(request, timeout: .seconds(configuration.requestTimeout.components.seconds))
+            let response = try await client().execute(
+                request, timeout: .seconds(configuration.requestTimeout.components.seconds))
             let status = Int(response.status.code)
             if status == 200 {
                 return .sent(status: status, providerMessageID: response.headers.first(name: "apns-id"))

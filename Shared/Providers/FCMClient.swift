@@ -95,14 +95,16 @@ actor FCMAccessTokens {
         }
         let now = Date()
         let claims = GoogleAssertionClaims(
-            iss: IssuerClaim(value: account.clientEmail), scope: Self.scope, aud: AudienceClaim(value: account.tokenURI),
+            iss: IssuerClaim(value: account.clientEmail), scope: Self.scope,
+            aud: AudienceClaim(value: account.tokenURI),
             iat: IssuedAtClaim(value: now), exp: ExpirationClaim(value: now.addingTimeInterval(3600)))
         let assertion = try await keys.sign(claims, kid: JWKIdentifier(string: account.privateKeyID))
         var request = HTTPClientRequest(url: account.tokenURI)
         request.method = .POST
         request.headers.add(name: "content-type", value: "application/x-www-form-urlencoded")
         request.body = .bytes(
-            ByteBuffer(string: "grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer&assertion=\(assertion)"))
+            ByteBuffer(
+                string: "grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer&assertion=\(assertion)"))
         let response = try await http.execute(request, timeout: .seconds(15))
         let body = try await response.body.collect(upTo: 64 * 1024)
         guard response.status == .ok else {
@@ -186,7 +188,8 @@ public final class FCMClient: PushProviderClient {
             let status = Int(response.status.code)
             let body = try await response.body.collect(upTo: 64 * 1024)
             if status == 200 {
-                let name = try? JSONDecoder().decode(JSONValue.self, from: Data(body.readableBytesView))["name"]?.stringValue
+                let name = try? JSONDecoder().decode(JSONValue.self, from: Data(body.readableBytesView))["name"]?
+                    .stringValue
                 return .sent(status: status, providerMessageID: name)
             }
             let error = FCMError(json: try? JSONDecoder().decode(JSONValue.self, from: Data(body.readableBytesView)))

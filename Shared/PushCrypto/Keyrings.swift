@@ -29,18 +29,21 @@ public struct SealBinding: Sendable, Equatable {
 
     /// A notification's plaintext on `push.requests`.
     public static func payload(notificationID: String, realmUUID: String, userID: Int64?) -> SealBinding {
-        SealBinding(purpose: .payload, notificationID: notificationID, realmUUID: realmUUID, userID: userID, deviceID: nil)
+        SealBinding(
+            purpose: .payload, notificationID: notificationID, realmUUID: realmUUID, userID: userID, deviceID: nil)
     }
 
     /// A device token on `push.outbound`, the retry topics and `push.deadletter`. The
     /// device id names the user too (outbound records carry no user id).
     public static func token(notificationID: String, realmUUID: String, deviceID: Int64) -> SealBinding {
-        SealBinding(purpose: .token, notificationID: notificationID, realmUUID: realmUUID, userID: nil, deviceID: deviceID)
+        SealBinding(
+            purpose: .token, notificationID: notificationID, realmUUID: realmUUID, userID: nil, deviceID: deviceID)
     }
 
     /// A readable provider body on `push.outbound`, the retry topics and `push.deadletter`.
     public static func body(notificationID: String, realmUUID: String, deviceID: Int64) -> SealBinding {
-        SealBinding(purpose: .body, notificationID: notificationID, realmUUID: realmUUID, userID: nil, deviceID: deviceID)
+        SealBinding(
+            purpose: .body, notificationID: notificationID, realmUUID: realmUUID, userID: nil, deviceID: deviceID)
     }
 
     /// The canonical encoding: a version label, then each field as a 4-byte big-endian
@@ -52,7 +55,9 @@ public struct SealBinding: Sendable, Equatable {
         ] {
             let bytes = Array(field.utf8)
             let length = UInt32(clamping: bytes.count)
-            out += [UInt8(length >> 24 & 0xFF), UInt8(length >> 16 & 0xFF), UInt8(length >> 8 & 0xFF), UInt8(length & 0xFF)]
+            out += [
+                UInt8(length >> 24 & 0xFF), UInt8(length >> 16 & 0xFF), UInt8(length >> 8 & 0xFF), UInt8(length & 0xFF),
+            ]
             out += bytes
         }
         return out

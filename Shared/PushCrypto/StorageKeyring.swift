@@ -28,7 +28,9 @@ public struct StorageSlot: Sendable, Equatable {
         for field in [record, field] {
             let bytes = Array(field.utf8)
             let length = UInt32(clamping: bytes.count)
-            out += [UInt8(length >> 24 & 0xFF), UInt8(length >> 16 & 0xFF), UInt8(length >> 8 & 0xFF), UInt8(length & 0xFF)]
+            out += [
+                UInt8(length >> 24 & 0xFF), UInt8(length >> 16 & 0xFF), UInt8(length >> 8 & 0xFF), UInt8(length & 0xFF),
+            ]
             out += bytes
         }
         return out

@@ -26,7 +26,9 @@ struct JSONReader {
             reader.skipSpace()
             let value = try reader.value()
             reader.skipSpace()
-            guard reader.i == buffer.count else { throw Failure(offset: reader.i, problem: "unexpected data after the value") }
+            guard reader.i == buffer.count else {
+                throw Failure(offset: reader.i, problem: "unexpected data after the value")
+            }
             return value
         }
         if let result = try data.withContiguousStorageIfAvailable(run) { return result }
@@ -319,7 +321,9 @@ struct JSONValueDecoder: Decoder {
         return Unkeyed(items: items, codingPath: codingPath)
     }
 
-    func singleValueContainer() throws -> any SingleValueDecodingContainer { Single(value: value, codingPath: codingPath) }
+    func singleValueContainer() throws -> any SingleValueDecodingContainer {
+        Single(value: value, codingPath: codingPath)
+    }
 
     struct Index: CodingKey {
         var stringValue: String { "\(intValue ?? 0)" }
@@ -457,7 +461,8 @@ struct JSONValueDecoder: Decoder {
 }
 
 private func mismatch(_ type: Any.Type, _ value: JSONValue, _ path: [any CodingKey]) -> DecodingError {
-    DecodingError.typeMismatch(type, .init(codingPath: path, debugDescription: "Expected \(type), found \(value.typeName)"))
+    DecodingError.typeMismatch(
+        type, .init(codingPath: path, debugDescription: "Expected \(type), found \(value.typeName)"))
 }
 
 /// Encodes any `Encodable` into a `JSONValue` tree (then `JSONWriter` writes it), with
@@ -539,7 +544,8 @@ struct JSONValueEncoder: Encoder {
             try JSONValueEncoder.encode(value, into: child(key), path: codingPath + [key])
         }
 
-        mutating func nestedContainer<N: CodingKey>(keyedBy type: N.Type, forKey key: Key) -> KeyedEncodingContainer<N> {
+        mutating func nestedContainer<N: CodingKey>(keyedBy type: N.Type, forKey key: Key) -> KeyedEncodingContainer<N>
+        {
             JSONValueEncoder(node: child(key), codingPath: codingPath + [key]).container(keyedBy: type)
         }
 
@@ -595,7 +601,8 @@ struct JSONValueEncoder: Encoder {
         mutating func encode(_ value: String) throws { node.value = .string(value) }
         mutating func encode(_ value: Double) throws {
             guard value.isFinite else {
-                throw EncodingError.invalidValue(value, .init(codingPath: codingPath, debugDescription: "not a JSON number"))
+                throw EncodingError.invalidValue(
+                    value, .init(codingPath: codingPath, debugDescription: "not a JSON number"))
             }
             node.value = .double(value)
         }
@@ -603,7 +610,8 @@ struct JSONValueEncoder: Encoder {
         mutating func encode<T: Encodable>(_ value: T) throws {
             if let integer = value as? any FixedWidthInteger {
                 guard let exact = Int64(exactly: integer) else {
-                    throw EncodingError.invalidValue(value, .init(codingPath: codingPath, debugDescription: "beyond Int64"))
+                    throw EncodingError.invalidValue(
+                        value, .init(codingPath: codingPath, debugDescription: "beyond Int64"))
                 }
                 node.value = .int(exact)
                 return

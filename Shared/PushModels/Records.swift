@@ -117,7 +117,9 @@ public struct PushRequestRecord: Sendable, Codable, Equatable {
         case acceptedAtMs = "accepted_at_ms"
     }
 
-    public init(notificationID: String, serverUUID: String, realmUUID: String, acceptedAtMs: Int64, request: PushRequest) {
+    public init(
+        notificationID: String, serverUUID: String, realmUUID: String, acceptedAtMs: Int64, request: PushRequest
+    ) {
         self.schema = Self.currentSchema
         self.notificationID = notificationID
         self.serverUUID = serverUUID
@@ -431,7 +433,9 @@ public struct DeadLetterRecord: Sendable, Codable, Equatable {
         case deadAtMs = "dead_at_ms"
     }
 
-    public init(cause: Cause, lastError: String?, httpStatus: Int?, attempts: Int, deadAtMs: Int64, record: OutboundRecord) {
+    public init(
+        cause: Cause, lastError: String?, httpStatus: Int?, attempts: Int, deadAtMs: Int64, record: OutboundRecord
+    ) {
         self.schema = Self.currentSchema
         self.cause = cause
         self.lastError = lastError

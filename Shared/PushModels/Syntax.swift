@@ -13,8 +13,9 @@ public enum Syntax {
     public static func isHostname(_ text: String) -> Bool {
         let bytes = text.utf8
         guard !bytes.isEmpty, bytes.count <= maxHostnameBytes else { return false }
-        return bytes.allSatisfy { $0.isASCIIAlphanumeric || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: ".")
-            || $0 == UInt8(ascii: ":") || $0 == UInt8(ascii: "[") || $0 == UInt8(ascii: "]")
+        return bytes.allSatisfy {
+            $0.isASCIIAlphanumeric || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: ".")
+                || $0 == UInt8(ascii: ":") || $0 == UInt8(ascii: "[") || $0 == UInt8(ascii: "]")
         }
     }
 

@@ -103,7 +103,9 @@ final class RequestDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandle
             return
         }
         RelayMetrics.malformedHTTP(listener: listener).increment()
-        refuse(context: context, status: .badRequest, code: "MALFORMED_REQUEST", message: "The request is not valid HTTP/1.1")
+        refuse(
+            context: context, status: .badRequest, code: "MALFORMED_REQUEST",
+            message: "The request is not valid HTTP/1.1")
     }
 
     /// Answers the relay's JSON error shape directly and closes the connection: for what
@@ -115,7 +117,9 @@ final class RequestDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandle
         let body = ByteBuffer(string: #"{"code":"\#(code)","msg":"\#(message)","result":"error"}"#)
         let head = HTTPResponse(
             status: status,
-            headerFields: [.contentType: "application/json", .contentLength: "\(body.readableBytes)", .connection: "close"])
+            headerFields: [
+                .contentType: "application/json", .contentLength: "\(body.readableBytes)", .connection: "close",
+            ])
         context.write(wrapOutboundOut(.head(head)), promise: nil)
         context.write(wrapOutboundOut(.body(body)), promise: nil)
         let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
@@ -131,7 +135,8 @@ final class RequestDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandle
         guard !refused else { return }
         switch unwrapInboundIn(data) {
         case .head(let head) where head.method == .connect:
-            refuse(context: context, status: .methodNotAllowed, code: "METHOD_NOT_ALLOWED", message: "Method not allowed")
+            refuse(
+                context: context, status: .methodNotAllowed, code: "METHOD_NOT_ALLOWED", message: "Method not allowed")
             return
         case .head: arm(.body, context: context)
         case .body: break

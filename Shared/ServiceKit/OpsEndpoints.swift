@@ -47,13 +47,16 @@ extension Router {
     /// `/health/live`, `/health/ready` and `/metrics`, the same on every service.
     public func addOpsRoutes(readiness: Readiness, registry: PrometheusCollectorRegistry) {
         get("/health/live") { _, _ in
-            Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: #"{"status":"live"}"#)))
+            Response(
+                status: .ok, headers: [.contentType: "application/json"],
+                body: .init(byteBuffer: ByteBuffer(string: #"{"status":"live"}"#)))
         }
         get("/health/ready") { _, _ in
             let ready = await readiness.isReady()
             return Response(
                 status: ready ? .ok : .serviceUnavailable, headers: [.contentType: "application/json"],
-                body: .init(byteBuffer: ByteBuffer(string: ready ? #"{"status":"ready"}"# : #"{"status":"not_ready"}"#)))
+                body: .init(byteBuffer: ByteBuffer(string: ready ? #"{"status":"ready"}"# : #"{"status":"not_ready"}"#))
+            )
         }
         get("/metrics") { _, _ in
             var buffer: [UInt8] = []

@@ -24,7 +24,8 @@ extension KafkaOutgoing {
         KafkaOutgoing(
             topic: topic, key: record.record.partitionKey, value: try Wire.encode(record),
             headers: [(RecordHeader.notificationID, Array(record.record.notificationID.utf8))],
-            tally: .init(label: RelayMetrics.Name.deadLetters, dimensions: [(RelayMetrics.Label.cause, record.cause.rawValue)]))
+            tally: .init(
+                label: RelayMetrics.Name.deadLetters, dimensions: [(RelayMetrics.Label.cause, record.cause.rawValue)]))
     }
 
     public static func feedback(_ record: FeedbackRecord, topic: String) throws -> KafkaOutgoing {

@@ -90,7 +90,9 @@ public enum RelayMetrics {
     }
 
     public static func invalidations(provider: String, applied: Bool) -> Counter {
-        Counter(label: Name.invalidations, dimensions: [(Label.provider, provider), (Label.applied, applied ? "yes" : "no")])
+        Counter(
+            label: Name.invalidations,
+            dimensions: [(Label.provider, provider), (Label.applied, applied ? "yes" : "no")])
     }
 
     public static var publishFailures: Counter { Counter(label: Name.publishFailures) }

@@ -17,7 +17,9 @@ struct EndpointFuzzTests {
         let env = ProcessInfo.processInfo.environment
         let requests = env["PUSHRELAY_FUZZ_REQUESTS"].flatMap { Int($0) } ?? 1_500
         let seed = FuzzRandom.seed(environment: "PUSHRELAY_FUZZ_SEED")
-        let reportPath = FileManager.default.temporaryDirectory.appendingPathComponent("pushrelay-fuzz-\(getpid()).json").path
+        let reportPath = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "pushrelay-fuzz-\(getpid()).json"
+        ).path
         defer { try? FileManager.default.removeItem(atPath: reportPath) }
 
         let tool = Process()
@@ -27,20 +29,31 @@ struct EndpointFuzzTests {
         tool.standardOutput = output
         tool.standardError = FileHandle.standardError
         try tool.run()
-        let text = await Task.detached { String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) }.value
+        let text = await Task.detached {
+            String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        }.value
         tool.waitUntilExit()
 
-        let data = try #require(FileManager.default.contents(atPath: reportPath), "seed \(seed): no report; status \(tool.terminationStatus)\n\(text)")
+        let data = try #require(
+            FileManager.default.contents(atPath: reportPath),
+            "seed \(seed): no report; status \(tool.terminationStatus)\n\(text)")
         let report = try JSONDecoder().decode(FuzzReport.self, from: data)
         #expect(report.requests == requests, "seed \(seed): the run stopped early\n\(report.text)")
         for kind: FuzzReport.Kind in [.crash, .serverError, .malformedError, .noAnswer, .accepted] {
             let found = report.failures.filter { $0.kind == kind }
-            #expect(found.isEmpty, "seed \(seed): \(report.count(kind)) × \(kind.rawValue)\n\(found.map { "\($0.endpoint) — \($0.mutation): \($0.detail)\n    \($0.request)\n    \($0.response)" }.joined(separator: "\n"))")
+            #expect(
+                found.isEmpty,
+                "seed \(seed): \(report.count(kind)) × \(kind.rawValue)\n\(found.map { "\($0.endpoint) — \($0.mutation): \($0.detail)\n    \($0.request)\n    \($0.response)" }.joined(separator: "\n"))"
+            )
         }
         // The run must reach past authentication and validation, or it proves little.
-        #expect(report.byStatus.filter { $0.key.hasPrefix("2") }.values.reduce(0, +) > requests / 10, "seed \(seed): too few accepted requests\n\(report.text)")
+        #expect(
+            report.byStatus.filter { $0.key.hasPrefix("2") }.values.reduce(0, +) > requests / 10,
+            "seed \(seed): too few accepted requests\n\(report.text)")
         #expect(report.byEndpoint.count == FuzzEndpoint.allCases.count, "seed \(seed): not every endpoint was fuzzed")
-        #expect(tool.terminationStatus == (report.isClean ? 0 : (report.count(.crash) + report.count(.serverError) > 0 ? 1 : 2)))
+        #expect(
+            tool.terminationStatus
+                == (report.isClean ? 0 : (report.count(.crash) + report.count(.serverError) > 0 ? 1 : 2)))
     }
 }
 
@@ -56,12 +69,17 @@ struct EndpointFuzzTests {
         #expect(FuzzChecker.problem(method: "GET", status: 404, body: []) != nil)
         #expect(FuzzChecker.problem(method: "POST", status: 413, body: Array("Payload Too Large".utf8)) != nil)
         #expect(FuzzChecker.problem(method: "GET", status: 400, body: Array(#"{"error":{"message":"x"}}"#.utf8)) != nil)
-        #expect(FuzzChecker.problem(method: "GET", status: 400, body: Array(#"{"result":"error","code":1,"msg":"x"}"#.utf8)) != nil)
-        #expect(FuzzChecker.problem(method: "GET", status: 401, body: Array(#"{"result":"error","code":"UNAUTHORIZED"}"#.utf8)) != nil)
+        #expect(
+            FuzzChecker.problem(method: "GET", status: 400, body: Array(#"{"result":"error","code":1,"msg":"x"}"#.utf8))
+                != nil)
+        #expect(
+            FuzzChecker.problem(
+                method: "GET", status: 401, body: Array(#"{"result":"error","code":"UNAUTHORIZED"}"#.utf8)) != nil)
     }
 
     @Test func acceptsSuccessAndWellFormedErrors() {
-        let error = Array(#"{"result":"error","code":"BAD_REQUEST","msg":"user_id: must be an integer","field":"user_id"}"#.utf8)
+        let error = Array(
+            #"{"result":"error","code":"BAD_REQUEST","msg":"user_id: must be an integer","field":"user_id"}"#.utf8)
         #expect(FuzzChecker.problem(method: "POST", status: 400, body: error) == nil)
         #expect(FuzzChecker.problem(method: "POST", status: 202, body: Array(#"{"result":"success"}"#.utf8)) == nil)
         #expect(FuzzChecker.problem(method: "HEAD", status: 404, body: []) == nil)

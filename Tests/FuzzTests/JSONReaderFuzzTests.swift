@@ -39,7 +39,9 @@ import Testing
         for n in 0..<3000 {
             let document = JSONDocumentGenerator.document(&random)
             let outcome = JSONAgreement.compare(document)
-            #expect(outcome.problem == nil, "seed \(Self.seed) case \(n): \(outcome.problem ?? "") in \(JSONAgreement.show(document))")
+            #expect(
+                outcome.problem == nil,
+                "seed \(Self.seed) case \(n): \(outcome.problem ?? "") in \(JSONAgreement.show(document))")
             if outcome.problem != nil { return }
             if outcome.bothAccepted { agreed += 1 }
         }
@@ -59,11 +61,14 @@ import Testing
             let outcome = JSONAgreement.compare(input)
             let took = ContinuousClock.now - start
             if took > slowest.0 { slowest = (took, input.count) }
-            #expect(outcome.problem == nil, "seed \(Self.seed) case \(n): \(outcome.problem ?? "") in \(JSONAgreement.show(input))")
+            #expect(
+                outcome.problem == nil,
+                "seed \(Self.seed) case \(n): \(outcome.problem ?? "") in \(JSONAgreement.show(input))")
             if outcome.problem != nil { return }
             if outcome.bothRefused { refusedByBoth += 1 }
         }
-        #expect(refusedByBoth > 500, "seed \(Self.seed): mutations should break many documents; \(refusedByBoth) refused")
+        #expect(
+            refusedByBoth > 500, "seed \(Self.seed): mutations should break many documents; \(refusedByBoth) refused")
         #expect(slowest.0 < .seconds(1), "seed \(Self.seed): slowest input took \(slowest.0) (\(slowest.1) bytes)")
     }
 
@@ -87,7 +92,9 @@ import Testing
         #expect(throws: Never.self) { try Wire.decode(JSONValue.self, from: nested(512, open: "[", close: "]")) }
         #expect(throws: (any Error).self) { try Wire.decode(JSONValue.self, from: nested(513, open: "[", close: "]")) }
         #expect(throws: Never.self) { try Wire.decode(JSONValue.self, from: nested(512, open: #"{"a":"#, close: "}")) }
-        #expect(throws: (any Error).self) { try Wire.decode(JSONValue.self, from: nested(513, open: #"{"a":"#, close: "}")) }
+        #expect(throws: (any Error).self) {
+            try Wire.decode(JSONValue.self, from: nested(513, open: #"{"a":"#, close: "}"))
+        }
         // Far past the bound, unterminated: refused without recursing 100k frames deep.
         for open in ["[", #"{"a":"#, #"[{"a":"#] {
             let deep = Array(String(repeating: open, count: 100_000).utf8)
@@ -107,11 +114,18 @@ import Testing
         #expect(try n("-9223372036854775808") == Int64.min)
         #expect(try n("-0.9223372036854775808e19") == Int64.min)
         #expect(try n("12.5e1") == 125)
-        for text in ["-9223372036854775809", "9223372036854775808", "9007199254740993.5", "1.0000000000000000001", "1.5", "1e19", "-1e400", "1e-400"] {
+        for text in [
+            "-9223372036854775809", "9223372036854775808", "9007199254740993.5", "1.0000000000000000001", "1.5", "1e19",
+            "-1e400", "1e-400",
+        ] {
             #expect(throws: (any Error).self, "\(text)") { try n(text) }
         }
-        #expect(try Wire.decode(JSONValue.self, from: Array("-9223372036854775809".utf8)) == .double(Double("-9223372036854775809")!))
-        #expect(try Wire.decode(JSONValue.self, from: Array("9007199254740993.5".utf8)) == .double(Double("9007199254740993.5")!))
+        #expect(
+            try Wire.decode(JSONValue.self, from: Array("-9223372036854775809".utf8))
+                == .double(Double("-9223372036854775809")!))
+        #expect(
+            try Wire.decode(JSONValue.self, from: Array("9007199254740993.5".utf8))
+                == .double(Double("9007199254740993.5")!))
     }
 
     private struct IntegerField: Decodable { var n: Int64 }
@@ -162,7 +176,9 @@ enum JSONAgreement {
             ours = nil
             readerError = "\(error)"
             // The bytes around the point of refusal, for a reader of the failure.
-            if let at = readerError.split(separator: " ").dropFirst(4).first.flatMap({ Int($0.trimmingCharacters(in: .punctuationCharacters)) }) {
+            if let at = readerError.split(separator: " ").dropFirst(4).first.flatMap({
+                Int($0.trimmingCharacters(in: .punctuationCharacters))
+            }) {
                 let window = bytes[max(0, at - 40)..<min(bytes.count, at + 40)]
                 readerError += " near \(String(decoding: window, as: UTF8.self).debugDescription)"
             }
@@ -175,7 +191,9 @@ enum JSONAgreement {
         case (.some(let ours), nil):
             outcome.problem = "the reader accepted what Foundation refuses: \(ours)"
         case (nil, let theirs?):
-            if let problem = explainRefusal(bytes, foundation: theirs) { outcome.problem = "\(readerError); \(problem)" }
+            if let problem = explainRefusal(bytes, foundation: theirs) {
+                outcome.problem = "\(readerError); \(problem)"
+            }
         case (nil, nil): break
         }
         return outcome
@@ -209,7 +227,13 @@ enum JSONAgreement {
         while i < bytes.count {
             let b = bytes[i]
             if inString {
-                if escaped { escaped = false } else if b == UInt8(ascii: "\\") { escaped = true } else if b == 0x22 { inString = false }
+                if escaped {
+                    escaped = false
+                } else if b == UInt8(ascii: "\\") {
+                    escaped = true
+                } else if b == 0x22 {
+                    inString = false
+                }
             } else if b == 0x22 {
                 inString = true
             } else if b == UInt8(ascii: "-") || (0x30...0x39).contains(b) {
@@ -239,7 +263,13 @@ enum JSONAgreement {
         while i < bytes.count {
             let b = bytes[i]
             if inString {
-                if escaped { escaped = false } else if b == UInt8(ascii: "\\") { escaped = true } else if b == 0x22 { inString = false }
+                if escaped {
+                    escaped = false
+                } else if b == UInt8(ascii: "\\") {
+                    escaped = true
+                } else if b == 0x22 {
+                    inString = false
+                }
             } else if b == 0x22 {
                 inString = true
             } else if b == UInt8(ascii: ",") {
@@ -261,14 +291,19 @@ enum JSONAgreement {
         switch ours {
         case .array(let items):
             if let list = theirs as? [Any], list.count == items.count {
-                for (k, (a, b)) in zip(items, list).enumerated() where !same(a, b) { return difference(a, b, path: "\(path)[\(k)]") }
+                for (k, (a, b)) in zip(items, list).enumerated() where !same(a, b) {
+                    return difference(a, b, path: "\(path)[\(k)]")
+                }
             }
         case .object(let fields):
             if let dict = theirs as? [String: Any] {
                 for (key, value) in fields {
-                    if let other = dict[key], !same(value, other) { return difference(value, other, path: "\(path).\(key.debugDescription)") }
+                    if let other = dict[key], !same(value, other) {
+                        return difference(value, other, path: "\(path).\(key.debugDescription)")
+                    }
                 }
-                return "\(path): keys \(fields.keys.map(\.debugDescription).sorted()) vs \(dict.keys.map(\.debugDescription).sorted())"
+                return
+                    "\(path): keys \(fields.keys.map(\.debugDescription).sorted()) vs \(dict.keys.map(\.debugDescription).sorted())"
             }
         default: break
         }
@@ -291,7 +326,9 @@ enum JSONAgreement {
             return zip(items, list).allSatisfy { same($0, $1) }
         case .object(let fields):
             guard let dict = theirs as? [String: Any] else { return false }
-            if dict.count == fields.count, Set(fields.keys.map { Array($0.utf8) }) == Set(dict.keys.map { Array($0.utf8) }) {
+            if dict.count == fields.count,
+                Set(fields.keys.map { Array($0.utf8) }) == Set(dict.keys.map { Array($0.utf8) })
+            {
                 return fields.allSatisfy { key, value in dict[key].map { same(value, $0) } ?? false }
             }
             // Foundation's U+FEFF defect can rename a key, even onto another key; keys then
@@ -335,8 +372,12 @@ enum JSONAgreement {
 
     /// A short, printable form of an input; the whole input is written to a file named in it.
     static func show(_ bytes: [UInt8]) -> String {
-        let path = FileManager.default.temporaryDirectory.appendingPathComponent("json-fuzz-\(abs(bytes.hashValue)).json").path
-        if FileManager.default.createFile(atPath: path, contents: Data(bytes)) { return "\(preview(bytes)) (whole input: \(path))" }
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "json-fuzz-\(abs(bytes.hashValue)).json"
+        ).path
+        if FileManager.default.createFile(atPath: path, contents: Data(bytes)) {
+            return "\(preview(bytes)) (whole input: \(path))"
+        }
         return preview(bytes)
     }
 
@@ -454,7 +495,8 @@ enum JSONDocumentGenerator {
                 let ranges: [ClosedRange<Int>] = [0x80...0x7FF, 0x800...0xD7FF, 0xE000...0xFFFF, 0x10000...0x10FFFF]
                 let scalar = Unicode.Scalar(UInt32(random.int(random.pick(ranges))))!
                 out += Array(String(scalar).utf8)
-            case 9: out += Array(random.pick(["e\u{301}", "\u{2028}", "\u{FEFF}", "\u{7F}", "🎉", "\u{202E}", "١٢٣"]).utf8)
+            case 9:
+                out += Array(random.pick(["e\u{301}", "\u{2028}", "\u{FEFF}", "\u{7F}", "🎉", "\u{202E}", "١٢٣"]).utf8)
             case 10: out += Array(#"\u0000"#.utf8)
             default: out += Array("abc".utf8)
             }
@@ -502,7 +544,9 @@ enum JSONDocumentGenerator {
             b("byte FF", [open, q, 0xFF, q, close], false),
             b("lone continuation 80", [open, q, 0x80, q, close], false),
             b("truncated sequence E2 82", [open, q, 0xE2, 0x82, q, close], false),
-            b("invalid UTF-8 in a key", [UInt8(ascii: "{"), q, 0xC3, q, UInt8(ascii: ":"), 0x31, UInt8(ascii: "}")], false),
+            b(
+                "invalid UTF-8 in a key", [UInt8(ascii: "{"), q, 0xC3, q, UInt8(ascii: ":"), 0x31, UInt8(ascii: "}")],
+                false),
             h("1e999999", "1e999999", false),
             h("-1e999999", "[-1e999999]", false),
             h("1e400", "1e400", false),
@@ -554,7 +598,9 @@ enum JSONDocumentGenerator {
             h("1 MB of combining marks", "\"a" + String(repeating: "\u{301}", count: 500_000) + "\"", true),
             h("100k element array", "[" + Array(repeating: "0", count: 100_000).joined(separator: ",") + "]", true),
             h("100k keys", "{" + (0..<100_000).map { "\"k\($0)\":\($0)" }.joined(separator: ",") + "}", true),
-            h("100k copies of one key", "{" + Array(repeating: #""k":1"#, count: 100_000).joined(separator: ",") + "}", true),
+            h(
+                "100k copies of one key",
+                "{" + Array(repeating: #""k":1"#, count: 100_000).joined(separator: ",") + "}", true),
         ]
     }
 }
@@ -571,7 +617,8 @@ enum JSONMutator {
                 bytes[i] ^= UInt8(1 << random.int(0...7))
             case 1 where !bytes.isEmpty:  // set a byte to an interesting one
                 bytes[random.int(0...bytes.count - 1)] = random.pick([
-                    0x00, 0x22, 0x5C, 0x2C, 0x3A, 0x5B, 0x5D, 0x7B, 0x7D, 0x2D, 0x2E, 0x65, 0x30, 0x80, 0xC0, 0xFF, 0x0A,
+                    0x00, 0x22, 0x5C, 0x2C, 0x3A, 0x5B, 0x5D, 0x7B, 0x7D, 0x2D, 0x2E, 0x65, 0x30, 0x80, 0xC0, 0xFF,
+                    0x0A,
                 ])
             case 2:  // truncate
                 bytes = Array(bytes.prefix(at))

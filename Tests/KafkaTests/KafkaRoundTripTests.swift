@@ -42,19 +42,23 @@ struct KafkaRoundTripTests {
             configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers), logger: logger)
         for i in 0..<30 {
             let report = try await producer.send(
-                KafkaOutgoing(topic: "rt", key: "user-\(i % 5)", value: Array("v\(i)".utf8), headers: [("h", [UInt8(i)])]))
+                KafkaOutgoing(
+                    topic: "rt", key: "user-\(i % 5)", value: Array("v\(i)".utf8), headers: [("h", [UInt8(i)])]))
             #expect(report.offset >= 0)
         }
         let seen = Mutex<[String: (key: String, header: UInt8, partition: Int32)]>([:])
         let c = try consumer(cluster, group: "g1", topic: "rt")
-        try await consume(c, handler: { record in
-            seen.withLock {
-                $0[String(decoding: record.value, as: UTF8.self)] = (
-                    String(decoding: record.key ?? [], as: UTF8.self), record.header("h")?.first ?? 255, record.partition
-                )
-            }
-            return .done
-        }, until: { seen.withLock { $0.count } == 30 })
+        try await consume(
+            c,
+            handler: { record in
+                seen.withLock {
+                    $0[String(decoding: record.value, as: UTF8.self)] = (
+                        String(decoding: record.key ?? [], as: UTF8.self), record.header("h")?.first ?? 255,
+                        record.partition
+                    )
+                }
+                return .done
+            }, until: { seen.withLock { $0.count } == 30 })
         let all = seen.withLock { $0 }
         #expect(all.count == 30)
         #expect(all["v7"]?.key == "user-2")
@@ -74,18 +78,22 @@ struct KafkaRoundTripTests {
         // First consumer finishes everything except offset 5 (as if it crashed mid-send).
         let handled = Mutex(0)
         let first = try consumer(cluster, group: "g2", topic: "al")
-        try await consume(first, handler: { record in
-            handled.withLock { $0 += 1 }
-            return record.offset == 5 ? .abandoned : .done
-        }, until: { handled.withLock { $0 } == 20 })
+        try await consume(
+            first,
+            handler: { record in
+                handled.withLock { $0 += 1 }
+                return record.offset == 5 ? .abandoned : .done
+            }, until: { handled.withLock { $0 } == 20 })
 
         // The group's committed position stopped at 5, so 5…19 come again, 0…4 do not.
         let redelivered = Mutex<Set<Int64>>([])
         let second = try consumer(cluster, group: "g2", topic: "al")
-        try await consume(second, handler: { record in
-            redelivered.withLock { _ = $0.insert(record.offset) }
-            return .done
-        }, until: { redelivered.withLock { $0.count } >= 15 })
+        try await consume(
+            second,
+            handler: { record in
+                redelivered.withLock { _ = $0.insert(record.offset) }
+                return .done
+            }, until: { redelivered.withLock { $0.count } >= 15 })
         let offsets = redelivered.withLock { $0 }
         #expect(offsets.min() == 5)
         #expect(offsets.contains(19))

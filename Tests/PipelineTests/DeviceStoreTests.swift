@@ -25,13 +25,17 @@ extension StackTests {
             var cursor = "0"
             repeat {
                 let reply = try await devices.redis.command(
-                    "SCAN", RedisArgument(cursor), "MATCH", RedisArgument("\(devices.keys.prefix)*"), "COUNT", "1000").array
+                    "SCAN", RedisArgument(cursor), "MATCH", RedisArgument("\(devices.keys.prefix)*"), "COUNT", "1000"
+                ).array
                 cursor = reply.first?.string ?? "0"
                 for key in reply.last?.array.compactMap(\.string) ?? [] {
                     out.append(key)
                     switch try await devices.redis.command("TYPE", RedisArgument(key)).string {
-                    case "hash": out += try await devices.redis.command("HGETALL", RedisArgument(key)).array.compactMap(\.string)
-                    case "set": out += try await devices.redis.command("SMEMBERS", RedisArgument(key)).array.compactMap(\.string)
+                    case "hash":
+                        out += try await devices.redis.command("HGETALL", RedisArgument(key)).array.compactMap(\.string)
+                    case "set":
+                        out += try await devices.redis.command("SMEMBERS", RedisArgument(key)).array.compactMap(
+                            \.string)
                     case "string": out.append(try await devices.redis.command("GET", RedisArgument(key)).string ?? "")
                     default: break
                     }
@@ -61,8 +65,12 @@ extension StackTests {
             let devices = try await store()
             let id = try await devices.register(try registration("tok-dead")).id
             let fingerprint = Fingerprint.token("tok-dead")
-            #expect(try await devices.invalidate(deviceID: id, tokenFingerprint: fingerprint, reason: "UNREGISTERED", providerTimestampMs: nil))
-            #expect(!(try await devices.invalidate(deviceID: id, tokenFingerprint: fingerprint, reason: "UNREGISTERED", providerTimestampMs: nil)))
+            #expect(
+                try await devices.invalidate(
+                    deviceID: id, tokenFingerprint: fingerprint, reason: "UNREGISTERED", providerTimestampMs: nil))
+            #expect(
+                !(try await devices.invalidate(
+                    deviceID: id, tokenFingerprint: fingerprint, reason: "UNREGISTERED", providerTimestampMs: nil)))
             let entries = try await devices.feedback(realm: "realm-a", after: nil, limit: 10)
             #expect(entries.map(\.deviceID) == [id])
             #expect(try await devices.device(id)?.status == .invalid)
@@ -74,11 +82,20 @@ extension StackTests {
         @Test func reportsAboutAnotherTokenOrAnOlderRegistrationAreIgnored() async throws {
             let devices = try await store()
             let id = try await devices.register(try registration("tok-live")).id
-            #expect(!(try await devices.invalidate(deviceID: id, tokenFingerprint: Fingerprint.token("tok-other"), reason: "UNREGISTERED", providerTimestampMs: nil)))
+            #expect(
+                !(try await devices.invalidate(
+                    deviceID: id, tokenFingerprint: Fingerprint.token("tok-other"), reason: "UNREGISTERED",
+                    providerTimestampMs: nil)))
             let registered = try #require(try await devices.device(id)).registeredAtMs
-            #expect(!(try await devices.invalidate(deviceID: id, tokenFingerprint: Fingerprint.token("tok-live"), reason: "Unregistered", providerTimestampMs: registered - 1000)))
+            #expect(
+                !(try await devices.invalidate(
+                    deviceID: id, tokenFingerprint: Fingerprint.token("tok-live"), reason: "Unregistered",
+                    providerTimestampMs: registered - 1000)))
             #expect(try await devices.device(id)?.status == .active)
-            #expect(try await devices.invalidate(deviceID: id, tokenFingerprint: Fingerprint.token("tok-live"), reason: "Unregistered", providerTimestampMs: registered + 1000))
+            #expect(
+                try await devices.invalidate(
+                    deviceID: id, tokenFingerprint: Fingerprint.token("tok-live"), reason: "Unregistered",
+                    providerTimestampMs: registered + 1000))
         }
 
         @Test func aDeviceSignedInAsAnotherUserLeavesTheOldUsersFanOut() async throws {
@@ -99,7 +116,10 @@ extension StackTests {
             let id = try await devices.register(r).id
             let raw = try await dump(devices)
             #expect(raw.contains("v1:s1:"), "the token and key are stored encrypted")
-            for secret in [token, "APA91bTokenThat", key.base64, Data(key.keyBytes).base64EncodedString(), Fingerprint.sha256Hex(token)] {
+            for secret in [
+                token, "APA91bTokenThat", key.base64, Data(key.keyBytes).base64EncodedString(),
+                Fingerprint.sha256Hex(token),
+            ] {
                 #expect(!raw.contains(secret))
             }
             let device = try #require(try await devices.device(id))
@@ -145,7 +165,10 @@ extension StackTests {
             #expect(upgraded.token == token && upgraded.keys[1] == key && upgraded.currentKeyID == 2)
 
             // Invalidation compares the stored (encrypted) token and still applies once.
-            #expect(try await devices.invalidate(deviceID: id, tokenFingerprint: Fingerprint.token(token), reason: "UNREGISTERED", providerTimestampMs: nil))
+            #expect(
+                try await devices.invalidate(
+                    deviceID: id, tokenFingerprint: Fingerprint.token(token), reason: "UNREGISTERED",
+                    providerTimestampMs: nil))
             #expect(try await devices.device(id)?.status == .invalid)
         }
 
@@ -153,11 +176,14 @@ extension StackTests {
             let devices = try await store()
             let a = try await devices.register(try registration("tok-a")).id
             let b = try await devices.register(try registration("tok-b", user: 2)).id
-            let tokenA = try #require(try await devices.redis.command("HGET", RedisArgument(devices.keys.device(a)), "token").string)
-            let keyA = try #require(try await devices.redis.command("HGET", RedisArgument(devices.keys.deviceKeys(a)), "1").string)
+            let tokenA = try #require(
+                try await devices.redis.command("HGET", RedisArgument(devices.keys.device(a)), "token").string)
+            let keyA = try #require(
+                try await devices.redis.command("HGET", RedisArgument(devices.keys.deviceKeys(a)), "1").string)
             try await devices.redis.command("HSET", RedisArgument(devices.keys.deviceKeys(b)), "1", RedisArgument(keyA))
             #expect(try await devices.device(b)?.keys[1] == nil, "a push key copied from another device is not used")
-            try await devices.redis.command("HSET", RedisArgument(devices.keys.device(b)), "token", RedisArgument(tokenA))
+            try await devices.redis.command(
+                "HSET", RedisArgument(devices.keys.device(b)), "token", RedisArgument(tokenA))
             #expect(try await devices.device(b) == nil, "a token copied from another device is not read")
             #expect(try await devices.device(a)?.token == "tok-a")
         }
@@ -168,7 +194,8 @@ extension StackTests {
             let before = try await store(storage: try StorageKeyring(fileContents: oldLine), prefix: prefix)
             let id = try await before.register(try registration("tok-rotate")).id
             let after = try await store(
-                storage: try StorageKeyring(fileContents: "\(StorageKeyring.generateLine(id: "s2"))\n\(oldLine)"), prefix: prefix)
+                storage: try StorageKeyring(fileContents: "\(StorageKeyring.generateLine(id: "s2"))\n\(oldLine)"),
+                prefix: prefix)
             let device = try #require(try await after.device(id))
             #expect(device.token == "tok-rotate" && device.currentKey != nil)
             #expect(try await after.register(try registration("tok-rotate")).id == id)
@@ -177,7 +204,8 @@ extension StackTests {
             #expect(raw.contains(after.storage.tokenDigests("tok-rotate")[0]))
             #expect(!raw.contains(after.storage.tokenDigests("tok-rotate")[1]), "the index moved to the current key")
             // A keyring that lacks the key a value was stored under is a configuration error, not a missing device.
-            let lost = try await store(storage: try StorageKeyring(fileContents: StorageKeyring.generateLine(id: "s9")), prefix: prefix)
+            let lost = try await store(
+                storage: try StorageKeyring(fileContents: StorageKeyring.generateLine(id: "s9")), prefix: prefix)
             await #expect(throws: CryptoError.self) { try await lost.device(id) }
         }
 
@@ -188,10 +216,12 @@ extension StackTests {
             let uuid = UUID().uuidString
             let apiKey = String(repeating: "a", count: 64)
             let server = RedisArgument(devices.keys.server(uuid))
-            try await devices.redis.command("HSET", server, "api_key_sha256", RedisArgument(Fingerprint.sha256Hex(apiKey)))
+            try await devices.redis.command(
+                "HSET", server, "api_key_sha256", RedisArgument(Fingerprint.sha256Hex(apiKey)))
 
             #expect(!(try await servers.authenticate(uuid: uuid, apiKey: String(repeating: "b", count: 64))))
-            #expect(try await devices.redis.command("HGET", server, "api_key_hmac") == .null, "a failure upgrades nothing")
+            #expect(
+                try await devices.redis.command("HGET", server, "api_key_hmac") == .null, "a failure upgrades nothing")
             #expect(try await servers.authenticate(uuid: uuid, apiKey: apiKey))
             #expect(try await devices.redis.command("HGET", server, "api_key_sha256") == .null)
             #expect(try await devices.redis.command("HGET", server, "api_key_hmac").string == pepper.hmacHex(apiKey))
@@ -200,12 +230,16 @@ extension StackTests {
             // An old server is not "new": re-registering needs its key.
             let legacy = UUID().uuidString
             try await devices.redis.command(
-                "HSET", RedisArgument(devices.keys.server(legacy)), "api_key_sha256", RedisArgument(Fingerprint.sha256Hex(apiKey)))
+                "HSET", RedisArgument(devices.keys.server(legacy)), "api_key_sha256",
+                RedisArgument(Fingerprint.sha256Hex(apiKey)))
             await #expect(throws: ServerRegistrationError.self) {
                 try await servers.register(
-                    uuid: legacy, apiKey: String(repeating: "c", count: 64), hostname: "h", contactEmail: "e", newAPIKey: nil)
+                    uuid: legacy, apiKey: String(repeating: "c", count: 64), hostname: "h", contactEmail: "e",
+                    newAPIKey: nil)
             }
-            #expect(!(try await servers.register(uuid: legacy, apiKey: apiKey, hostname: "h", contactEmail: "e", newAPIKey: nil)))
+            #expect(
+                !(try await servers.register(
+                    uuid: legacy, apiKey: apiKey, hostname: "h", contactEmail: "e", newAPIKey: nil)))
         }
 
         @Test func newServersAndRotatedKeysAreStoredAsHMAC() async throws {
@@ -215,16 +249,22 @@ extension StackTests {
             let uuid = UUID().uuidString
             let first = String(repeating: "1", count: 64)
             let second = String(repeating: "2", count: 64)
-            #expect(try await servers.register(uuid: uuid, apiKey: first, hostname: "h", contactEmail: "e", newAPIKey: nil))
+            #expect(
+                try await servers.register(uuid: uuid, apiKey: first, hostname: "h", contactEmail: "e", newAPIKey: nil))
             let server = RedisArgument(devices.keys.server(uuid))
             #expect(try await devices.redis.command("HGET", server, "api_key_hmac").string == pepper.hmacHex(first))
             #expect(try await devices.redis.command("HGET", server, "api_key_sha256") == .null)
-            #expect(!(try await servers.register(uuid: uuid, apiKey: first, hostname: "h", contactEmail: "e", newAPIKey: second)))
+            #expect(
+                !(try await servers.register(
+                    uuid: uuid, apiKey: first, hostname: "h", contactEmail: "e", newAPIKey: second)))
             #expect(try await servers.authenticate(uuid: uuid, apiKey: second))
             #expect(!(try await servers.authenticate(uuid: uuid, apiKey: first)))
             let other = ServerStore(
-                redis: devices.redis, keys: devices.keys, pepper: try APIKeyPepper(fileContents: APIKeyPepper.generateLine()))
-            #expect(!(try await other.authenticate(uuid: uuid, apiKey: second)), "the stored value is useless without the pepper")
+                redis: devices.redis, keys: devices.keys,
+                pepper: try APIKeyPepper(fileContents: APIKeyPepper.generateLine()))
+            #expect(
+                !(try await other.authenticate(uuid: uuid, apiKey: second)),
+                "the stored value is useless without the pepper")
         }
 
         @Test func redisErrorRepliesAreThrownNotCrashed() async throws {

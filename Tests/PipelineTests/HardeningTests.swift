@@ -7,7 +7,7 @@ import PushModels
 import Testing
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Regression tests for the findings of the hardening review (issue 8), one per
@@ -49,20 +49,24 @@ import Glibc
         let now = Int64(Date().timeIntervalSince1970)
         let hostile: [Int64] = [.min, .min + 1, -1, 0, now - 25 * 3600, now + 3600, .max]
         for timestamp in hostile {
-            let sealed = try realm.sealedRegistration(kind: "fcm", token: RealmClient.fcmToken(), appID: nil, timestamp: timestamp)
+            let sealed = try realm.sealedRegistration(
+                kind: "fcm", token: RealmClient.fcmToken(), appID: nil, timestamp: timestamp)
             let bouncer = try await HTTP.send(
                 "POST", "\(stack.ingestURL)/api/v1/remotes/push/e2ee/register",
                 json: [
                     "realm_uuid": .string(realm.realmUUID), "push_account_id": 1,
-                    "encrypted_push_registration": .string(sealed), "bouncer_public_key": .string(stack.bouncerPublicKey),
+                    "encrypted_push_registration": .string(sealed),
+                    "bouncer_public_key": .string(stack.bouncerPublicKey),
                 ], auth: realm.auth)
             #expect(bouncer.status == 400, "timestamp \(timestamp)")
             #expect(bouncer.code == (timestamp < now ? "REQUEST_EXPIRED" : "BAD_REQUEST"))
             let native = try await HTTP.send(
                 "POST", "\(stack.ingestURL)/v1/devices",
                 json: [
-                    "realm_uuid": .string(realm.realmUUID), "user_id": 1, "encrypted_push_registration": .string(sealed),
-                    "bouncer_public_key": .string(stack.bouncerPublicKey), "push_key": .string(try RealmClient.pushKey().base64),
+                    "realm_uuid": .string(realm.realmUUID), "user_id": 1,
+                    "encrypted_push_registration": .string(sealed),
+                    "bouncer_public_key": .string(stack.bouncerPublicKey),
+                    "push_key": .string(try RealmClient.pushKey().base64),
                     "push_key_id": 1,
                 ], auth: realm.auth)
             #expect(native.status == 400, "timestamp \(timestamp)")
@@ -70,12 +74,14 @@ import Glibc
         }
         // Within the window (a little clock skew included) it is accepted.
         for timestamp in [now - 23 * 3600, now + 60] {
-            let sealed = try realm.sealedRegistration(kind: "fcm", token: RealmClient.fcmToken(), appID: nil, timestamp: timestamp)
+            let sealed = try realm.sealedRegistration(
+                kind: "fcm", token: RealmClient.fcmToken(), appID: nil, timestamp: timestamp)
             let reply = try await HTTP.send(
                 "POST", "\(stack.ingestURL)/api/v1/remotes/push/e2ee/register",
                 json: [
                     "realm_uuid": .string(realm.realmUUID), "push_account_id": 2,
-                    "encrypted_push_registration": .string(sealed), "bouncer_public_key": .string(stack.bouncerPublicKey),
+                    "encrypted_push_registration": .string(sealed),
+                    "bouncer_public_key": .string(stack.bouncerPublicKey),
                 ], auth: realm.auth)
             #expect(reply.status == 200, "timestamp \(timestamp): \(reply.code ?? "")")
         }
@@ -140,7 +146,8 @@ import Glibc
         #expect(reply.status == 202)
         #expect(reply.json["device_count"] == 1)
         #expect(reply.json["delete_device_ids"] == .array([.int(unknown)]))
-        let flood = try await realm.notify(userID: 5, payload: payload, deviceIDs: Array(repeating: device, count: 2000))
+        let flood = try await realm.notify(
+            userID: 5, payload: payload, deviceIDs: Array(repeating: device, count: 2000))
         #expect(flood.status == 202, "the limit counts distinct devices")
         #expect(flood.json["device_count"] == 1)
 
@@ -151,7 +158,8 @@ import Glibc
         #expect(all.count == 2, "each notification reaches the device once, however often it is named")
 
         // The bouncer API collapses repeated device ids the same way.
-        let bouncerItems: [JSONValue] = Array(repeating: ["device_id": .int(device), "payload": ["push_key_id": 1, "encrypted_data": "AAAA"]], count: 3)
+        let bouncerItems: [JSONValue] = Array(
+            repeating: ["device_id": .int(device), "payload": ["push_key_id": 1, "encrypted_data": "AAAA"]], count: 3)
         let bouncer = try await HTTP.send(
             "POST", "\(stack.ingestURL)/api/v1/remotes/push/e2ee/notify",
             json: ["realm_uuid": .string(realm.realmUUID), "push_requests": .array(bouncerItems)], auth: realm.auth)
@@ -172,7 +180,9 @@ import Glibc
         #expect(trickle.waitForClose(timeout: .seconds(10)), "header timeout closes the connection")
         // A body that never arrives.
         let stalled = try RawConnection(port: port)
-        try stalled.send("POST /v1/notify HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"a\"")
+        try stalled.send(
+            "POST /v1/notify HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"a\""
+        )
         #expect(stalled.waitForClose(timeout: .seconds(10)), "body timeout closes the connection")
         #expect(ContinuousClock.now - start < .seconds(15))
         let metrics = String(decoding: try await HTTP.get("\(strict.ops)/metrics").body, as: UTF8.self)
@@ -286,7 +296,9 @@ import Glibc
             let process = Process()
             process.executableURL = URL(fileURLWithPath: "\(stack.binDirectory)/pushrelay-admin")
             process.arguments = arguments
-            process.environment = ProcessInfo.processInfo.environment.merging(stack.environment(for: .ingest)) { _, new in new }
+            process.environment = ProcessInfo.processInfo.environment.merging(stack.environment(for: .ingest)) {
+                _, new in new
+            }
             let pipe = Pipe()
             process.standardOutput = pipe
             process.standardError = pipe
@@ -295,7 +307,9 @@ import Glibc
             process.waitUntilExit()
             return (process.terminationStatus, String(decoding: data, as: UTF8.self))
         }
-        let created = try admin(["register-server", "--hostname", "chat.example.com", "--contact-email", "ops@example.com"])
+        let created = try admin([
+            "register-server", "--hostname", "chat.example.com", "--contact-email", "ops@example.com",
+        ])
         #expect(created.status == 0, "\(created.output)")
         var values: [String: String] = [:]
         for line in created.output.split(separator: "\n") {
@@ -325,7 +339,9 @@ import Glibc
         // First use no longer claims a realm.
         let squat = try await HTTP.send(
             "POST", "\(stack.ingestURL)/v1/notify",
-            json: ["realm_uuid": .string(fresh), "user_id": 1, "payload": mallory.messagePayload(userID: 1, messageID: 1)],
+            json: [
+                "realm_uuid": .string(fresh), "user_id": 1, "payload": mallory.messagePayload(userID: 1, messageID: 1),
+            ],
             auth: mallory.auth)
         #expect(squat.status == 404)
         #expect(squat.code == "REALM_NOT_FOUND")
@@ -336,7 +352,9 @@ import Glibc
         #expect(taken.status == 409)
         let other = try await HTTP.send(
             "POST", "\(stack.ingestURL)/v1/notify",
-            json: ["realm_uuid": .string(fresh), "user_id": 1, "payload": mallory.messagePayload(userID: 1, messageID: 1)],
+            json: [
+                "realm_uuid": .string(fresh), "user_id": 1, "payload": mallory.messagePayload(userID: 1, messageID: 1),
+            ],
             auth: mallory.auth)
         #expect(other.status == squat.status)
         #expect(other.body == squat.body, "not yours and not found answer the same")
@@ -348,15 +366,19 @@ import Glibc
             try await HTTP.send(
                 "POST", "\(stack.ingestURL)/api/v1/remotes/push/e2ee/register",
                 json: [
-                    "realm_uuid": .string(zulipRealm), "push_account_id": 7, "encrypted_push_registration": .string(sealed),
+                    "realm_uuid": .string(zulipRealm), "push_account_id": 7,
+                    "encrypted_push_registration": .string(sealed),
                     "bouncer_public_key": .string(stack.bouncerPublicKey),
                 ], auth: alice.auth)
         }
         #expect(try await register().code == "MISSING_REMOTE_REALM")
-        let realmsJSON = String(decoding: Wire.canonical([["uuid": .string(zulipRealm), "host": "chat.example.com"]]), as: UTF8.self)
+        let realmsJSON = String(
+            decoding: Wire.canonical([["uuid": .string(zulipRealm), "host": "chat.example.com"]]), as: UTF8.self)
         let upload = try await HTTP.send(
             "POST", "\(stack.ingestURL)/api/v1/remotes/server/analytics",
-            body: Array("realm_counts=%5B%5D&installation_counts=%5B%5D&realms=\(realmsJSON.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? "")".utf8),
+            body: Array(
+                "realm_counts=%5B%5D&installation_counts=%5B%5D&realms=\(realmsJSON.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? "")"
+                    .utf8),
             contentType: "application/x-www-form-urlencoded", auth: alice.auth)
         #expect(upload.status == 200)
         #expect(upload.json["realms"]?[zulipRealm]?["can_push"] == true)
@@ -368,8 +390,10 @@ import Glibc
     @Test func feedbackCursorsAndLimitsAreValidated() async throws {
         let stack = try await Stack.get()
         let realm = try await RealmClient.registered(stack)
-        for after in ["-1-2", "1--2", "%D9%A1-1", "99999999999999999999999-1", "1-", "-", "1-2-3", "%2B1-2", "",
-            "18446744073709551615-18446744073709551615"] {
+        for after in [
+            "-1-2", "1--2", "%D9%A1-1", "99999999999999999999999-1", "1-", "-", "1-2-3", "%2B1-2", "",
+            "18446744073709551615-18446744073709551615",
+        ] {
             let reply = try await HTTP.get(
                 "\(stack.ingestURL)/v1/feedback?realm_uuid=\(realm.realmUUID)&after=\(after)", auth: realm.auth)
             #expect(reply.status == 400, "after=\(after)")
@@ -403,15 +427,22 @@ import Glibc
         #expect(try await registerServer(hostname: "chat.example.com:8443").status == 200)
 
         func device(token: String, kind: String, appID: String?) async throws -> HTTP.Reply {
-            try await realm.registerDevice(userID: 3, kind: kind, token: token, appID: appID, key: try RealmClient.pushKey(), keyID: 1)
+            try await realm.registerDevice(
+                userID: 3, kind: kind, token: token, appID: appID, key: try RealmClient.pushKey(), keyID: 1)
         }
         let apns = RealmClient.apnsToken()
-        for appID in ["org.zulip\r\nx", "org.zulip.Zulip\u{0}", "Zulip", "org..zulip", "org.zulip.Zulip/../x", String(repeating: "a.", count: 100) + "b"] {
+        for appID in [
+            "org.zulip\r\nx", "org.zulip.Zulip\u{0}", "Zulip", "org..zulip", "org.zulip.Zulip/../x",
+            String(repeating: "a.", count: 100) + "b",
+        ] {
             let reply = try await device(token: apns, kind: "apns", appID: appID)
             #expect(reply.status == 400, "ios_app_id \(appID.debugDescription.prefix(40))")
             #expect(reply.code == "INVALID_APP_ID")
         }
-        for (kind, token) in [("fcm", "abc\u{0}def"), ("fcm", "abc\r\ndef"), ("fcm", marks), ("apns", "abcd"), ("apns", String(repeating: "ab", count: 101))] {
+        for (kind, token) in [
+            ("fcm", "abc\u{0}def"), ("fcm", "abc\r\ndef"), ("fcm", marks), ("apns", "abcd"),
+            ("apns", String(repeating: "ab", count: 101)),
+        ] {
             let reply = try await device(token: token, kind: kind, appID: kind == "apns" ? "org.zulip.Zulip" : nil)
             #expect(reply.status == 400, "\(kind) token \(token.debugDescription.prefix(40))")
             #expect(reply.code == "INVALID_TOKEN")
@@ -423,13 +454,16 @@ import Glibc
         ] {
             let reply = try await HTTP.send(
                 "POST", "\(stack.ingestURL)/api/v1/remotes/push/e2ee/notify",
-                json: ["realm_uuid": .string(realm.realmUUID), "push_requests": [["device_id": 1, "payload": payload]]],
+                json: [
+                    "realm_uuid": .string(realm.realmUUID), "push_requests": [["device_id": 1, "payload": payload]],
+                ],
                 auth: realm.auth)
             #expect(reply.status == 400, "\(payload)")
         }
         // API keys with control characters never authenticate (and never reach Redis).
         let nul = try await HTTP.get(
-            "\(stack.ingestURL)/v1/feedback?realm_uuid=\(realm.realmUUID)", auth: (realm.serverUUID, realm.apiKey + "\u{0}"))
+            "\(stack.ingestURL)/v1/feedback?realm_uuid=\(realm.realmUUID)",
+            auth: (realm.serverUUID, realm.apiKey + "\u{0}"))
         #expect(nul.status == 401)
         #expect(stack.isRunning(.ingest))
     }
@@ -440,9 +474,11 @@ import Glibc
         let token = RealmClient.fcmToken()
         var device: Int64 = 0
         for keyID in Int64(1)...8 {
-            device = try await realm.device(userID: 14, kind: "fcm", token: token, key: try RealmClient.pushKey(), keyID: keyID)
+            device = try await realm.device(
+                userID: 14, kind: "fcm", token: token, key: try RealmClient.pushKey(), keyID: keyID)
         }
-        let listed = try await HTTP.get("\(stack.ingestURL)/v1/devices?realm_uuid=\(realm.realmUUID)&user_id=14", auth: realm.auth)
+        let listed = try await HTTP.get(
+            "\(stack.ingestURL)/v1/devices?realm_uuid=\(realm.realmUUID)&user_id=14", auth: realm.auth)
         let entry = try #require(listed.json["devices"]?.arrayValue?.first)
         #expect(entry["device_id"]?.intValue == device)
         #expect(entry["push_key_ids"] == [6, 7, 8])
@@ -454,14 +490,21 @@ import Glibc
     @Test func notifyAnswers503WithinTheBoundWhenKafkaIsUnreachable() async throws {
         let stack = try await Stack.get()
         let realm = try await RealmClient.registered(stack)
-        _ = try await realm.device(userID: 8, kind: "fcm", token: RealmClient.fcmToken(), key: try RealmClient.pushKey())
+        _ = try await realm.device(
+            userID: 8, kind: "fcm", token: RealmClient.fcmToken(), key: try RealmClient.pushKey())
         let noKafka = try await stack.launchExtraIngest(
-            ["PUSHRELAY_KAFKA_BROKERS": "127.0.0.1:\(try Stack.freePort())", "PUSHRELAY_NOTIFY_PUBLISH_TIMEOUT_MS": "2000"],
+            [
+                "PUSHRELAY_KAFKA_BROKERS": "127.0.0.1:\(try Stack.freePort())",
+                "PUSHRELAY_NOTIFY_PUBLISH_TIMEOUT_MS": "2000",
+            ],
             name: "nokafka", ready: false)
         let start = ContinuousClock.now
         let reply = try await HTTP.send(
             "POST", "\(noKafka.api)/v1/notify",
-            json: ["realm_uuid": .string(realm.realmUUID), "user_id": 8, "payload": realm.messagePayload(userID: 8, messageID: 1)],
+            json: [
+                "realm_uuid": .string(realm.realmUUID), "user_id": 8,
+                "payload": realm.messagePayload(userID: 8, messageID: 1),
+            ],
             auth: realm.auth)
         let took = ContinuousClock.now - start
         #expect(reply.status == 503)
@@ -475,21 +518,28 @@ import Glibc
         let token = RealmClient.fcmToken()
         _ = try await realm.device(userID: 12, kind: "fcm", token: token, key: try RealmClient.pushKey())
         let body: JSONValue = [
-            "realm_uuid": .string(realm.realmUUID), "user_id": 12, "payload": realm.messagePayload(userID: 12, messageID: 77),
+            "realm_uuid": .string(realm.realmUUID), "user_id": 12,
+            "payload": realm.messagePayload(userID: 12, messageID: 77),
         ]
         let key = UUID().uuidString
-        let first = try await HTTP.send("POST", "\(stack.ingestURL)/v1/notify", json: body, auth: realm.auth, headers: [("Idempotency-Key", key)])
-        let again = try await HTTP.send("POST", "\(stack.ingestURL)/v1/notify", json: body, auth: realm.auth, headers: [("Idempotency-Key", key)])
+        let first = try await HTTP.send(
+            "POST", "\(stack.ingestURL)/v1/notify", json: body, auth: realm.auth, headers: [("Idempotency-Key", key)])
+        let again = try await HTTP.send(
+            "POST", "\(stack.ingestURL)/v1/notify", json: body, auth: realm.auth, headers: [("Idempotency-Key", key)])
         #expect(first.status == 202)
         #expect(again.status == 202)
         #expect(again.json["notification_id"] == first.json["notification_id"])
         let changed: JSONValue = [
-            "realm_uuid": .string(realm.realmUUID), "user_id": 12, "payload": realm.messagePayload(userID: 12, messageID: 78),
+            "realm_uuid": .string(realm.realmUUID), "user_id": 12,
+            "payload": realm.messagePayload(userID: 12, messageID: 78),
         ]
-        let reused = try await HTTP.send("POST", "\(stack.ingestURL)/v1/notify", json: changed, auth: realm.auth, headers: [("Idempotency-Key", key)])
+        let reused = try await HTTP.send(
+            "POST", "\(stack.ingestURL)/v1/notify", json: changed, auth: realm.auth, headers: [("Idempotency-Key", key)]
+        )
         #expect(reused.status == 422)
         #expect(reused.code == "IDEMPOTENCY_KEY_REUSED")
-        let bad = try await HTTP.send("POST", "\(stack.ingestURL)/v1/notify", json: body, auth: realm.auth, headers: [("Idempotency-Key", "a b")])
+        let bad = try await HTTP.send(
+            "POST", "\(stack.ingestURL)/v1/notify", json: body, auth: realm.auth, headers: [("Idempotency-Key", "a b")])
         #expect(bad.status == 400)
         _ = try await stack.waitForPushes("fcm") { $0.contains { $0.token == token } }
         try await Task.sleep(for: .seconds(1))
@@ -502,7 +552,8 @@ import Glibc
         let token = RealmClient.fcmToken()
         _ = try await realm.device(userID: 15, kind: "fcm", token: token, key: try RealmClient.pushKey())
         let body: JSONValue = [
-            "realm_uuid": .string(realm.realmUUID), "user_id": 15, "payload": realm.messagePayload(userID: 15, messageID: 5),
+            "realm_uuid": .string(realm.realmUUID), "user_id": 15,
+            "payload": realm.messagePayload(userID: 15, messageID: 5),
         ]
         let key = UUID().uuidString
         let replies = try await withThrowingTaskGroup(of: HTTP.Reply.self) { group in
@@ -544,7 +595,9 @@ final class RawConnection {
         address.sin_port = in_port_t(UInt16(port).bigEndian)
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
         let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
         }
         guard connected == 0 else { throw StackError("cannot connect to \(port)") }
     }
@@ -574,7 +627,8 @@ final class RawConnection {
                     let lengthLine = text[..<range.lowerBound].split(separator: "\r\n").first(where: {
                         $0.lowercased().hasPrefix("content-length:")
                     }),
-                    let length = Int(lengthLine.dropFirst("content-length:".count).trimmingCharacters(in: .whitespaces)),
+                    let length = Int(
+                        lengthLine.dropFirst("content-length:".count).trimmingCharacters(in: .whitespaces)),
                     text[range.upperBound...].utf8.count >= length
                 {
                     break

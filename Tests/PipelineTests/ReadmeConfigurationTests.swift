@@ -26,7 +26,8 @@ import Testing
         let start = try #require(readme.range(of: "## Configuration"))
         let end = try #require(readme.range(of: "\n## ", range: start.upperBound..<readme.endIndex))
         var listed: Set<String> = []
-        for line in readme[start.upperBound..<end.lowerBound].split(separator: "\n") where line.hasPrefix("| `PUSHRELAY_") {
+        for line in readme[start.upperBound..<end.lowerBound].split(separator: "\n")
+        where line.hasPrefix("| `PUSHRELAY_") {
             let name = line.dropFirst(3).prefix { $0 != "`" }
             listed.insert(String(name))
         }

@@ -49,7 +49,8 @@ import Testing
     @Test func oneTargetsThrottlingLeavesOthersAlone() async {
         let limiter = AdaptiveRateLimiter(settings: .init(ceiling: 100, floor: 1))
         for _ in 0..<3 {
-            limiter.observe("apns:org.zulip.Zulip", result: .retry(reason: "TooManyRequests", status: 429, retryAfter: nil))
+            limiter.observe(
+                "apns:org.zulip.Zulip", result: .retry(reason: "TooManyRequests", status: 429, retryAfter: nil))
         }
         limiter.observe("fcm", result: .sent(status: 200, providerMessageID: nil))
         // A 500 or a dead token is not a request to slow down.

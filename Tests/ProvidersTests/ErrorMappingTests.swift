@@ -7,7 +7,8 @@ import Testing
 @Suite struct ErrorMappingTests {
     @Test(arguments: ["Unregistered", "ExpiredToken", "BadDeviceToken", "DeviceTokenNotForTopic"])
     func apnsDeadTokenReasonsInvalidate(_ reason: String) {
-        let result = APNsReason(reason).result(status: reason == "Unregistered" ? 410 : 400, timestampMs: 5, retryAfter: nil)
+        let result = APNsReason(reason).result(
+            status: reason == "Unregistered" ? 410 : 400, timestampMs: 5, retryAfter: nil)
         guard case .invalidToken(let name, _, let timestamp) = result else {
             Issue.record("\(reason) must invalidate, got \(result)")
             return
@@ -30,7 +31,9 @@ import Testing
         ("MissingTopic", 400),
     ])
     func apnsPermanentReasonsFailWithoutTouchingTheToken(_ reason: String, _ status: Int) {
-        #expect(APNsReason(reason).result(status: status, timestampMs: nil, retryAfter: nil) == .failed(reason: reason, status: status))
+        #expect(
+            APNsReason(reason).result(status: status, timestampMs: nil, retryAfter: nil)
+                == .failed(reason: reason, status: status))
     }
 
     @Test func unknownAPNsReasonsKeepTheirName() {
@@ -41,7 +44,9 @@ import Testing
     }
 
     func fcm(_ status: Int, code: String?, message: String = "", grpc: String = "INVALID_ARGUMENT") -> FCMError {
-        var error: [String: JSONValue] = ["code": .int(Int64(status)), "message": .string(message), "status": .string(grpc)]
+        var error: [String: JSONValue] = [
+            "code": .int(Int64(status)), "message": .string(message), "status": .string(grpc),
+        ]
         if let code {
             error["details"] = [
                 ["@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError", "errorCode": .string(code)]
@@ -56,7 +61,8 @@ import Testing
     }
 
     @Test func fcmInvalidArgumentInvalidatesOnlyForBadTokens() {
-        let token = fcm(400, code: "INVALID_ARGUMENT", message: "The registration token is not a valid FCM registration token")
+        let token = fcm(
+            400, code: "INVALID_ARGUMENT", message: "The registration token is not a valid FCM registration token")
         #expect(token.result(status: 400, retryAfter: nil).isInvalidToken)
         let payload = fcm(400, code: nil, message: "Invalid value at 'message.data[0].value'")
         #expect(payload.code == "INVALID_ARGUMENT")
@@ -84,7 +90,8 @@ import Testing
     @Test func apnsIDIsStablePerNotificationAndDevice() {
         func record(_ device: Int64) -> OutboundRecord {
             OutboundRecord(
-                notificationID: "6dbcdd60-06da-45b6-8f37-867cf905469a", deviceID: device, realmUUID: "r", provider: .apns,
+                notificationID: "6dbcdd60-06da-45b6-8f37-867cf905469a", deviceID: device, realmUUID: "r",
+                provider: .apns,
                 token: "ab", appID: "a", delivery: DeliveryClass(.message), body: [:], acceptedAtMs: 0)
         }
         #expect(APNsClient.apnsID(record(1)) == APNsClient.apnsID(record(1)))

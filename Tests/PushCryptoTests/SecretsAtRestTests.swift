@@ -34,7 +34,8 @@ import Testing
     @Test func aRotatedKeyringOpensValuesStoredUnderTheOldKey() throws {
         let oldLine = StorageKeyring.generateLine(id: "s1")
         let old = try StorageKeyring(fileContents: oldLine)
-        let rotated = try StorageKeyring(fileContents: "# rotated\n\(StorageKeyring.generateLine(id: "s2"))\n\(oldLine)\n")
+        let rotated = try StorageKeyring(
+            fileContents: "# rotated\n\(StorageKeyring.generateLine(id: "s2"))\n\(oldLine)\n")
         let stored = try old.sealString(token, slot: .deviceToken(1))
         #expect(try rotated.openString(stored, slot: .deviceToken(1)) == token)
         let restored = try rotated.sealString(token, slot: .deviceToken(1))
@@ -173,7 +174,8 @@ import Testing
         // The fast encoder and JSONEncoder agree on the new shape too.
         #expect(bytes == Array(try Wire.encoder().encode(outbound)))
         // A dead letter embeds the push the same way.
-        let dead = DeadLetterRecord(cause: .expired, lastError: nil, httpStatus: nil, attempts: 1, deadAtMs: 9, record: outbound)
+        let dead = DeadLetterRecord(
+            cause: .expired, lastError: nil, httpStatus: nil, attempts: 1, deadAtMs: 9, record: outbound)
         #expect(!String(decoding: try Wire.encode(dead), as: UTF8.self).contains(token))
 
         let decoded = try Wire.decode(OutboundRecord.self, from: bytes)

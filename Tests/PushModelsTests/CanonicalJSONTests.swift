@@ -59,10 +59,16 @@ import Testing
             var v: JSONValue
         }
         let text = #"{"a":5,"c":["x"],"d":2,"e":7,"v":{"k":[1,"2"]}}"#
-        #expect(try Wire.decode(R.self, from: Array(text.utf8)) == (try JSONDecoder().decode(R.self, from: Data(text.utf8))))
-        #expect(throws: DecodingError.self) { try Wire.decode(R.self, from: Array(#"{"a":1.5,"c":[],"d":1,"v":1}"#.utf8)) }
+        #expect(
+            try Wire.decode(R.self, from: Array(text.utf8)) == (try JSONDecoder().decode(R.self, from: Data(text.utf8)))
+        )
+        #expect(throws: DecodingError.self) {
+            try Wire.decode(R.self, from: Array(#"{"a":1.5,"c":[],"d":1,"v":1}"#.utf8))
+        }
         #expect(throws: DecodingError.self) { try Wire.decode(R.self, from: Array(#"{"c":[],"d":1,"v":1}"#.utf8)) }
-        #expect(throws: DecodingError.self) { try Wire.decode(R.self, from: Array(#"{"a":1,"c":[],"d":1,"e":-1,"v":1}"#.utf8)) }
+        #expect(throws: DecodingError.self) {
+            try Wire.decode(R.self, from: Array(#"{"a":1,"c":[],"d":1,"e":-1,"v":1}"#.utf8))
+        }
     }
 }
 
@@ -71,13 +77,15 @@ import Testing
     @Test func recordsEncodeByteForByteLikeJSONEncoder() throws {
         var outbound = OutboundRecord(
             notificationID: "n", deviceID: 12, realmUUID: "r", provider: .apns, token: "aa", appID: "org.zulip.Zulip",
-            delivery: DeliveryClass(.message), body: ["aps": ["alert": ["title": "t/x"]], "n": .double(1.25), "list": [1, .null]],
+            delivery: DeliveryClass(.message),
+            body: ["aps": ["alert": ["title": "t/x"]], "n": .double(1.25), "list": [1, .null]],
             expiresAt: 99, collapseID: nil, acceptedAtMs: 5, registeredAtMs: nil)
         outbound.attempts = 2
         let request = PushRequestRecord(
             notificationID: "n", serverUUID: "s", realmUUID: "r", acceptedAtMs: 1,
             request: .passThrough(items: [PassThroughItem(deviceID: 1, apnsPriority: 10, payload: ["x": "é\n"])]))
-        let dead = DeadLetterRecord(cause: .expired, lastError: nil, httpStatus: 410, attempts: 1, deadAtMs: 3, record: outbound)
+        let dead = DeadLetterRecord(
+            cause: .expired, lastError: nil, httpStatus: 410, attempts: 1, deadAtMs: 3, record: outbound)
         let delivery = DeliveryRecord(
             notificationID: "n", realmUUID: "r", deviceID: nil, provider: .fcm, outcome: .alreadySent, reason: "x",
             attempts: 0, acceptedAtMs: 1, completedAtMs: 2)

@@ -52,7 +52,9 @@ import Testing
 
     @Test func filtersMatchEveryCriterion() {
         let sent = delivery("sent", at: 10)
-        #expect(EntryFilter(realm: "realm-a", device: 31, notification: "n1", provider: "apns", outcome: "sent").matches(sent))
+        #expect(
+            EntryFilter(realm: "realm-a", device: 31, notification: "n1", provider: "apns", outcome: "sent").matches(
+                sent))
         #expect(!EntryFilter(realm: "realm-b").matches(sent))
         #expect(!EntryFilter(device: 32).matches(sent))
         #expect(!EntryFilter(outcome: "failed").matches(sent))
@@ -60,8 +62,10 @@ import Testing
         #expect(EntryFilter(reason: "Unregistered").matches(delivery("invalid_token", reason: "Unregistered", at: 1)))
         let request = TopicEntry(
             topic: "push.requests", timestampMs: 0,
-            value: ["schema": 1, "kind": "native", "notification_id": "n1", "server_uuid": "s", "realm_uuid": "realm-a",
-                    "user_id": 10, "device_ids": [31, 32], "accepted_at_ms": 1_000])
+            value: [
+                "schema": 1, "kind": "native", "notification_id": "n1", "server_uuid": "s", "realm_uuid": "realm-a",
+                "user_id": 10, "device_ids": [31, 32], "accepted_at_ms": 1_000,
+            ])
         #expect(EntryFilter(user: 10, device: 32).matches(request))
         #expect(!EntryFilter(user: 11).matches(request))
     }
@@ -97,15 +101,19 @@ import Testing
             TopicEntry(topic: "push.outbound", offset: 8, timestampMs: 1_020, value: outbound()),
             TopicEntry(
                 topic: "push.requests", offset: 2, timestampMs: 1_001,
-                value: ["schema": 1, "kind": "native", "notification_id": "n1", "server_uuid": "s",
-                        "realm_uuid": "realm-a", "user_id": 10, "accepted_at_ms": 1_000]),
+                value: [
+                    "schema": 1, "kind": "native", "notification_id": "n1", "server_uuid": "s",
+                    "realm_uuid": "realm-a", "user_id": 10, "accepted_at_ms": 1_000,
+                ]),
         ]
         let text = Trace.render(notificationID: "n1", entries: entries)
         let lines = text.split(separator: "\n").map(String.init)
         #expect(lines[0] == "notification n1  realm realm-a")
         #expect(lines[2].contains("+1 ms") && lines[2].contains("accepted by ingest: native for user 10"))
         #expect(lines[3].contains("+20 ms") && lines[3].contains("encrypted for device 31 apns"))
-        #expect(lines[4].contains("parked for retry") && lines[4].contains("TooManyRequests") && lines[4].contains("due +3950 ms"))
+        #expect(
+            lines[4].contains("parked for retry") && lines[4].contains("TooManyRequests")
+                && lines[4].contains("due +3950 ms"))
         #expect(lines[5].contains("+5100 ms") && lines[5].contains("outcome sent"))
         #expect(lines.last == "final: device 31: sent")
         #expect(!text.contains(Self.token))
@@ -114,14 +122,20 @@ import Testing
     @Test func aDeadLetterIsRedrivenAsAFreshMarkedPush() throws {
         let dead = TopicEntry(
             topic: "push.deadletter", timestampMs: 0,
-            value: ["schema": 1, "cause": "attempts_exhausted", "attempts": 6, "dead_at_ms": 9, "record": outbound(attempts: 6)])
+            value: [
+                "schema": 1, "cause": "attempts_exhausted", "attempts": 6, "dead_at_ms": 9,
+                "record": outbound(attempts: 6),
+            ])
         let message = Redrive.message(for: dead, into: "push.outbound", force: false, nowMs: 0)
         #expect(message.topic == "push.outbound")
         #expect(message.key == Array("31".utf8))
         let value = try Wire.decode(JSONValue.self, from: message.value)
         #expect(value["attempts"] == nil && value["not_before_ms"] == nil && value["last_error"] == nil)
         #expect(value["token"] == .string(Self.token), "the re-driven push is complete")
-        #expect(message.headers.contains { $0.name == RecordHeader.replay && $0.value == Array("1970-01-01T00:00:00.000Z".utf8) })
+        #expect(
+            message.headers.contains {
+                $0.name == RecordHeader.replay && $0.value == Array("1970-01-01T00:00:00.000Z".utf8)
+            })
         #expect(message.headers.contains { $0.name == RecordHeader.notificationID && $0.value == Array("n1".utf8) })
         let forced = Redrive.message(for: dead, into: "push.outbound", force: true, nowMs: 0)
         #expect(forced.headers.contains { $0.name == RecordHeader.replay && $0.value == Array("force".utf8) })

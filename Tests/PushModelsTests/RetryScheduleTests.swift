@@ -67,7 +67,8 @@ import Testing
         push.attempts = 4
         push.lastError = "UNAVAILABLE"
         let dead = DeadLetterRecord(
-            cause: .attemptsExhausted, lastError: "UNAVAILABLE", httpStatus: 503, attempts: 4, deadAtMs: 5, record: push)
+            cause: .attemptsExhausted, lastError: "UNAVAILABLE", httpStatus: 503, attempts: 4, deadAtMs: 5, record: push
+        )
         let json = try Wire.decode(JSONValue.self, from: Wire.encode(dead))
         #expect(json["cause"] == "attempts_exhausted")
         #expect(json["record"]?["last_error"] == "UNAVAILABLE")

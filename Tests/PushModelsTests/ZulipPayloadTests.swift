@@ -91,7 +91,8 @@ enum Samples {
     }
 
     @Test func removeAndTestSamplesValidate() throws {
-        #expect(try ZulipNotification(validating: try Samples.json(Samples.remove)).body == .remove(messageIDs: [31, 32]))
+        #expect(
+            try ZulipNotification(validating: try Samples.json(Samples.remove)).body == .remove(messageIDs: [31, 32]))
         #expect(try ZulipNotification(validating: try Samples.json(Samples.test)).body == .test(time: 1_754_577_820))
     }
 
@@ -114,18 +115,19 @@ enum Samples {
     }
 
     /// Each mistyped or missing field fails, and the error names that field.
-    @Test(arguments: [
-        (Samples.channel, "user_id", JSONValue.string("10"), "payload.user_id"),
-        (Samples.channel, "channel_id", nil, "payload.channel_id"),
-        (Samples.channel, "mentioned_user_group_name", nil, "payload.mentioned_user_group_name"),
-        (Samples.direct, "recipient_user_ids", JSONValue.array([10, 6]), "payload.recipient_user_ids"),
-        (Samples.direct, "recipient_user_ids", JSONValue.array([6, "x"]), "payload.recipient_user_ids[1]"),
-        (Samples.remove, "message_ids", JSONValue.string("31,32"), "payload.message_ids"),
-        (Samples.test, "time", JSONValue.double(1.5), "payload.time"),
-        (Samples.test, "type", JSONValue.string("broadcast"), "payload.type"),
-        (Samples.direct, "recipient_type", JSONValue.string("stream"), "payload.recipient_type"),
-        (Samples.direct, "sender_full_name", JSONValue.int(3), "payload.sender_full_name"),
-    ] as [(String, String, JSONValue?, String)])
+    @Test(
+        arguments: [
+            (Samples.channel, "user_id", JSONValue.string("10"), "payload.user_id"),
+            (Samples.channel, "channel_id", nil, "payload.channel_id"),
+            (Samples.channel, "mentioned_user_group_name", nil, "payload.mentioned_user_group_name"),
+            (Samples.direct, "recipient_user_ids", JSONValue.array([10, 6]), "payload.recipient_user_ids"),
+            (Samples.direct, "recipient_user_ids", JSONValue.array([6, "x"]), "payload.recipient_user_ids[1]"),
+            (Samples.remove, "message_ids", JSONValue.string("31,32"), "payload.message_ids"),
+            (Samples.test, "time", JSONValue.double(1.5), "payload.time"),
+            (Samples.test, "type", JSONValue.string("broadcast"), "payload.type"),
+            (Samples.direct, "recipient_type", JSONValue.string("stream"), "payload.recipient_type"),
+            (Samples.direct, "sender_full_name", JSONValue.int(3), "payload.sender_full_name"),
+        ] as [(String, String, JSONValue?, String)])
     func mistypedPayloadNamesTheField(sample: String, key: String, value: JSONValue?, field: String) throws {
         var fields = try Samples.json(sample).objectValue!
         fields[key] = value
@@ -143,7 +145,9 @@ enum Samples {
     @Test func apnsTokensMustBeHex() throws {
         #expect(throws: PayloadValidationError.self) { try DeviceToken(provider: .apns, value: "xyz1") }
         #expect(throws: PayloadValidationError.self) { try DeviceToken(provider: .fcm, value: "") }
-        #expect(try DeviceToken(provider: .apns, value: String(repeating: "AB12", count: 16)).value == String(repeating: "ab12", count: 16))
+        #expect(
+            try DeviceToken(provider: .apns, value: String(repeating: "AB12", count: 16)).value
+                == String(repeating: "ab12", count: 16))
         #expect(throws: PayloadValidationError.self) { try DeviceToken(provider: .apns, value: "ABCD12") }
         #expect(throws: PayloadValidationError.self) { try DeviceToken(provider: .fcm, value: "a\u{0}b") }
         #expect(throws: PayloadValidationError.self) { try DeviceToken(provider: .fcm, value: "a\r\nb") }
@@ -163,13 +167,18 @@ enum Samples {
     }
 
     @Test func deliveryClassFollowsType() throws {
-        #expect(DeliveryClass(.remove) == DeliveryClass(apnsPriority: 5, apnsPushType: "background", fcmPriority: "normal"))
+        #expect(
+            DeliveryClass(.remove) == DeliveryClass(apnsPriority: 5, apnsPushType: "background", fcmPriority: "normal"))
         #expect(DeliveryClass(.remove).apnsPushType == .known(.background))
         #expect(Named<APNsPushType>("liveactivity") == .known(.liveactivity))
         #expect(Named<APNsPushType>("hologram") == .unknown("hologram"))
         #expect(APNsPriority(7) == .unknown(7))
-        #expect(try Wire.decode(DeliveryClass.self, from: Array(#"{"apns_priority":7,"apns_push_type":"hologram","fcm_priority":"urgent"}"#.utf8))
-            == DeliveryClass(apnsPriority: .unknown(7), apnsPushType: .unknown("hologram"), fcmPriority: .unknown("urgent")))
+        #expect(
+            try Wire.decode(
+                DeliveryClass.self,
+                from: Array(#"{"apns_priority":7,"apns_push_type":"hologram","fcm_priority":"urgent"}"#.utf8))
+                == DeliveryClass(
+                    apnsPriority: .unknown(7), apnsPushType: .unknown("hologram"), fcmPriority: .unknown("urgent")))
         #expect(DeliveryClass(.test).apnsPriority == 10)
     }
 }

@@ -69,7 +69,9 @@ import Testing
     }
 
     func deliveries() throws -> [DeliveryRecord] { try publisher.decoded(DeliveryRecord.self, on: F.topics.deliveries) }
-    func deadLetters() throws -> [DeadLetterRecord] { try publisher.decoded(DeadLetterRecord.self, on: F.topics.deadLetter) }
+    func deadLetters() throws -> [DeadLetterRecord] {
+        try publisher.decoded(DeadLetterRecord.self, on: F.topics.deadLetter)
+    }
     var ledgerState: LedgerState { ledger.state(notificationID: notification, deviceID: 1) }
 
     // MARK: Sent, and never twice
@@ -99,7 +101,8 @@ import Testing
     }
 
     @Test func aPairTheLedgerCallsSentIsNotSentAgain() async throws {
-        ledger.seedSent(notificationID: notification, deviceID: 1, atMs: F.now - 60_000, providerMessageID: "earlier-id")
+        ledger.seedSent(
+            notificationID: notification, deviceID: 1, atMs: F.now - 60_000, providerMessageID: "earlier-id")
         #expect(try await handle(try outbound(attempts: 2)) == .done)
         #expect(apns.sent.isEmpty, "the provider is not called")
         let delivery = try #require(try deliveries().soleElement)
@@ -137,7 +140,8 @@ import Testing
     }
 
     @Test func replayForceSkipsTheLedgerAndOtherReplaysDoNot() async throws {
-        ledger.seedSent(notificationID: notification, deviceID: 1, atMs: F.now - 60_000, providerMessageID: "earlier-id")
+        ledger.seedSent(
+            notificationID: notification, deviceID: 1, atMs: F.now - 60_000, providerMessageID: "earlier-id")
         // A replay without `force` is still deduplicated.
         let replay = F.header(RecordHeader.replay, "\(F.now - 5_000)")
         #expect(try await handle(try outbound(), headers: [replay]) == .done)
@@ -221,7 +225,8 @@ import Testing
         #expect(try await handle(try outbound(attempts: 2), topic: "push.retry.2") == .done)
 
         #expect(publisher.topics == ["push.retry.2", "push.retry.3"])
-        #expect(publisher.records.map { $0.headerTexts(RecordHeader.due) } == [["\(F.now + 2_000)"], ["\(F.now + 3_000)"]])
+        #expect(
+            publisher.records.map { $0.headerTexts(RecordHeader.due) } == [["\(F.now + 2_000)"], ["\(F.now + 3_000)"]])
         let parked = try publisher.records.map { try Wire.decode(OutboundRecord.self, from: $0.value) }
         #expect(parked.map(\.attempts) == [1, 3])
         #expect(parked.map(\.lastError) == ["TooManyRequests", "InternalServerError"])
@@ -230,7 +235,9 @@ import Testing
     @Test func exhaustedAttemptsAreDeadLettered() async throws {
         apns.enqueue(.retry(reason: "ServiceUnavailable", status: 503, retryAfter: nil))
         // Three attempts made; the fourth is the last the schedule allows.
-        #expect(try await handle(try outbound(attempts: 3, lastError: "InternalServerError"), topic: "push.retry.3") == .done)
+        #expect(
+            try await handle(try outbound(attempts: 3, lastError: "InternalServerError"), topic: "push.retry.3")
+                == .done)
         #expect(apns.sent.count == 1)
         #expect(publisher.topics == [F.topics.deadLetter, F.topics.deliveries])
 
@@ -330,7 +337,9 @@ import Testing
         let dead = try deadLetters()
         #expect(dead.map(\.cause) == [.rejected, .rejected])
         #expect(dead.map(\.lastError) == ["token_unreadable", "token_unreadable"])
-        #expect(dead.map(\.record.sealedToken) == [moved.sealedToken, foreign.sealedToken], "kept as it came, for a re-drive")
+        #expect(
+            dead.map(\.record.sealedToken) == [moved.sealedToken, foreign.sealedToken],
+            "kept as it came, for a re-drive")
         #expect(try deliveries().map(\.reason) == ["token_unreadable", "token_unreadable"])
         #expect(try deliveries().map(\.outcome) == [.failed, .failed])
     }
@@ -349,7 +358,9 @@ import Testing
 
     @Test func aSealedBodyIsOpenedForTheProviderAndStaysSealedOnRetry() async throws {
         var record = try outbound()
-        let readable: JSONValue = ["aps": ["alert": ["title": "Iago", "body": "lunch"]], "zulip": ["message_ids": [5]]]
+        let readable: JSONValue = [
+            "aps": ["alert": ["title": "Iago", "body": "lunch"]], "zulip": ["message_ids": [5]],
+        ]
         record.body = []
         record.sealedBody = try keys.seal(
             Wire.canonical(readable), binding: .body(notificationID: notification, realmUUID: F.realm, deviceID: 1))
@@ -364,7 +375,8 @@ import Testing
 
     @Test func anUndecodableRecordIsSkipped() async throws {
         let disposition = await stage().handle(
-            F.consumedBytes(Array(#"{"schema":4,"device_id":"one"}"#.utf8), topic: F.topics.outbound), maxRateWait: .seconds(1))
+            F.consumedBytes(Array(#"{"schema":4,"device_id":"one"}"#.utf8), topic: F.topics.outbound),
+            maxRateWait: .seconds(1))
         #expect(disposition == .done)
         #expect(publisher.calls == 0)
         #expect(ledger.claims == 0)

@@ -131,7 +131,8 @@ import Testing
             let record = try Wire.decode(OutboundRecord.self, from: message.value)
             #expect(record.token == "")
             let sealed = try #require(record.sealedToken)
-            let binding = SealBinding.token(notificationID: record.notificationID, realmUUID: F.realm, deviceID: record.deviceID)
+            let binding = SealBinding.token(
+                notificationID: record.notificationID, realmUUID: F.realm, deviceID: record.deviceID)
             #expect(try keys.open(sealed, binding: binding) == Array(token.utf8))
             // Moved to another device's record, or opened by another keyring, it does not open.
             let moved = SealBinding.token(notificationID: record.notificationID, realmUUID: F.realm, deviceID: 77)
@@ -147,12 +148,15 @@ import Testing
         let records = try outbound()
         #expect(records.count == 2)
         for record in records {
-            #expect(record.delivery == DeliveryClass(apnsPriority: 5, apnsPushType: "background", fcmPriority: "normal"))
+            #expect(
+                record.delivery == DeliveryClass(apnsPriority: 5, apnsPushType: "background", fcmPriority: "normal"))
         }
         let apns = try #require(records.first { $0.provider == .apns })
         let body = try #require(try F.body(of: apns))
         #expect(body["aps"] == ["content-available": 1])
-        #expect(try F.deviceOpens(try #require(body["encrypted_data"]?.stringValue), with: apnsKey) == Wire.canonical(removal))
+        #expect(
+            try F.deviceOpens(try #require(body["encrypted_data"]?.stringValue), with: apnsKey)
+                == Wire.canonical(removal))
     }
 
     @Test func devicesWithNothingToSendGetTheirOutcomeOnTheDeliveriesTopic() async throws {
@@ -198,7 +202,8 @@ import Testing
         directory.addMembership(realm: F.realm, userID: 10, id: 8)
         #expect(try await handle(try nativeRequest(userID: 10)) == .done)
         #expect(try outbound().isEmpty)
-        #expect(try deliveries().map { [$0.outcome.rawValue, $0.reason ?? ""] } == [["unknown_device", "unknown_device"]])
+        #expect(
+            try deliveries().map { [$0.outcome.rawValue, $0.reason ?? ""] } == [["unknown_device", "unknown_device"]])
 
         let before = publisher.records.count
         #expect(try await handle(try nativeRequest(id: "n-nobody", userID: 11)) == .done)
@@ -208,7 +213,9 @@ import Testing
     @Test func aSealedPayloadThatDoesNotOpenFailsTheRequest() async throws {
         addUserDevices()
         // Sealed with a pipeline key this encryptor does not hold.
-        #expect(try await handle(try nativeRequest(id: "n-foreign-key", sealWith: try F.pipelineKeyring(id: "k9"))) == .done)
+        #expect(
+            try await handle(try nativeRequest(id: "n-foreign-key", sealWith: try F.pipelineKeyring(id: "k9"))) == .done
+        )
         // Sealed for another user and copied into this request: the binding refuses it.
         #expect(try await handle(try nativeRequest(id: "n-moved", sealFor: 11)) == .done)
 
@@ -255,7 +262,8 @@ import Testing
         #expect(apns.delivery == DeliveryClass(apnsPriority: 5, apnsPushType: "background", fcmPriority: "high"))
         #expect(apns.appID == "org.zulip.Zulip")
         let fcm = records[1]
-        #expect(try F.body(of: fcm) == ["push_account_id": "20", "encrypted_data": "OzPhtLiyU1U+3ynqyTxk", "flag": "true"])
+        #expect(
+            try F.body(of: fcm) == ["push_account_id": "20", "encrypted_data": "OzPhtLiyU1U+3ynqyTxk", "flag": "true"])
         #expect(fcm.delivery.fcmPriority == "normal")
         for record in records {
             let sealed = try #require(record.sealedToken)
@@ -294,7 +302,9 @@ import Testing
             "alert": ["title": "Iago", "body": "lunch at noon"], "badge": 0, "sound": "default",
             "custom": ["zulip": ["message_ids": [5], "server": "chat.example.com"]],
         ],
-        gcmPayload: ["event": "message", "zulip_message_id": 5, "sender_full_name": "Iago", "content": "lunch at noon"],
+        gcmPayload: [
+            "event": "message", "zulip_message_id": 5, "sender_full_name": "Iago", "content": "lunch at noon",
+        ],
         fcmPriority: "high")
 
     @Test func legacyBodiesAreBuiltAsZulipDoesAndTravelSealed() async throws {
@@ -303,7 +313,9 @@ import Testing
         directory.add(F.device(31, provider: .fcm, userID: nil, legacyOwner: owner))
         directory.add(F.device(32, provider: .fcm, userID: nil, legacyOwner: "another-server|uuid:u1"))
         directory.add(F.device(33, provider: .fcm, key: (1, fcmKey)))  // a native device
-        directory.add(F.device(34, provider: .apns, userID: nil, status: .invalid, invalidReason: "Unregistered", legacyOwner: owner))
+        directory.add(
+            F.device(
+                34, provider: .apns, userID: nil, status: .invalid, invalidReason: "Unregistered", legacyOwner: owner))
 
         let request = try legacyRequest(id: "n-legacy", deviceIDs: [30, 31, 32, 33, 34], payload: Self.legacyPayload)
         #expect(try await handle(request) == .done)
@@ -343,7 +355,8 @@ import Testing
         // The sealed body does not open as another device's.
         #expect(throws: CryptoError.self) {
             try keys.open(
-                try #require(fcm.sealedBody), binding: .body(notificationID: "n-legacy", realmUUID: F.realm, deviceID: 30))
+                try #require(fcm.sealedBody),
+                binding: .body(notificationID: "n-legacy", realmUUID: F.realm, deviceID: 30))
         }
 
         let outcomes = try deliveries()
@@ -371,7 +384,10 @@ import Testing
         addUserDevices()
         let stage = stage()
         #expect(await stage.handle(F.consumedBytes(Array("not json {".utf8), topic: F.topics.requests)) == .done)
-        #expect(await stage.handle(F.consumedBytes(Array(#"{"schema":1,"kind":"carrier_pigeon"}"#.utf8), topic: F.topics.requests)) == .done)
+        #expect(
+            await stage.handle(
+                F.consumedBytes(Array(#"{"schema":1,"kind":"carrier_pigeon"}"#.utf8), topic: F.topics.requests))
+                == .done)
         // A native request without its sealed payload cannot be half-handled: it does not decode.
         let noPayload: JSONValue = [
             "schema": 1, "kind": "native", "notification_id": "n-empty", "server_uuid": .string(F.server),
@@ -403,7 +419,8 @@ import Testing
         directory.add(F.device(4, provider: .fcm))  // no key: an outcome, not a push
         publisher.failNext(2)
         let replay = F.header(RecordHeader.replay, "force")
-        #expect(try await handle(try nativeRequest(id: "n-replayed", deviceIDs: [1, 2, 4]), headers: [replay]) == .done)
+        #expect(
+            try await handle(try nativeRequest(id: "n-replayed", deviceIDs: [1, 2, 4]), headers: [replay]) == .done)
         #expect(publisher.calls == 3)
         let pushes = publisher.records(on: F.topics.outbound)
         #expect(pushes.count == 2)

@@ -125,7 +125,9 @@ final class MemoryDeviceDirectory: DeviceDirectory, Sendable {
     func add(_ device: DeviceRecord) {
         state.withLock { s in
             s.records[device.id] = device
-            if let userID = device.userID { s.members[Self.member(device.realmUUID, userID), default: []].insert(device.id) }
+            if let userID = device.userID {
+                s.members[Self.member(device.realmUUID, userID), default: []].insert(device.id)
+            }
         }
     }
 
@@ -347,7 +349,8 @@ final class MemoryProviderClient: PushProviderClient, Sendable {
     func send(_ record: OutboundRecord) async -> SendResult {
         state.withLock { s in
             s.sent.append(record)
-            return s.script.isEmpty ? .sent(status: 200, providerMessageID: "\(provider.rawValue)-\(s.sent.count)") : s.script.removeFirst()
+            return s.script.isEmpty
+                ? .sent(status: 200, providerMessageID: "\(provider.rawValue)-\(s.sent.count)") : s.script.removeFirst()
         }
     }
 

@@ -108,7 +108,8 @@ import Testing
         let devices = store(
             [
                 F.device(41, provider: .fcm, userID: nil, token: "replaced-token", legacyOwner: legacyOwner),
-                F.device(42, provider: .apns, userID: nil, token: token, registeredAtMs: F.now, legacyOwner: legacyOwner),
+                F.device(
+                    42, provider: .apns, userID: nil, token: token, registeredAtMs: F.now, legacyOwner: legacyOwner),
             ], counts: [F.server: 2])
         let stage = stage(devices)
         #expect(try await stage.apply(report(device: 41)) == false, "another token than the one rejected")

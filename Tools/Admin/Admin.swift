@@ -47,10 +47,11 @@ struct RegisterServer: AsyncParsableCommand {
     @Option(help: "An address to reach its operator.") var contactEmail: String
 
     func run() async throws {
-        let uuid = try uuid.map { text in
-            guard let parsed = UUID(uuidString: text) else { throw ValidationError("--uuid: must be a UUID") }
-            return parsed.uuidString.lowercased()
-        } ?? UUID().uuidString.lowercased()
+        let uuid =
+            try uuid.map { text in
+                guard let parsed = UUID(uuidString: text) else { throw ValidationError("--uuid: must be a UUID") }
+                return parsed.uuidString.lowercased()
+            } ?? UUID().uuidString.lowercased()
         let key = apiKey ?? Self.randomKey()
         guard Syntax.isAPIKey(key) else { throw ValidationError("--api-key: must be 64 ASCII letters and digits") }
         guard Syntax.isHostname(hostname) else { throw ValidationError("--hostname: not a host name") }

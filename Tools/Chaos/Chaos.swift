@@ -42,4 +42,3 @@ struct Chaos: AsyncParsableCommand {
         if report.lost > 0 || report.unexplainedDuplicates > 0 { throw ExitCode(1) }
     }
 }
-

@@ -16,7 +16,8 @@ struct DemoDevice {
         }
         let (control, token, keyFile) = (args[1], args[2], args[3])
         let key = try PushKey(
-            base64: try String(contentsOfFile: keyFile, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines))
+            base64: try String(contentsOfFile: keyFile, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+        )
         var pushes: [JSONValue] = []
         for provider in ["apns", "fcm"] {
             let response = try await HTTPClient.shared.execute(
@@ -29,7 +30,9 @@ struct DemoDevice {
         for push in pushes {
             let provider = push["provider"]?.stringValue ?? "?"
             let status = push["status"]?.intValue ?? 0
-            print("\(provider) status=\(status) headers=\(String(decoding: Wire.canonical(push["headers"] ?? .null), as: UTF8.self))")
+            print(
+                "\(provider) status=\(status) headers=\(String(decoding: Wire.canonical(push["headers"] ?? .null), as: UTF8.self))"
+            )
             guard let encrypted = push["body"]?["encrypted_data"]?.stringValue else { continue }
             print("  encrypted_data: \(encrypted.prefix(48))…")
             do {

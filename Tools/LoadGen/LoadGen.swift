@@ -57,9 +57,13 @@ struct LoadGen: AsyncParsableCommand {
     }
 
     static func machine() -> String {
-        let cpu = (try? String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8))?.split(separator: "\n")
-            .first { $0.hasPrefix("model name") }.map { String($0.split(separator: ":").last ?? "").trimmingCharacters(in: .whitespaces) } ?? "?"
-        return "\(ProcessInfo.processInfo.activeProcessorCount) cores, \(cpu), \(ProcessInfo.processInfo.physicalMemory >> 30) GiB"
+        let cpu =
+            (try? String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8))?.split(separator: "\n")
+            .first { $0.hasPrefix("model name") }.map {
+                String($0.split(separator: ":").last ?? "").trimmingCharacters(in: .whitespaces)
+            } ?? "?"
+        return
+            "\(ProcessInfo.processInfo.activeProcessorCount) cores, \(cpu), \(ProcessInfo.processInfo.physicalMemory >> 30) GiB"
     }
 }
 
@@ -68,4 +72,3 @@ extension LoadRun.Settings: CustomStringConvertible {
         "\(realms) realms, \(users) users × \(devicesPerUser) devices, \(connections) connections"
     }
 }
-

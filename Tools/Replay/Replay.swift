@@ -58,7 +58,9 @@ struct Replay: AsyncParsableCommand {
 
     func validate() throws {
         if force && into == nil { throw ValidationError("--force only applies to --into") }
-        if trace != nil && (into != nil || summary) { throw ValidationError("--trace cannot be combined with --into or --summary") }
+        if trace != nil && (into != nil || summary) {
+            throw ValidationError("--trace cannot be combined with --into or --summary")
+        }
         if let from, ISOTime.parse(from) == nil { throw ValidationError("--from: not an ISO 8601 time: \(from)") }
         if let to, ISOTime.parse(to) == nil { throw ValidationError("--to: not an ISO 8601 time: \(to)") }
     }
@@ -109,7 +111,8 @@ struct Replay: AsyncParsableCommand {
 
     /// Reads the range, calling `each` for every matching record up to `--limit`.
     func read(
-        _ reader: KafkaTopicReader, topic: String, topics: TopicNames, filter: EntryFilter, each: (TopicEntry) throws -> Void
+        _ reader: KafkaTopicReader, topic: String, topics: TopicNames, filter: EntryFilter,
+        each: (TopicEntry) throws -> Void
     ) throws {
         var matched = 0
         var undecodable = 0
@@ -132,7 +135,8 @@ struct Replay: AsyncParsableCommand {
             return limit.map { matched < $0 } ?? true
         }
         if undecodable > 0 && !quiet {
-            FileHandle.standardError.write(Data("\(topic): \(undecodable) records were not JSON and were skipped\n".utf8))
+            FileHandle.standardError.write(
+                Data("\(topic): \(undecodable) records were not JSON and were skipped\n".utf8))
         }
     }
 
@@ -169,16 +173,22 @@ struct Replay: AsyncParsableCommand {
         }
         if !dryRun && !messages.isEmpty {
             let producer = try KafkaProducer(
-                configuration: KafkaConfiguration(bootstrapServers: try resolveBrokers(env), clientID: "pushrelay-replay"),
+                configuration: KafkaConfiguration(
+                    bootstrapServers: try resolveBrokers(env), clientID: "pushrelay-replay"),
                 logger: Logger(label: "pushrelay-replay"))
             for chunk in stride(from: 0, to: messages.count, by: 1000) {
                 try await producer.sendAll(Array(messages[chunk..<min(chunk + 1000, messages.count)]))
-                if !quiet { FileHandle.standardError.write(Data("re-driven \(min(chunk + 1000, messages.count)) of \(messages.count)\n".utf8)) }
+                if !quiet {
+                    FileHandle.standardError.write(
+                        Data("re-driven \(min(chunk + 1000, messages.count)) of \(messages.count)\n".utf8))
+                }
             }
             producer.shutdown()
         }
         let verb = dryRun ? "would re-drive" : "re-drove"
-        print("selected \(selected.count), \(verb) \(messages.count) into \(into), skipped \(skipped) already delivered\(force ? " (forced)" : "")")
+        print(
+            "selected \(selected.count), \(verb) \(messages.count) into \(into), skipped \(skipped) already delivered\(force ? " (forced)" : "")"
+        )
     }
 
     func resolveBrokers(_ env: [String: String]) throws -> String {
@@ -186,7 +196,8 @@ struct Replay: AsyncParsableCommand {
         if let b = env["PUSHRELAY_KAFKA_BROKERS"], !b.isEmpty { return b }
         let file = env["PUSHRELAY_KAFKA_BROKERS_FILE"] ?? ".run/kafka-bootstrap"
         guard let text = try? String(contentsOfFile: file, encoding: .utf8) else {
-            throw ValidationError("no brokers: pass --brokers, set PUSHRELAY_KAFKA_BROKERS, or run from the repo after `make up`")
+            throw ValidationError(
+                "no brokers: pass --brokers, set PUSHRELAY_KAFKA_BROKERS, or run from the repo after `make up`")
         }
         return text.trimmingCharacters(in: .whitespacesAndNewlines)
     }

@@ -33,7 +33,8 @@ public struct Summary: Sendable {
             guard !counts.isEmpty else { return }
             lines.append("\(title):")
             for (name, count) in counts.sorted(by: { ($0.value, $1.key) > ($1.value, $0.key) }) {
-                lines.append("  " + name.padding(toLength: max(24, name.count), withPad: " ", startingAt: 0) + " \(count)")
+                lines.append(
+                    "  " + name.padding(toLength: max(24, name.count), withPad: " ", startingAt: 0) + " \(count)")
             }
         }
         section("by outcome", byOutcome)
@@ -88,14 +89,17 @@ public enum Trace {
         let sorted = entries.sorted {
             ($0.timestampMs, stageRank($0.kind), $0.offset) < ($1.timestampMs, stageRank($1.kind), $1.offset)
         }
-        let accepted = sorted.compactMap { $0.value["accepted_at_ms"]?.intValue ?? $0.push?["accepted_at_ms"]?.intValue }.first
+        let accepted = sorted.compactMap {
+            $0.value["accepted_at_ms"]?.intValue ?? $0.push?["accepted_at_ms"]?.intValue
+        }.first
         let origin = accepted ?? sorted[0].timestampMs
         var lines = ["notification \(notificationID)"]
         if let realm = sorted.compactMap(\.realmUUID).first { lines[0] += "  realm \(realm)" }
         lines.append("accepted \(ISOTime.format(origin))")
         let width = sorted.map { "\($0.topic)[\($0.partition)]@\($0.offset)".count }.max() ?? 0
         for e in sorted {
-            let delta = "+\(e.timestampMs.saturatingSubtract(origin)) ms".padding(toLength: 10, withPad: " ", startingAt: 0)
+            let delta = "+\(e.timestampMs.saturatingSubtract(origin)) ms".padding(
+                toLength: 10, withPad: " ", startingAt: 0)
             let place = "\(e.topic)[\(e.partition)]@\(e.offset)".padding(toLength: width, withPad: " ", startingAt: 0)
             lines.append("  \(delta) \(place)  \(describe(e))")
         }
@@ -115,7 +119,8 @@ public enum Trace {
         case .request:
             let kind = v["kind"]?.stringValue ?? "?"
             let who = e.userID.map { "user \($0)" } ?? "realm"
-            let devices = e.deviceIDs.isEmpty ? "all devices" : "devices \(e.deviceIDs.map(String.init).joined(separator: ","))"
+            let devices =
+                e.deviceIDs.isEmpty ? "all devices" : "devices \(e.deviceIDs.map(String.init).joined(separator: ","))"
             return "accepted by ingest: \(kind) for \(who), \(devices)"
         case .outbound:
             let attempts = v["attempts"]?.intValue.map { ", after \($0) attempts" } ?? ""
@@ -125,7 +130,8 @@ public enum Trace {
             let due = v["not_before_ms"]?.intValue.map { " due +\($0 - e.timestampMs) ms" } ?? ""
             return "parked for retry: \(device()) attempt \(attempts) failed (\(e.reason ?? "?"))\(due)"
         case .deadLetter:
-            return "dead-lettered: \(device()) \(v["cause"]?.stringValue ?? "?") (\(e.reason ?? "?")) after \(v["attempts"]?.intValue ?? 0) attempts"
+            return
+                "dead-lettered: \(device()) \(v["cause"]?.stringValue ?? "?") (\(e.reason ?? "?")) after \(v["attempts"]?.intValue ?? 0) attempts"
         case .feedback:
             return "token invalidated: \(device()) (\(e.reason ?? "?"))"
         case .delivery:

@@ -6,7 +6,8 @@ import PushModels
 public enum Redrive {
     /// The (notification, device) pair a record would push, when it is a push.
     public static func pair(of e: TopicEntry) -> (notificationID: String, deviceID: Int64)? {
-        guard let push = e.push, let n = push[RecordHeader.notificationID]?.stringValue, let d = push["device_id"]?.intValue
+        guard let push = e.push, let n = push[RecordHeader.notificationID]?.stringValue,
+            let d = push["device_id"]?.intValue
         else { return nil }
         return (n, d)
     }

@@ -33,8 +33,10 @@ public struct TopicEntry: Sendable {
         kind = Self.kind(of: record.topic, value: value, topics: topics)
     }
 
-    public init(topic: String, partition: Int32 = 0, offset: Int64 = 0, timestampMs: Int64, value: JSONValue,
-                topics: TopicNames = TopicNames()) {
+    public init(
+        topic: String, partition: Int32 = 0, offset: Int64 = 0, timestampMs: Int64, value: JSONValue,
+        topics: TopicNames = TopicNames()
+    ) {
         self.topic = topic
         self.partition = partition
         self.offset = offset
@@ -61,7 +63,11 @@ public struct TopicEntry: Sendable {
         if value["outcome"] != nil { return .delivery }
         if value["token_fingerprint"] != nil { return .feedback }
         if value["kind"] != nil, value["server_uuid"] != nil { return .request }
-        if value["token"] != nil || value["sealed_token"] != nil, value["body"] != nil || value["body_json"] != nil || value["sealed_body"] != nil { return value["not_before_ms"] != nil ? .retry : .outbound }
+        if value["token"] != nil || value["sealed_token"] != nil,
+            value["body"] != nil || value["body_json"] != nil || value["sealed_body"] != nil
+        {
+            return value["not_before_ms"] != nil ? .retry : .outbound
+        }
         return .unknown
     }
 

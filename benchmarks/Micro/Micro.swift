@@ -23,7 +23,8 @@ let outboundBytes = try! Wire.encode(outbound)
 
 let signingKey = P256.Signing.PrivateKey()
 let apnsConfiguration = APNsConfiguration(
-    baseURL: "https://localhost", teamID: "TEAM123456", keyID: "KEY1234567", privateKeyPEM: signingKey.pemRepresentation)
+    baseURL: "https://localhost", teamID: "TEAM123456", keyID: "KEY1234567", privateKeyPEM: signingKey.pemRepresentation
+)
 let cachedSigner = APNsTokenSigner(configuration: apnsConfiguration)
 var freshConfiguration = apnsConfiguration
 freshConfiguration.tokenRefreshInterval = .zero
@@ -83,10 +84,16 @@ benchmark("provider body build + canonical bytes (FCM)") {
 // The signer is an actor: one iteration is 100 calls in one task, so the task hop of
 // the harness is not what is measured.
 benchmark("APNs provider token ×100, cached (reused JWT)") {
-    blackHole(blocking { for _ in 0..<99 { _ = try await cachedSigner.token() }; return try await cachedSigner.token() })
+    blackHole(
+        blocking {
+            for _ in 0..<99 { _ = try await cachedSigner.token() }; return try await cachedSigner.token()
+        })
 }
 benchmark("APNs provider token ×100, signed fresh (ES256)") {
-    blackHole(blocking { for _ in 0..<99 { _ = try await freshSigner.token() }; return try await freshSigner.token() })
+    blackHole(
+        blocking {
+            for _ in 0..<99 { _ = try await freshSigner.token() }; return try await freshSigner.token()
+        })
 }
 
 Benchmark.main()

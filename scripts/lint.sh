@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Lint: every Swift file formatted as .swift-format says (swift-format ships with the
+# toolchain). `scripts/lint.sh --fix` rewrites the files in place.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+paths=(Package.swift Services Shared Dev Tools Tests benchmarks/Micro)
+if [ "${1:-}" = "--fix" ]; then
+  exec swift format format --in-place --recursive --parallel "${paths[@]}"
+fi
+swift format lint --strict --recursive --parallel "${paths[@]}"
+echo "lint: clean"
