@@ -71,7 +71,7 @@ struct ConsumerStateMachine: Sendable {
         /// Graceful shutdown or cancellation.
         case shutdownRequested(now: ContinuousClock.Instant)
         /// The handle cannot be used any more.
-        case fatalError(KafkaError)
+        case clientFailed(KafkaError)
         /// `rd_kafka_consumer_close` returned.
         case closed
     }
@@ -251,7 +251,7 @@ struct ConsumerStateMachine: Sendable {
             state = .draining(deadline: now + drainTimeout)
             return .stopDispatching
 
-        case .fatalError(let error):
+        case .clientFailed(let error):
             switch state {
             case .idle:
                 failure = error

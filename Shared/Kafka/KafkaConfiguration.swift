@@ -17,7 +17,7 @@ public struct KafkaConfiguration: Sendable {
 
 /// Builds a librdkafka configuration object; the caller owns the result until it is
 /// handed to `rd_kafka_new`.
-@_spi(Dev) public func makeConf(_ settings: [String: String]) throws(KafkaError) -> OpaquePointer {
+func makeConf(_ settings: [String: String]) throws(KafkaError) -> OpaquePointer {
     guard let conf = rd_kafka_conf_new() else {
         throw KafkaError(code: .configuration, message: "rd_kafka_conf_new failed")
     }
@@ -36,7 +36,7 @@ func cString(_ buffer: [CChar]) -> String {
 }
 
 /// Creates a client handle, taking ownership of `conf` (freed on failure too).
-@_spi(Dev) public func makeHandle(type: rd_kafka_type_t, conf: OpaquePointer) throws(KafkaError) -> OpaquePointer {
+func makeHandle(type: rd_kafka_type_t, conf: OpaquePointer) throws(KafkaError) -> OpaquePointer {
     var errstr = [CChar](repeating: 0, count: 512)
     guard let handle = rd_kafka_new(type, conf, &errstr, errstr.count) else {
         rd_kafka_conf_destroy(conf)

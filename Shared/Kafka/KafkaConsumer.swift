@@ -136,7 +136,7 @@ private func commit(_ handle: OpaquePointer, _ offsets: [TopicPartition: Int64],
 }
 
 /// The error that made the handle unusable, as librdkafka reports it.
-private func fatalError(_ handle: OpaquePointer) -> KafkaError {
+private func librdkafkaFatalError(_ handle: OpaquePointer) -> KafkaError {
     var errstr = [CChar](repeating: 0, count: 512)
     let rc = rd_kafka_fatal_error(handle, &errstr, errstr.count)
     var error = KafkaError.from(rc == RD_KAFKA_RESP_ERR_NO_ERROR ? RD_KAFKA_RESP_ERR__FATAL : rc)
@@ -214,7 +214,7 @@ public final class KafkaConsumer: Sendable {
         do {
             try subscribe()
         } catch {
-            _ = shared.handle(.fatalError(error))
+            _ = shared.handle(.clientFailed(error))
             throw error
         }
         let (stream, output) = AsyncStream.makeStream(of: KafkaRecord.self)
@@ -327,7 +327,7 @@ private func pollLoop(
             case .success(let record):
                 event = .recordPolled(record, nowMs: currentMillis())
             case .failure(let error) where error.code.name == "_FATAL":
-                event = .fatalError(fatalError(handle))
+                event = .clientFailed(librdkafkaFatalError(handle))
             case .failure(let error):
                 if error.code.name != "_PARTITION_EOF" {
                     logger.warning("consumer error", metadata: ["error": "\(error)"])
@@ -374,7 +374,7 @@ private func commitResult(
     _ handle: OpaquePointer, _ offsets: [TopicPartition: Int64], logger: Logger
 ) -> ConsumerStateMachine.Event {
     let rc = commit(handle, offsets, logger: logger)
-    if rc == RD_KAFKA_RESP_ERR__FATAL { return .fatalError(fatalError(handle)) }
+    if rc == RD_KAFKA_RESP_ERR__FATAL { return .clientFailed(librdkafkaFatalError(handle)) }
     return .committed(offsets, succeeded: rc == RD_KAFKA_RESP_ERR_NO_ERROR)
 }
 

@@ -32,7 +32,7 @@ public struct KafkaError: Error, Sendable, CustomStringConvertible {
     public var description: String { "kafka \(code): \(message)" }
 
     /// The one place librdkafka response codes are translated.
-    @_spi(Dev) public static func from(
+    static func from(
         _ err: rd_kafka_resp_err_t, file: String = #fileID, line: Int = #line
     ) -> KafkaError {
         let name = String(cString: rd_kafka_err2name(err))

@@ -310,9 +310,9 @@ public struct KafkaProducerService: Service {
 /// A librdkafka handle (rd_kafka_t, mock cluster), immutable after creation.
 /// librdkafka handles are thread-safe, so sharing the pointer is sound; its owner
 /// destroys it once.
-@_spi(Dev) public final class HandleBox: @unchecked Sendable {
-    @_spi(Dev) public let pointer: OpaquePointer
-    @_spi(Dev) public init(_ pointer: OpaquePointer) { self.pointer = pointer }
+final class HandleBox: @unchecked Sendable {
+    let pointer: OpaquePointer
+    init(_ pointer: OpaquePointer) { self.pointer = pointer }
 }
 
 /// Whole milliseconds, for librdkafka timeouts.

@@ -397,7 +397,7 @@ import Testing
         _ = finish(&m, 0)
         dispatch(&m, 1)
         let error = KafkaError(code: .init(name: "_FATAL"), message: "fenced")
-        #expect(m.handle(.fatalError(error)) == .close)
+        #expect(m.handle(.clientFailed(error)) == .close)
         #expect(m.state == .closing)
         #expect(m.failure?.message == "fenced")
         // No handler starts and nothing is dispatched any more.
@@ -413,22 +413,22 @@ import Testing
         var m = machine()
         dispatch(&m, 0)
         _ = m.handle(.shutdownRequested(now: t0))
-        #expect(m.handle(.fatalError(KafkaError(code: .closed, message: "a"))) == .close)
+        #expect(m.handle(.clientFailed(KafkaError(code: .closed, message: "a"))) == .close)
         // A second fatal error while closing keeps the first.
-        #expect(m.handle(.fatalError(KafkaError(code: .closed, message: "b"))) == .none)
+        #expect(m.handle(.clientFailed(KafkaError(code: .closed, message: "b"))) == .none)
         #expect(m.failure?.message == "a")
 
         var n = machine()
         _ = n.handle(.shutdownRequested(now: t0))
         #expect(tick(&n) == .finalCommit([:], abandoned: 0))
-        #expect(n.handle(.fatalError(KafkaError(code: .closed, message: "c"))) == .close)
+        #expect(n.handle(.clientFailed(KafkaError(code: .closed, message: "c"))) == .close)
         #expect(n.handle(.closed) == .stop)
         #expect(n.state == .failed)
     }
 
     @Test func fatalErrorBeforeStartFails() {
         var m = Machine(maxInFlight: 1, commitInterval: .seconds(1), drainTimeout: .seconds(1))
-        #expect(m.handle(.fatalError(KafkaError(code: .configuration, message: "no topic"))) == .stop)
+        #expect(m.handle(.clientFailed(KafkaError(code: .configuration, message: "no topic"))) == .stop)
         #expect(m.state == .failed)
         #expect(m.handle(.start(now: t0)) == .none)
         #expect(m.state == .failed)
@@ -484,7 +484,7 @@ import Testing
         #expect(m.handle(.handlersReturned) == .none)
         #expect(m.handle(.partitionsRevoked([tp])) == .none)
         #expect(m.handle(.closed) == .none)
-        #expect(m.handle(.fatalError(KafkaError(code: .closed, message: "late"))) == .none)
+        #expect(m.handle(.clientFailed(KafkaError(code: .closed, message: "late"))) == .none)
         #expect(m.handle(.committed([tp: 1], succeeded: true)) == .none)
         #expect(m.state == .closed)
         #expect(m.failure == nil)
