@@ -2,7 +2,9 @@
 # Checks that the Dockerfile, the compose file and the Kubernetes manifests parse and
 # name what they must: the production image builds and holds only the four services and
 # pushrelay-replay (no dev broker, no provider fakes); dev-only services run the dev
-# image in compose's dev profile; every stage is given its brokers and key files.
+# image in compose's dev profile; every stage is given its brokers and key files; ingest
+# scales with an HPA, each consumer stage with one KEDA ScaledObject whose kafka triggers
+# name the stage's consumer groups and topics as the code and the manifest's env set them.
 # (No Docker engine or cluster runs on the development machines.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -299,7 +301,7 @@ docs = [d for d in yaml.safe_load_all(open("deploy/k8s/pushrelay.yaml")) if d]
 kinds = {(d["kind"], d["metadata"]["name"]) for d in docs}
 config_maps = {d["metadata"]["name"]: d.get("data", {}) for d in docs if d["kind"] == "ConfigMap"}
 for stage in STAGES:
-    check(("Deployment", stage) in kinds and ("HorizontalPodAutoscaler", stage) in kinds, f"k8s lacks {stage}")
+    check(("Deployment", stage) in kinds, f"k8s lacks the {stage} Deployment")
 for d in docs:
     if d["kind"] not in ("Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob"):
         continue
@@ -309,16 +311,21 @@ for d in docs:
         check(not set(c.get("command", [])[:1]) & (DEV_PRODUCTS | {"provider-fakes"}),
               f"k8s {d['metadata']['name']}: runs a dev tool {c.get('command')}")
 
+def container_env(container):
+    """The container's environment: its ConfigMaps (envFrom), then its own env entries."""
+    env = {}
+    for source in container.get("envFrom", []):
+        env.update(config_maps.get((source.get("configMapRef") or {}).get("name"), {}))
+    env.update({e["name"]: e.get("value", "<from secret>") for e in container.get("env", [])})
+    return env
+
 for stage in STAGES:
     deployment = next((d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == stage), None)
     if deployment is None:
         continue
     pod = deployment["spec"]["template"]["spec"]
     container = pod["containers"][0]
-    env = {}
-    for source in container.get("envFrom", []):
-        env.update(config_maps.get((source.get("configMapRef") or {}).get("name"), {}))
-    env.update({e["name"]: e.get("value", "<from secret>") for e in container.get("env", [])})
+    env = container_env(container)
     check(env.get("PUSHRELAY_KAFKA_BROKERS"), f"k8s {stage}: PUSHRELAY_KAFKA_BROKERS is not set")
     secret_of_volume = {v["name"]: v["secret"]["secretName"] for v in pod.get("volumes", []) if "secret" in v}
     mounts = {m["mountPath"].rstrip("/"): secret_of_volume.get(m["name"]) for m in container.get("volumeMounts", [])}
@@ -337,6 +344,173 @@ header = {e["name"]: e.get("value") for e in ingest_container.get("env", [])}.ge
 check(header and re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", header),
       "k8s ingest: PUSHRELAY_HTTP_CLIENT_IP_HEADER (the load balancer's client-address header) is not set")
 
+# ---------------------------------------------------------------- Kubernetes autoscaling
+# What each consumer stage consumes, read from the code: the consumers built with
+# `common.consumer(stage:topic:…)` in Services/, their group `PUSHRELAY_<STAGE>_GROUP`
+# (default in Shared/ServiceKit/Stage.swift), the topic names (TopicNames defaults,
+# overridable by `PUSHRELAY_TOPIC_*`) and one retry topic per `PUSHRELAY_RETRY_DELAYS` entry.
+def source(path):
+    return open(path).read()
+
+def env_name(key):
+    return key.upper().replace(".", "_")
+
+consumers = []  # (deployment, stage key, topic field, retry stage or "all", file)
+code_facts = {}
+try:
+    records_swift = source("Shared/PushModels/Records.swift")
+    topic_struct = re.search(r"public struct TopicNames\b.*?\n\}", records_swift, re.S).group(0)
+    code_facts["topic_defaults"] = dict(re.findall(r'public var (\w+) = "([^"]*)"', topic_struct))
+    settings_swift = source("Shared/ServiceKit/Settings.swift")
+    code_facts["topic_keys"] = dict(re.findall(
+        r'topics\.(\w+) = try reader\.string\(\s*"([^"]+)",\s*default:\s*topics\.\1\s*\)', settings_swift))
+    code_facts["retry_delays"] = re.search(
+        r'reader\.string\(\s*"pushrelay\.retry\.delays",\s*default:\s*"([^"]*)"', settings_swift).group(1)
+    code_facts["group_default"] = re.search(
+        r'reader\.string\(\s*"pushrelay\.\\\(stage\)\.group",\s*default:\s*"([^"]*)"',
+        source("Shared/ServiceKit/Stage.swift")).group(1)
+    code_facts["offset_reset"] = re.search(
+        r'"auto\.offset\.reset":\s*"(\w+)"', source("Shared/Kafka/KafkaConsumer.swift")).group(1)
+except (AttributeError, OSError) as error:
+    check(False, f"cannot read the consumers' topics, groups or offset reset from the Swift code ({error})")
+for root, _, files in sorted(os.walk("Services")):
+    for name in sorted(files):
+        if not name.endswith(".swift"):
+            continue
+        path = os.path.join(root, name)
+        text = source(path)
+        for m in re.finditer(r'(\w+)\s*=\s*try\s+common\.consumer\(\s*stage:\s*"([^"]+)",\s*'
+                             r'topic:\s*common\.topics\.(\w+)(?:\((\d+)\))?', text):
+            variable, key, field, argument = m.groups()
+            retry = argument
+            override = re.search(r"\b" + re.escape(variable) + r"\.topics\s*=\s*(.+)", text)
+            if override:
+                if re.fullmatch(r"\(1\s*\.\.\.\s*common\.retry\.delays\.count\)\.map\(common\.topics\.retry\)\s*",
+                                override.group(1)):
+                    field, retry = "retry", "all"
+                else:
+                    check(False, f"{path}: cannot read the topics of {variable}: {override.group(1).strip()}")
+            consumers.append((key.split(".")[0], key, field, retry, path))
+check(consumers, "found no `common.consumer(stage:topic:…)` in Services/")
+CONSUMER_STAGES = sorted({c[0] for c in consumers})
+check(set(CONSUMER_STAGES) == set(STAGES) - {"ingest"},
+      f"the consumer stages in the code are {CONSUMER_STAGES}, not encryptor, dispatcher, feedback")
+
+def expected_triggers(stage, env):
+    """(consumer group, topic) per topic the stage consumes, as its environment sets them."""
+    if not {"topic_defaults", "topic_keys", "retry_delays", "group_default"} <= set(code_facts):
+        return []
+    def topic(field):
+        key = code_facts["topic_keys"].get(field)
+        check(key and field in code_facts["topic_defaults"], f"cannot read topic {field} from the Swift code")
+        return env.get(env_name(key), code_facts["topic_defaults"].get(field, "?")) if key else "?"
+    pairs = []
+    for deployment, key, field, retry, _ in consumers:
+        if deployment != stage:
+            continue
+        group = env.get(env_name(f"pushrelay.{key}.group"), code_facts["group_default"].replace("\\(stage)", key))
+        if field != "retry":
+            pairs.append((group, topic(field)))
+            continue
+        delays = [d for d in env.get("PUSHRELAY_RETRY_DELAYS", code_facts["retry_delays"]).split(",") if d.strip()]
+        for n in range(1, len(delays) + 1) if retry == "all" else [int(retry)]:
+            pairs.append((group, topic("retryPrefix") + str(n)))
+    return pairs
+
+# The partition count the project creates its topics with (compose's kafka-init).
+kafka_init = str(services.get("kafka-init", {}).get("command"))
+compose_partitions = [int(n) for n in re.findall(r"--partitions\s+(\d+)", kafka_init)]
+check(compose_partitions, "compose kafka-init: no --partitions, so no partition count to cap consumer stages at")
+partitions = min(compose_partitions) if compose_partitions else 0
+
+def scale_target(d):
+    ref = d.get("spec", {}).get("scaleTargetRef") or {}
+    default_kind = "Deployment" if d["kind"] == "ScaledObject" else None
+    return (ref.get("apiVersion", "apps/v1"), ref.get("kind", default_kind), ref.get("name"),
+            d["metadata"].get("namespace", "default"))
+
+deployments = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Deployment"}
+hpas = [d for d in docs if d["kind"] == "HorizontalPodAutoscaler"]
+scaled_objects = [d for d in docs if d["kind"] == "ScaledObject"]
+trigger_auths = {(d["metadata"]["name"], d["metadata"].get("namespace", "default"))
+                 for d in docs if d["kind"] == "TriggerAuthentication"}
+for d in hpas + scaled_objects:
+    api, kind, name, namespace = scale_target(d)
+    target = deployments.get(name)
+    check(api == "apps/v1" and kind == "Deployment" and target is not None
+          and target["metadata"].get("namespace", "default") == namespace,
+          f"k8s {d['kind']} {d['metadata']['name']}: targets {kind} {name} in {namespace}, "
+          "not a Deployment of this file")
+
+def targeting(objects, name):
+    return [d for d in objects if scale_target(d)[1:3] == ("Deployment", name)]
+
+def positive_int(value):
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+ingest_hpas = targeting(hpas, "ingest")
+check(len(ingest_hpas) == 1, f"k8s ingest: {len(ingest_hpas)} HorizontalPodAutoscalers target it, not 1")
+check(not targeting(scaled_objects, "ingest"), "k8s ingest: a ScaledObject targets it besides its HPA")
+autoscaling_summary = []
+for stage in CONSUMER_STAGES:
+    deployment = deployments.get(stage)
+    if deployment is None:
+        continue
+    env = container_env(deployment["spec"]["template"]["spec"]["containers"][0])
+    wanted = expected_triggers(stage, env)
+    stage_hpas = targeting(hpas, stage)
+    check(not stage_hpas, f"k8s {stage}: HPAs {[d['metadata']['name'] for d in stage_hpas]} target it; "
+          "KEDA's ScaledObject makes its own, and two autoscalers fight")
+    objects = targeting(scaled_objects, stage)
+    if not check(len(objects) == 1, f"k8s {stage}: {len(objects)} ScaledObjects target it, not 1"):
+        continue
+    so = objects[0]
+    name = so["metadata"]["name"]
+    spec = so["spec"]
+    check(so.get("apiVersion") == "keda.sh/v1alpha1", f"k8s ScaledObject {name}: apiVersion is not keda.sh/v1alpha1")
+    low, high = spec.get("minReplicaCount"), spec.get("maxReplicaCount")
+    check(positive_int(low),
+          f"k8s ScaledObject {name}: minReplicaCount {low} is not at least 1 (records would wait for a pod)")
+    check("idleReplicaCount" not in spec, f"k8s ScaledObject {name}: idleReplicaCount lets it go to zero replicas")
+    check(positive_int(high) and positive_int(low) and low <= high <= partitions,
+          f"k8s ScaledObject {name}: maxReplicaCount {high} is not between minReplicaCount {low} "
+          f"and the topics' {partitions} partitions")
+    for field in ("pollingInterval", "cooldownPeriod"):
+        check(positive_int(spec.get(field)), f"k8s ScaledObject {name}: {field} is not set")
+    have = []
+    for i, trigger in enumerate(spec.get("triggers") or []):
+        meta = trigger.get("metadata") or {}
+        where = f"k8s ScaledObject {name} trigger {i + 1}"
+        if not check(trigger.get("type") == "kafka", f"{where}: type {trigger.get('type')} is not kafka"):
+            continue
+        check(all(isinstance(v, str) for v in meta.values()),
+              f"{where}: metadata values must be strings (quote numbers and booleans)")
+        check(meta.get("topic"), f"{where}: names no topic (one trigger per topic)")
+        have.append((meta.get("consumerGroup"), meta.get("topic")))
+        check(meta.get("bootstrapServers") == env.get("PUSHRELAY_KAFKA_BROKERS"),
+              f"{where}: bootstrapServers {meta.get('bootstrapServers')} is not the stage's "
+              f"PUSHRELAY_KAFKA_BROKERS {env.get('PUSHRELAY_KAFKA_BROKERS')}")
+        check(str(meta.get("lagThreshold", "")).isdigit() and int(meta["lagThreshold"]) > 0,
+              f"{where}: lagThreshold {meta.get('lagThreshold')} is not a positive whole number")
+        if "offset_reset" in code_facts:
+            check(meta.get("offsetResetPolicy") == code_facts["offset_reset"],
+                  f"{where}: offsetResetPolicy {meta.get('offsetResetPolicy')} is not the consumers' "
+                  f"auto.offset.reset {code_facts['offset_reset']}")
+        check(str(meta.get("allowIdleConsumers", "false")).lower() == "false",
+              f"{where}: allowIdleConsumers would scale past the partition count")
+        auth = (trigger.get("authenticationRef") or {}).get("name")
+        check(auth is None or (auth, so["metadata"].get("namespace", "default")) in trigger_auths,
+              f"{where}: authenticationRef {auth} names no TriggerAuthentication of this file")
+    check(len(have) == len(set(have)), f"k8s ScaledObject {name}: a (consumerGroup, topic) appears twice: {have}")
+    check(sorted(have) == sorted(wanted),
+          f"k8s ScaledObject {name}: kafka triggers (consumerGroup, topic) are {sorted(have)}, "
+          f"but {stage} consumes {sorted(wanted)}")
+    groups = {}
+    for group, topic in wanted:
+        groups.setdefault(group, []).append(topic)
+    autoscaling_summary.append(
+        f"{stage} {low}-{high} on " + "; ".join(f"{g}: {', '.join(t)}" for g, t in groups.items()))
+
 if failures:
     print("\n".join("FAIL: " + f for f in failures))
     sys.exit(1)
@@ -346,4 +520,6 @@ print(f"Dockerfile: {len(stages)} stages; production (stages {', '.join(sorted(a
 print(f"Package.swift: production products use {len(production_targets)} targets, none under Dev/: ok")
 print(f"compose: {len(services)} services, dev profile: {', '.join(sorted(dev_services)) or 'none'}: ok")
 print(f"k8s: {len(docs)} objects: ok")
+print(f"k8s autoscaling: ingest on its HPA (cpu); KEDA kafka lag, at most {partitions} partitions: "
+      + " | ".join(autoscaling_summary) + ": ok")
 PY
