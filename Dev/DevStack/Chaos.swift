@@ -284,7 +284,7 @@ public struct ChaosRun: Sendable {
             logger: Logger(label: "chaos"))
         try reader.read(TopicRange(topic: "push.deliveries")) { record in
             if let delivery = try? Wire.decode(DeliveryRecord.self, from: record.value),
-                realms.contains(delivery.realmUUID), let device = delivery.deviceID
+                realms.contains(delivery.realmUUID.rawValue), let device = delivery.deviceID
             {
                 outcomes["\(delivery.notificationID):\(device)", default: []].insert(delivery.outcome)
                 if delivery.reason == "resent_after_interrupted_send" {

@@ -330,7 +330,7 @@ final class DeliveryFollower: Sendable {
                     TopicRange(topic: "push.deliveries", startOffsets: positions),
                     each: { record in
                         if let d = try? Wire.decode(DeliveryRecord.self, from: record.value),
-                            realms.contains(d.realmUUID)
+                            realms.contains(d.realmUUID.rawValue)
                         {
                             batch.append(d)
                         }

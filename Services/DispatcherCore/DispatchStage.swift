@@ -148,8 +148,8 @@ public struct DispatchStage: Sendable {
 
     public func handle(_ record: KafkaRecord, maxRateWait: Duration) async -> RecordDisposition {
         guard var decoded = decodeRecord(OutboundRecord.self, from: record, logger: logger) else { return .done }
-        let unreadable: String? =
-            !readToken(&decoded) ? "token_unreadable" : !readBody(&decoded) ? "body_unreadable" : nil
+        let unreadable: RelayReason? =
+            !readToken(&decoded) ? .tokenUnreadable : !readBody(&decoded) ? .bodyUnreadable : nil
         let outbound = decoded
         let force = record.header(RecordHeader.replay).map { String(decoding: $0, as: UTF8.self) } == "force"
         let decision: Decision
@@ -157,7 +157,8 @@ public struct DispatchStage: Sendable {
             // Nothing can be sent without the token or body; the dead letter keeps them sealed for a re-drive.
             decision = Decision(
                 step: .dead(
-                    .rejected, .failed(reason: unreadable, status: nil), attempts: max(0, outbound.attempts ?? 0)),
+                    .rejected, .failed(reason: .relay(unreadable), status: nil),
+                    attempts: max(0, outbound.attempts ?? 0)),
                 claimed: false, ambiguous: false)
         } else {
             guard let decided = await decide(outbound, force: force, maxRateWait: maxRateWait) else {
@@ -283,17 +284,22 @@ public struct DispatchStage: Sendable {
     func step(for record: OutboundRecord, maxRateWait: Duration) async -> Step? {
         let attemptsSoFar = max(0, record.attempts ?? 0)
         if record.isExpired(atMs: clock.nowMillis()) {
-            return .dead(.expired, .failed(reason: record.lastError ?? "expired", status: nil), attempts: attemptsSoFar)
+            return .dead(
+                .expired,
+                .failed(reason: record.lastError.map(ProviderReason.unknown) ?? .relay(.expired), status: nil),
+                attempts: attemptsSoFar)
         }
         guard let client = clients[record.provider], let limiter = limiters[record.provider] else {
-            return .dead(.rejected, .failed(reason: "provider_not_configured", status: nil), attempts: attemptsSoFar)
+            return .dead(
+                .rejected, .failed(reason: .relay(.providerNotConfigured), status: nil), attempts: attemptsSoFar)
         }
         let target = AdaptiveRateLimiter.target(of: record)
         guard await rates.acquire(target, maxWait: maxRateWait) else {
             // The provider asked us to slow down: park the push rather than hold the stream.
             RelayMetrics.rateDeferred(target: target).increment()
             return plannedRetry(
-                record, attempts: attemptsSoFar, result: .retry(reason: "rate_limited", status: nil, retryAfter: nil))
+                record, attempts: attemptsSoFar,
+                result: .retry(reason: .relay(.rateLimited), status: nil, retryAfter: nil))
         }
         let start = ContinuousClock.now
         let result = await limiter.withSlot { await client.send(record) }
@@ -323,7 +329,7 @@ public struct DispatchStage: Sendable {
         var next = record
         next.schema = OutboundRecord.currentSchema
         next.attempts = attempts
-        next.lastError = reason
+        next.lastError = reason.name
         next.notBeforeMs = plan.dueAtMs
         return .retry(next, stage: plan.stage, dueAtMs: plan.dueAtMs)
     }
@@ -394,7 +400,8 @@ public struct DispatchStage: Sendable {
                         delivery(.sent, reason: reason, status: status, attempts: attempts, id: id),
                         topic: topics.deliveries)
                 ]
-            case .invalidToken(let reason, let status, let timestamp):
+            case .invalidToken(let providerReason, let status, let timestamp):
+                let reason = providerReason.name
                 metadata[LogKey.reason] = "\(reason)"
                 logger.info("provider reports a dead token", metadata: metadata)
                 let feedback = FeedbackRecord(
@@ -418,11 +425,6 @@ public struct DispatchStage: Sendable {
     }
 
     static func reasonAndStatus(_ result: SendResult) -> (String, Int?) {
-        switch result {
-        case .sent(let status, _): ("sent", status)
-        case .invalidToken(let reason, let status, _): (reason, status)
-        case .retry(let reason, let status, _): (reason, status)
-        case .failed(let reason, let status): (reason, status)
-        }
+        (result.reasonName, result.status)
     }
 }

@@ -105,7 +105,8 @@ public struct EncryptorStage: Sendable {
     }
 
     private func unsent(
-        _ request: PushRequestRecord, device: Int64?, provider: Provider?, _ outcome: DeliveryOutcome, _ reason: String
+        _ request: PushRequestRecord, device: DeviceID?, provider: Provider?, _ outcome: DeliveryOutcome,
+        _ reason: String
     ) throws -> KafkaOutgoing {
         try .delivery(
             DeliveryRecord(
@@ -115,7 +116,7 @@ public struct EncryptorStage: Sendable {
     }
 
     private func nativeMessages(
-        _ request: PushRequestRecord, userID: Int64, deviceIDs: [Int64]?, type: NotificationType, sealed: SealedBlob
+        _ request: PushRequestRecord, userID: Int64, deviceIDs: [DeviceID]?, type: NotificationType, sealed: SealedBlob
     ) async throws -> [KafkaOutgoing] {
         let plaintext: [UInt8]
         do {
@@ -128,7 +129,7 @@ public struct EncryptorStage: Sendable {
                 metadata: [LogKey.notificationID: "\(request.notificationID)", LogKey.error: "\(error)"])
             return [try unsent(request, device: nil, provider: nil, .failed, "pipeline_key_unavailable")]
         }
-        let ids: [Int64]
+        let ids: [DeviceID]
         if let requested = deviceIDs {
             ids = requested
         } else {
@@ -208,7 +209,7 @@ public struct EncryptorStage: Sendable {
     /// Zulip's legacy API: the server's own APNs and FCM payloads, readable by the relay,
     /// built into provider bodies as Zulip's bouncer builds them. The bodies travel
     /// sealed on `push.outbound`, like the token.
-    private func legacyMessages(_ request: PushRequestRecord, ids: [Int64], sealed: SealedBlob) async throws
+    private func legacyMessages(_ request: PushRequestRecord, ids: [DeviceID], sealed: SealedBlob) async throws
         -> [KafkaOutgoing]
     {
         let payload: ZulipLegacyPayload

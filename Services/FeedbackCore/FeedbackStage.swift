@@ -76,7 +76,7 @@ public struct FeedbackStage: Sendable {
                 report.providerTimestampMs.map({ device.registeredAtMs <= $0 }) ?? true
             else { return false }
             guard try await devices.removeLegacy(device) else { return false }
-            try await devices.countDevice(server: String(owner.prefix { $0 != "|" }), by: -1)
+            try await devices.countDevice(server: ServerID(String(owner.prefix { $0 != "|" })), by: -1)
             return true
         }
         return try await devices.invalidate(

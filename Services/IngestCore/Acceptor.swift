@@ -19,7 +19,7 @@ struct Acceptor: Sendable {
         let value = try Wire.encode(record)
         let outgoing = KafkaOutgoing(
             topic: topic, key: record.partitionKey, value: value,
-            headers: [("notification_id", Array(record.notificationID.utf8))])
+            headers: [("notification_id", Array(record.notificationID.rawValue.utf8))])
         do {
             try await publisher.publish([outgoing])
         } catch {

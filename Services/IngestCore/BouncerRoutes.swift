@@ -255,13 +255,13 @@ extension IngestAPI {
             sealed: sealed, bouncerPublicKey: publicKey, rules: .zulip, tokenID: tokenID)
         let id = try await registerWithinQuota(
             DeviceRegistration(
-                realmUUID: realm, userID: nil, token: registration.token, appID: registration.appID,
+                realmUUID: RealmID(realm), userID: nil, token: registration.token, appID: registration.appID,
                 pushAccountID: account, pushKey: nil),
             server: server
         ).id
-        guard let tokenID else { return success(["device_id": .int(id)]) }
+        guard let tokenID else { return success(["device_id": .int(id.rawValue)]) }
         try await devices.redis.command(
-            "SET", RedisArgument(devices.keys.zulipTokenID(realm: realm, tokenID: tokenID)), RedisArgument(id))
+            "SET", RedisArgument(devices.keys.zulipTokenID(realm: RealmID(realm), tokenID: tokenID)), RedisArgument(id))
         return success()
     }
 
@@ -296,20 +296,22 @@ extension IngestAPI {
             // 12.x: the realm's token ids name the devices.
             let found = try await devices.redis.command(
                 ["MGET"]
-                    + parsed.map { RedisArgument(devices.keys.zulipTokenID(realm: realm, tokenID: $0.tokenID ?? "")) }
+                    + parsed.map {
+                        RedisArgument(devices.keys.zulipTokenID(realm: RealmID(realm), tokenID: $0.tokenID ?? ""))
+                    }
             ).array
-            for i in parsed.indices { parsed[i].item.deviceID = i < found.count ? (found[i].int ?? -1) : -1 }
+            for i in parsed.indices { parsed[i].item.deviceID = DeviceID(i < found.count ? (found[i].int ?? -1) : -1) }
         }
-        let known = try await devices.devices(parsed.map(\.item.deviceID).filter { $0 >= 0 })
+        let known = try await devices.devices(parsed.map(\.item.deviceID).filter { $0.rawValue >= 0 })
         var deleted: [JSONValue] = []
         var items: [PassThroughItem] = []
         var counts: [Provider: Int] = [:]
         for (item, tokenID) in parsed {
             // A legacy-API device is not an E2EE one, even in the caller's realm.
-            guard let device = known[item.deviceID], device.realmUUID == realm, device.status == .active,
+            guard let device = known[item.deviceID], device.realmUUID.rawValue == realm, device.status == .active,
                 device.zulipLegacyOwner == nil
             else {
-                deleted.append(tokenID.map { .string($0) } ?? .int(item.deviceID))
+                deleted.append(tokenID.map { .string($0) } ?? .int(item.deviceID.rawValue))
                 continue
             }
             counts[device.provider, default: 0] += 1
@@ -317,7 +319,8 @@ extension IngestAPI {
         }
         if !items.isEmpty {
             let record = PushRequestRecord(
-                notificationID: UUID().uuidString.lowercased(), serverUUID: server, realmUUID: realm,
+                notificationID: NotificationID(UUID().uuidString.lowercased()), serverUUID: ServerID(server),
+                realmUUID: RealmID(realm),
                 acceptedAtMs: Wire.nowMillis(), request: .passThrough(items: items))
             try await acceptor.publish(record)
         }
@@ -387,14 +390,15 @@ extension IngestAPI {
                     throw headers.error("apns_priority", "background pushes must use priority 5 or 1")
                 }
                 return PassThroughItem(
-                    deviceID: deviceID, apnsPriority: APNsPriority(Int(priority)), apnsPushType: Named(pushType),
+                    deviceID: DeviceID(deviceID), apnsPriority: APNsPriority(Int(priority)),
+                    apnsPushType: Named(pushType),
                     payload: payload)
             }
             let priority = try reader.optionalString("fcm_priority") ?? "high"
             guard ["high", "normal"].contains(priority) else {
                 throw reader.error("fcm_priority", "must be high or normal")
             }
-            return PassThroughItem(deviceID: deviceID, fcmPriority: Named(priority), payload: payload)
+            return PassThroughItem(deviceID: DeviceID(deviceID), fcmPriority: Named(priority), payload: payload)
         } catch {
             throw APIError.invalid(error)
         }

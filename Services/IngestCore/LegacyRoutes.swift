@@ -119,7 +119,7 @@ extension IngestAPI {
             throw APIError.deviceQuotaExceeded(limit: limits.maxDevicesPerServer)
         }
         let (_, delta) = try await legacyDevices.register(
-            server: server, user: user, token: token, appID: appID, realm: realm)
+            server: server, user: user, token: token, appID: appID, realm: realm.map { RealmID($0) })
         if delta != 0 { try await realms.countDevice(server: server, by: delta) }
         return success()
     }
@@ -220,14 +220,15 @@ extension IngestAPI {
 
     /// Seals the payloads with the pipeline key and publishes one legacy request.
     func publishLegacy(
-        server: String, realm: String?, user: ZulipLegacyUser, deviceIDs: [Int64], plaintext: [UInt8]
+        server: String, realm: String?, user: ZulipLegacyUser, deviceIDs: [DeviceID], plaintext: [UInt8]
     ) async throws {
-        let notificationID = UUID().uuidString.lowercased()
-        let realmUUID = realm ?? ""
+        let notificationID = NotificationID(UUID().uuidString.lowercased())
+        let realmUUID = RealmID(realm ?? "")
         let sealed = try pipelineKeys.seal(
             plaintext, binding: .payload(notificationID: notificationID, realmUUID: realmUUID, userID: nil))
         let record = PushRequestRecord(
-            notificationID: notificationID, serverUUID: server, realmUUID: realmUUID, acceptedAtMs: Wire.nowMillis(),
+            notificationID: notificationID, serverUUID: ServerID(server), realmUUID: realmUUID,
+            acceptedAtMs: Wire.nowMillis(),
             request: .legacy(user: user.key, deviceIDs: deviceIDs, sealedPayload: sealed))
         try await acceptor.publish(record)
     }

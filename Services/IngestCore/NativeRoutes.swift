@@ -50,7 +50,7 @@ extension IngestAPI {
 
     /// Registers a device unless the server is at its device quota (counted per new device).
     func registerWithinQuota(_ registration: DeviceRegistration, server: String) async throws -> (
-        id: Int64, created: Bool
+        id: DeviceID, created: Bool
     ) {
         // A device already registered renews, whatever the quota.
         if try await realms.deviceCount(server: server) >= Int64(limits.maxDevicesPerServer),
@@ -89,25 +89,29 @@ extension IngestAPI {
         try await ownRealm(realm, server: server)
         let (id, created) = try await registerWithinQuota(
             DeviceRegistration(
-                realmUUID: realm, userID: userID, token: registration.token, appID: registration.appID,
+                realmUUID: RealmID(realm), userID: userID, token: registration.token, appID: registration.appID,
                 pushAccountID: account, pushKey: (keyID32, key)),
             server: server)
-        return success(["device_id": .int(id), "created": .bool(created)], status: created ? .created : .ok)
+        return success(["device_id": .int(id.rawValue), "created": .bool(created)], status: created ? .created : .ok)
     }
 
     func deleteDevice(_ request: Request, context: IngestContext, id: String?) async throws -> Response {
         let server = try await authenticator.authenticate(request, context: context, api: .native)
-        guard let id = id.flatMap({ Syntax.parseUInt64(Substring($0)) }).flatMap({ Int64(exactly: $0) }) else {
+        guard
+            let id = id.flatMap({ Syntax.parseUInt64(Substring($0)) }).flatMap({ Int64(exactly: $0) }).map({
+                DeviceID($0)
+            })
+        else {
             throw APIError.deviceNotFound
         }
         // Another server's device answers 404 too: its existence is not disclosed.
         // Zulip legacy-API devices are removed through that API (remotes/push/unregister).
         guard let device = try await devices.device(id), device.zulipLegacyOwner == nil,
-            try await servers.realmOwner(device.realmUUID) == server
+            try await servers.realmOwner(device.realmUUID.rawValue) == server
         else { throw APIError.deviceNotFound }
         // Only the call that removed it takes it off the quota (two deletes race).
         if try await devices.delete(device) { try await realms.countDevice(server: server, by: -1) }
-        return success(["device_id": .int(id)])
+        return success(["device_id": .int(id.rawValue)])
     }
 
     func listDevices(_ request: Request, context: IngestContext) async throws -> Response {
@@ -119,10 +123,10 @@ extension IngestAPI {
             throw APIError.badRequest("user_id: must be an integer", field: "user_id")
         }
         try await ownRealm(realm, server: server)
-        let found = try await devices.devices(try await devices.deviceIDs(realm: realm, userID: userID))
+        let found = try await devices.devices(try await devices.deviceIDs(realm: RealmID(realm), userID: userID))
         let list: [JSONValue] = found.values.sorted { $0.id < $1.id }.map { d in
             var entry: [String: JSONValue] = [
-                "device_id": .int(d.id), "token_kind": .string(d.provider.rawValue),
+                "device_id": .int(d.id.rawValue), "token_kind": .string(d.provider.rawValue),
                 "token": .string(DeviceToken.redact(d.token)), "status": .string(d.status.rawValue),
                 "registered_at_ms": .int(d.registeredAtMs),
                 "push_key_ids": .array(d.keys.keys.sorted().map { .int(Int64($0)) }),
@@ -153,10 +157,10 @@ extension IngestAPI {
             throw APIError.badRequest(
                 "payload.user_id: must equal user_id", code: "INVALID_PAYLOAD", field: "payload.user_id")
         }
-        var requestedIDs: [Int64]?
+        var requestedIDs: [DeviceID]?
         if body.has("device_ids") {
             // A repeated id is one device: it gets one push and is listed once.
-            do { requestedIDs = Self.unique(try body.reader.intArray("device_ids")) } catch {
+            do { requestedIDs = Self.unique(try body.reader.intArray("device_ids").map { DeviceID($0) }) } catch {
                 throw APIError.invalid(error)
             }
             if let count = requestedIDs?.count, count > limits.maxDeviceIDs {
@@ -198,20 +202,21 @@ extension IngestAPI {
         return response.http
     }
 
-    static func unique(_ ids: [Int64]) -> [Int64] {
-        var seen = Set<Int64>()
+    static func unique(_ ids: [DeviceID]) -> [DeviceID] {
+        var seen = Set<DeviceID>()
         return ids.filter { seen.insert($0).inserted }
     }
 
     /// Resolves the targets, seals and publishes one notification; the answer it gives.
     func acceptNotification(
-        server: String, realm: String, userID: Int64, requestedIDs: [Int64]?, notification: ZulipNotification,
-        plaintext: [UInt8]
+        server: String, realm realmText: String, userID: Int64, requestedIDs: [DeviceID]?,
+        notification: ZulipNotification, plaintext: [UInt8]
     ) async throws -> StoredAnswer {
+        let realm = RealmID(realmText)
         let userDevices = try await devices.deviceIDs(realm: realm, userID: userID)
         let targets = requestedIDs ?? userDevices
         let loaded = try await devices.devices(targets)
-        var deleteIDs: [Int64] = []
+        var deleteIDs: [DeviceID] = []
         var deliverable = 0
         for id in targets {
             guard let device = loaded[id], device.realmUUID == realm, device.userID == userID,
@@ -222,7 +227,7 @@ extension IngestAPI {
             }
             deliverable += 1
         }
-        let notificationID = UUID().uuidString.lowercased()
+        let notificationID = NotificationID(UUID().uuidString.lowercased())
         if !targets.isEmpty {
             let sealed: SealedBlob
             do {
@@ -231,7 +236,7 @@ extension IngestAPI {
             } catch { throw APIError.internalError }
             try await acceptor.publish(
                 PushRequestRecord(
-                    notificationID: notificationID, serverUUID: server, realmUUID: realm,
+                    notificationID: notificationID, serverUUID: ServerID(server), realmUUID: realm,
                     acceptedAtMs: Wire.nowMillis(),
                     request: .native(
                         userID: userID, deviceIDs: requestedIDs, type: notification.type, sealedPayload: sealed)))
@@ -239,8 +244,8 @@ extension IngestAPI {
         return StoredAnswer(
             status: 202,
             fields: [
-                "notification_id": .string(notificationID), "device_count": .int(Int64(deliverable)),
-                "delete_device_ids": .array(Array(Set(deleteIDs)).sorted().map { .int($0) }),
+                "notification_id": .string(notificationID.rawValue), "device_count": .int(Int64(deliverable)),
+                "delete_device_ids": .array(Array(Set(deleteIDs)).sorted().map { .int($0.rawValue) }),
             ])
     }
 
@@ -261,10 +266,10 @@ extension IngestAPI {
             limit = Int(n)
         }
         try await ownRealm(realm, server: server)
-        let entries = try await devices.feedback(realm: realm, after: after, limit: limit)
+        let entries = try await devices.feedback(realm: RealmID(realm), after: after, limit: limit)
         let invalidated: [JSONValue] = entries.map { entry in
             let fields: [String: JSONValue] = [
-                "device_id": .int(entry.deviceID), "reason": .string(entry.reason), "at_ms": .int(entry.atMs),
+                "device_id": .int(entry.deviceID.rawValue), "reason": .string(entry.reason), "at_ms": .int(entry.atMs),
                 "cursor": .string(entry.cursor),
             ]
             return .object(fields)

@@ -26,20 +26,20 @@ public struct RedisDeliveryLedger: Sendable {
 
     private var ttlMs: RedisArgument { .init(RetrySchedule.milliseconds(ttl)) }
 
-    private func key(_ notificationID: String, _ deviceID: Int64) -> RedisArgument {
+    private func key(_ notificationID: NotificationID, _ deviceID: DeviceID) -> RedisArgument {
         .init(keys.sent(notificationID: notificationID, deviceID: deviceID))
     }
 
     /// Claims the pair for sending, in one round trip; returns what was there before
     /// (`.unknown` means the claim is ours).
-    public func claim(notificationID: String, deviceID: Int64, nowMs: Int64) async throws -> LedgerState {
+    public func claim(notificationID: NotificationID, deviceID: DeviceID, nowMs: Int64) async throws -> LedgerState {
         LedgerState(
             try await redis.command(
                 "SET", key(notificationID, deviceID), .init("claimed \(nowMs)"), "NX", "PX", ttlMs, "GET"))
     }
 
     /// Records that the provider accepted the pair.
-    public func recordSent(notificationID: String, deviceID: Int64, providerMessageID: String?, nowMs: Int64)
+    public func recordSent(notificationID: NotificationID, deviceID: DeviceID, providerMessageID: String?, nowMs: Int64)
         async throws
     {
         let value = "sent \(nowMs)" + (providerMessageID.map { " \($0)" } ?? "")
@@ -47,12 +47,12 @@ public struct RedisDeliveryLedger: Sendable {
     }
 
     /// The provider refused the pair (it will be retried, dead-lettered or dropped): not sent.
-    public func release(notificationID: String, deviceID: Int64) async throws {
+    public func release(notificationID: NotificationID, deviceID: DeviceID) async throws {
         try await redis.command("DEL", key(notificationID, deviceID))
     }
 
     /// Which of `pairs` are recorded as sent (`notification:device`), in one round trip.
-    public func sentPairs(_ pairs: [(notificationID: String, deviceID: Int64)]) async throws -> Set<String> {
+    public func sentPairs(_ pairs: [(notificationID: NotificationID, deviceID: DeviceID)]) async throws -> Set<String> {
         guard !pairs.isEmpty else { return [] }
         let reply = try await redis.command(["MGET"] + pairs.map { key($0.notificationID, $0.deviceID) })
         var sent: Set<String> = []

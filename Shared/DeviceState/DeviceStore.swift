@@ -10,8 +10,8 @@ public struct DeviceRecord: Sendable, Equatable {
         case invalid
     }
 
-    public var id: Int64
-    public var realmUUID: String
+    public var id: DeviceID
+    public var realmUUID: RealmID
     public var userID: Int64?
     public var provider: Provider
     public var token: String
@@ -34,7 +34,7 @@ public struct DeviceRecord: Sendable, Equatable {
 /// What a registration supplies. A device is identified by (realm, provider, token,
 /// push_account_id): registering the same again returns the same device id.
 public struct DeviceRegistration: Sendable {
-    public var realmUUID: String
+    public var realmUUID: RealmID
     public var userID: Int64?
     public var token: DeviceToken
     public var appID: String?
@@ -42,7 +42,7 @@ public struct DeviceRegistration: Sendable {
     public var pushKey: (id: UInt32, key: PushKey)?
 
     public init(
-        realmUUID: String, userID: Int64?, token: DeviceToken, appID: String?, pushAccountID: Int64?,
+        realmUUID: RealmID, userID: Int64?, token: DeviceToken, appID: String?, pushAccountID: Int64?,
         pushKey: (id: UInt32, key: PushKey)?
     ) {
         self.realmUUID = realmUUID
@@ -57,7 +57,7 @@ public struct DeviceRegistration: Sendable {
 /// One invalidation as reported to realms by `GET /v1/feedback`.
 public struct FeedbackEntry: Sendable, Equatable, Codable {
     public var cursor: String
-    public var deviceID: Int64
+    public var deviceID: DeviceID
     public var reason: String
     public var atMs: Int64
 
@@ -90,7 +90,7 @@ public struct DeviceStore: Sendable {
 
     /// Every index key a token may be found under: the current key's digest first, then
     /// older storage keys' digests, then the first (unkeyed SHA-256) form.
-    func tokenIndexes(realm: String, provider: Provider, token: String, pushAccountID: Int64?) -> [String] {
+    func tokenIndexes(realm: RealmID, provider: Provider, token: String, pushAccountID: Int64?) -> [String] {
         storage.tokenDigests(token).map {
             keys.tokenIndex(realm: realm, provider: provider, tokenDigest: $0, pushAccountID: pushAccountID)
         } + [keys.legacyTokenIndex(realm: realm, provider: provider, token: token, pushAccountID: pushAccountID)]
@@ -105,16 +105,16 @@ public struct DeviceStore: Sendable {
 
     /// Registers or renews a device; returns its id and whether it is new.
     public func register(_ r: DeviceRegistration, nowMs: Int64 = Wire.nowMillis()) async throws -> (
-        id: Int64, created: Bool
+        id: DeviceID, created: Bool
     ) {
         let indexes = tokenIndexes(
             realm: r.realmUUID, provider: r.token.provider, token: r.token.value, pushAccountID: r.pushAccountID)
         let index = indexes[0]
         var created = false
-        let id: Int64
+        let id: DeviceID
         let found = try await redis.command(["MGET"] + indexes.map { RedisArgument($0) }).array
         if let position = found.firstIndex(where: { $0.int != nil }), let existing = found[position].int {
-            id = existing
+            id = DeviceID(existing)
             if position != 0 {
                 // Found under an older index form: move it to the current one.
                 try check(
@@ -136,9 +136,9 @@ public struct DeviceStore: Sendable {
             // Two concurrent registrations of one token: the first SET NX wins, the other adopts its id.
             let won = try await redis.command("SET", RedisArgument(index), RedisArgument(candidate), "NX")
             if won == .null {
-                id = try await redis.command("GET", RedisArgument(index)).int ?? candidate
+                id = DeviceID(try await redis.command("GET", RedisArgument(index)).int ?? candidate)
             } else {
-                id = candidate
+                id = DeviceID(candidate)
                 created = true
             }
         }
@@ -182,7 +182,7 @@ public struct DeviceStore: Sendable {
     /// `PUSHRELAY_DEVICE_MAX_PUSH_KEYS`.
     public var maxStoredKeys = 3
 
-    private func pruneKeys(_ id: Int64, nowMs: Int64) async throws {
+    private func pruneKeys(_ id: DeviceID, nowMs: Int64) async throws {
         let replies = try await redis.pipeline([
             ["HGET", RedisArgument(keys.device(id)), "key_id"],
             ["HGETALL", RedisArgument(keys.deviceKeys(id))],
@@ -229,12 +229,12 @@ public struct DeviceStore: Sendable {
     /// so are devices whose token does not decrypt for its slot (a moved or damaged
     /// value). A value under a storage key id the keyring lacks throws: that is a
     /// configuration error, not a missing device.
-    public func devices(_ ids: [Int64]) async throws -> [Int64: DeviceRecord] {
+    public func devices(_ ids: [DeviceID]) async throws -> [DeviceID: DeviceRecord] {
         try await stored(ids).mapValues(\.record)
     }
 
     /// The devices, each with its token field as stored (what the invalidation script compares).
-    private func stored(_ ids: [Int64]) async throws -> [Int64: (record: DeviceRecord, storedToken: String)] {
+    private func stored(_ ids: [DeviceID]) async throws -> [DeviceID: (record: DeviceRecord, storedToken: String)] {
         guard !ids.isEmpty else { return [:] }
         var commands: [[RedisArgument]] = []
         for id in ids {
@@ -243,7 +243,7 @@ public struct DeviceStore: Sendable {
         }
         let replies = try await redis.pipeline(commands)
         try check(replies)
-        var result: [Int64: (record: DeviceRecord, storedToken: String)] = [:]
+        var result: [DeviceID: (record: DeviceRecord, storedToken: String)] = [:]
         for (i, id) in ids.enumerated() {
             let fields = replies[2 * i].hash
             if let record = try decode(id: id, fields: fields, keyFields: replies[2 * i + 1].hash),
@@ -255,11 +255,13 @@ public struct DeviceStore: Sendable {
         return result
     }
 
-    public func device(_ id: Int64) async throws -> DeviceRecord? {
+    public func device(_ id: DeviceID) async throws -> DeviceRecord? {
         try await devices([id])[id]
     }
 
-    func decode(id: Int64, fields: [String: String], keyFields: [String: String]) throws(CryptoError) -> DeviceRecord? {
+    func decode(id: DeviceID, fields: [String: String], keyFields: [String: String]) throws(CryptoError)
+        -> DeviceRecord?
+    {
         guard let realm = fields["realm"], let providerName = fields["provider"],
             let provider = Provider(rawValue: providerName), let storedToken = fields["token"],
             let token = try readable(storage.openString(storedToken, slot: .deviceToken(id)))
@@ -277,7 +279,7 @@ public struct DeviceStore: Sendable {
             if let key { keys[pushKeyID] = key }
         }
         return DeviceRecord(
-            id: id, realmUUID: realm, userID: fields["user_id"].flatMap { Int64($0) }, provider: provider,
+            id: id, realmUUID: RealmID(realm), userID: fields["user_id"].flatMap { Int64($0) }, provider: provider,
             token: token, appID: fields["app_id"].flatMap { $0.isEmpty ? nil : $0 },
             pushAccountID: fields["push_account_id"].flatMap { Int64($0) },
             currentKeyID: fields["key_id"].flatMap { UInt32($0) }, keys: keys,
@@ -301,9 +303,9 @@ public struct DeviceStore: Sendable {
     }
 
     /// The ids of a user's devices (active or not).
-    public func deviceIDs(realm: String, userID: Int64) async throws -> [Int64] {
+    public func deviceIDs(realm: RealmID, userID: Int64) async throws -> [DeviceID] {
         try await redis.command("SMEMBERS", RedisArgument(keys.userDevices(realm: realm, userID: userID)))
-            .array.compactMap(\.int).sorted()
+            .array.compactMap { $0.int.map { DeviceID($0) } }.sorted()
     }
 
     /// Forgets a device entirely: its record, keys, user membership and token index.
@@ -334,7 +336,7 @@ public struct DeviceStore: Sendable {
     /// gone or already invalid, when its token changed since the report, or when it
     /// re-registered after the provider's timestamp. Returns true if it changed.
     public func invalidate(
-        deviceID: Int64, tokenFingerprint: String, reason: String, providerTimestampMs: Int64?,
+        deviceID: DeviceID, tokenFingerprint: String, reason: String, providerTimestampMs: Int64?,
         nowMs: Int64 = Wire.nowMillis()
     ) async throws -> Bool {
         guard let (device, storedToken) = try await stored([deviceID])[deviceID] else { return false }
@@ -362,7 +364,7 @@ public struct DeviceStore: Sendable {
         """
 
     /// Invalidations of a realm after `cursor` (exclusive), oldest first.
-    public func feedback(realm: String, after cursor: String?, limit: Int) async throws -> [FeedbackEntry] {
+    public func feedback(realm: RealmID, after cursor: String?, limit: Int) async throws -> [FeedbackEntry] {
         let start = cursor.map { "(\($0)" } ?? "-"
         let reply = try await redis.command(
             "XRANGE", RedisArgument(keys.feedback(realm: realm)), RedisArgument(start), "+", "COUNT",
@@ -371,7 +373,7 @@ public struct DeviceStore: Sendable {
             let parts = entry.array
             guard parts.count == 2, let id = parts[0].string else { return nil }
             let fields = parts[1].hash
-            guard let device = fields["device_id"].flatMap({ Int64($0) }) else { return nil }
+            guard let device = fields["device_id"].flatMap({ Int64($0) }).map({ DeviceID($0) }) else { return nil }
             return FeedbackEntry(
                 cursor: id, deviceID: device, reason: fields["reason"] ?? "",
                 atMs: fields["at_ms"].flatMap { Int64($0) } ?? 0)

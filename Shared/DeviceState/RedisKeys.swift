@@ -1,4 +1,5 @@
 import PushCrypto
+import RedisClient
 import PushModels
 
 /// Every Redis key the relay uses, in one place. `prefix` (default `pr:`) lets several
@@ -33,24 +34,29 @@ public struct RedisKeys: Sendable {
     public func server(_ uuid: String) -> String { "\(prefix)server:\(uuid)" }
     public func realm(_ uuid: String) -> String { "\(prefix)realm:\(uuid)" }
     public var deviceSequence: String { "\(prefix)seq:device" }
-    public func device(_ id: Int64) -> String { "\(prefix)dev:\(id)" }
-    public func deviceKeys(_ id: Int64) -> String { "\(prefix)dev:\(id):keys" }
-    public func userDevices(realm: String, userID: Int64) -> String { "\(prefix)user:\(realm):\(userID)" }
+    public func device(_ id: DeviceID) -> String { "\(prefix)dev:\(id)" }
+    public func deviceKeys(_ id: DeviceID) -> String { "\(prefix)dev:\(id):keys" }
+    public func userDevices(realm: RealmID, userID: Int64) -> String { "\(prefix)user:\(realm):\(userID)" }
     /// The token index under a digest of the token (`StorageKeyring.tokenDigests`).
-    public func tokenIndex(realm: String, provider: Provider, tokenDigest: String, pushAccountID: Int64?) -> String {
+    public func tokenIndex(realm: RealmID, provider: Provider, tokenDigest: String, pushAccountID: Int64?) -> String {
         "\(prefix)tok:\(realm):\(provider.rawValue):\(tokenDigest):\(pushAccountID.map(String.init) ?? "-")"
     }
     /// The first form of the token index, under the unkeyed SHA-256 of the token: still
     /// looked up, so devices registered before the keyed index keep their ids.
-    public func legacyTokenIndex(realm: String, provider: Provider, token: String, pushAccountID: Int64?) -> String {
+    public func legacyTokenIndex(realm: RealmID, provider: Provider, token: String, pushAccountID: Int64?) -> String {
         tokenIndex(
             realm: realm, provider: provider, tokenDigest: Fingerprint.sha256Hex(token), pushAccountID: pushAccountID)
     }
-    public func feedback(realm: String) -> String { "\(prefix)fb:\(realm)" }
-    public func zulipTokenID(realm: String, tokenID: String) -> String { "\(prefix)tid:\(realm):\(tokenID)" }
+    public func feedback(realm: RealmID) -> String { "\(prefix)fb:\(realm)" }
+    public func zulipTokenID(realm: RealmID, tokenID: String) -> String { "\(prefix)tid:\(realm):\(tokenID)" }
     public func zulipLegacyUser(server: String, user: String) -> String { "\(prefix)zl:\(server):\(user)" }
     public func rateLimit(server: String, window: Int64) -> String { "\(prefix)rl:\(server):\(window)" }
-    public func sent(notificationID: String, deviceID: Int64) -> String {
+    public func sent(notificationID: NotificationID, deviceID: DeviceID) -> String {
         "\(prefix)sent:\(notificationID):\(deviceID)"
     }
+}
+
+extension RedisArgument {
+    /// An id as Redis gets it: its bare value.
+    public init(_ id: some Identifier) { self.init(id.description) }
 }

@@ -26,7 +26,7 @@ public struct ZulipLegacyUser: Sendable, Hashable {
 /// One legacy device of a user as its index holds it.
 public struct ZulipLegacyEntry: Sendable, Equatable {
     public var provider: Provider
-    public var deviceID: Int64
+    public var deviceID: DeviceID
     /// The index field: `{provider}:{digest of the token}`.
     public var field: String
 }
@@ -57,9 +57,9 @@ public struct ZulipLegacyDevices: Sendable {
     /// kept under the uuid, and one of the same token under the id alone is removed.
     /// Returns the device id and how the server's device count changed.
     public func register(
-        server: String, user: ZulipLegacyUser, token: DeviceToken, appID: String?, realm: String?,
+        server: String, user: ZulipLegacyUser, token: DeviceToken, appID: String?, realm: RealmID?,
         nowMs: Int64 = Wire.nowMillis()
-    ) async throws -> (id: Int64, countDelta: Int64) {
+    ) async throws -> (id: DeviceID, countDelta: Int64) {
         guard let primary = user.primary else { throw RedisError(code: .protocolError, message: "no user") }
         let forms = fields(token)
         let reply = try await redis.command(
@@ -69,7 +69,7 @@ public struct ZulipLegacyDevices: Sendable {
             ]
                 + forms.map { RedisArgument($0) })
         let parts = reply.array
-        guard parts.count == 2, let id = parts[0].int, let created = parts[1].int else {
+        guard parts.count == 2, let id = parts[0].int.map({ DeviceID($0) }), let created = parts[1].int else {
             if case .error(let message) = reply { throw RedisError(code: .replyError, message: message) }
             throw RedisError(code: .protocolError, message: "unexpected reply to the legacy register script")
         }
@@ -116,7 +116,7 @@ public struct ZulipLegacyDevices: Sendable {
             let ids = try await redis.command(
                 "EVAL", RedisArgument(Self.takeAllScript), "1",
                 RedisArgument(keys.zulipLegacyUser(server: server, user: userKey))
-            ).array.compactMap(\.int)
+            ).array.compactMap { $0.int.map { DeviceID($0) } }
             removed += try await deleteDevices(ids)
         }
         return removed
@@ -136,10 +136,11 @@ public struct ZulipLegacyDevices: Sendable {
         try check(replies)
         var seen: Set<String> = []
         var entries: [ZulipLegacyEntry] = []
-        var duplicates: [(userKey: String, field: String, id: Int64)] = []
+        var duplicates: [(userKey: String, field: String, id: DeviceID)] = []
         for (userKey, reply) in zip(userKeys, replies) {
             for (field, value) in reply.hash.sorted(by: { $0.key < $1.key }) {
-                guard let id = Int64(value), let provider = Provider(rawValue: String(field.prefix { $0 != ":" }))
+                guard let id = Int64(value).map({ DeviceID($0) }),
+                    let provider = Provider(rawValue: String(field.prefix { $0 != ":" }))
                 else { continue }
                 if !seen.insert(field).inserted {
                     duplicates.append((userKey, field, id))
@@ -179,7 +180,7 @@ public struct ZulipLegacyDevices: Sendable {
 
     /// Removes the devices under `forms` in the given user indexes; returns how many.
     private func remove(server: String, userKeys: [String], forms: [String]) async throws -> Int {
-        var ids: [Int64] = []
+        var ids: [DeviceID] = []
         for userKey in userKeys {
             // Read and removed in one step: a registration in between is not lost.
             ids += try await redis.command(
@@ -188,12 +189,12 @@ public struct ZulipLegacyDevices: Sendable {
                     RedisArgument(keys.zulipLegacyUser(server: server, user: userKey)), "-",
                 ]
                     + forms.map { RedisArgument($0) }
-            ).array.compactMap(\.int)
+            ).array.compactMap { $0.int.map { DeviceID($0) } }
         }
         return try await deleteDevices(Array(Set(ids)))
     }
 
-    private func deleteDevices(_ ids: [Int64]) async throws -> Int {
+    private func deleteDevices(_ ids: [DeviceID]) async throws -> Int {
         guard !ids.isEmpty else { return 0 }
         var removed = 0
         for device in try await devices.devices(ids).values where try await devices.delete(device) {

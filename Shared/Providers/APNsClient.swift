@@ -113,15 +113,17 @@ public final class APNsClient: PushProviderClient {
     }
 
     public func send(_ record: OutboundRecord) async -> SendResult {
-        guard let topic = record.appID, !topic.isEmpty else { return .failed(reason: "MissingTopic", status: nil) }
+        guard let topic = record.appID, !topic.isEmpty else {
+            return .failed(reason: .apns(.missingTopic), status: nil)
+        }
         let body = record.body
-        guard body.count <= 4096 else { return .failed(reason: "PayloadTooLarge", status: nil) }
+        guard body.count <= 4096 else { return .failed(reason: .apns(.payloadTooLarge), status: nil) }
         let bearer: String
         do {
             bearer = try await signer.token()
         } catch {
             logger.error("cannot sign APNs provider token", metadata: ["error": "\(error)"])
-            return .failed(reason: "ProviderTokenSigning", status: nil)
+            return .failed(reason: .relay(.providerTokenSigning), status: nil)
         }
         var request = HTTPClientRequest(url: "\(configuration.baseURL)/3/device/\(record.token)")
         request.method = .POST
@@ -161,10 +163,10 @@ public final class APNsClient: PushProviderClient {
 
     /// A stable apns-id per (notification, device), so a resend is recognisable.
     static func apnsID(_ record: OutboundRecord) -> String {
-        if let uuid = UUID(uuidString: record.notificationID) {
+        if let uuid = UUID(uuidString: record.notificationID.rawValue) {
             // Mix the device id into the last 8 bytes so each device's push has its own id.
             var bytes = withUnsafeBytes(of: uuid.uuid) { Array($0) }
-            let id = UInt64(bitPattern: record.deviceID).bigEndian
+            let id = UInt64(bitPattern: record.deviceID.rawValue).bigEndian
             withUnsafeBytes(of: id) { raw in
                 for i in 0..<8 { bytes[8 + i] ^= raw[i] }
             }

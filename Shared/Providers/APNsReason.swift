@@ -40,14 +40,14 @@ public enum APNsReason: Sendable, Hashable {
         switch self {
         case .unregistered, .expiredToken, .badDeviceToken, .deviceTokenNotForTopic:
             // BadDeviceToken assumes the relay talks to the environment the token was issued for.
-            return .invalidToken(reason: name, status: status, timestampMs: timestampMs)
+            return .invalidToken(reason: .apns(self), status: status, timestampMs: timestampMs)
         case .tooManyRequests, .internalServerError, .serviceUnavailable, .shutdown, .idleTimeout,
             .expiredProviderToken, .invalidProviderToken, .tooManyProviderTokenUpdates:
-            return .retry(reason: name, status: status, retryAfter: retryAfter)
+            return .retry(reason: .apns(self), status: status, retryAfter: retryAfter)
         case .unknown where status >= 500 || status == 429:
-            return .retry(reason: name, status: status, retryAfter: retryAfter)
+            return .retry(reason: .apns(self), status: status, retryAfter: retryAfter)
         default:
-            return .failed(reason: name, status: status)
+            return .failed(reason: .apns(self), status: status)
         }
     }
 }

@@ -145,14 +145,14 @@ public final class FCMClient: PushProviderClient {
         // The encryptor built the data object (string values only); its exact size (keys
         // and values, as FCM counts it) needs a parse only when the bytes come near the limit.
         guard record.body.first == UInt8(ascii: "{"), record.body.last == UInt8(ascii: "}") else {
-            return .failed(reason: "INVALID_DATA", status: nil)
+            return .failed(reason: .relay(.invalidData), status: nil)
         }
         if record.body.count > 4096 {
             guard let data = (try? Wire.decode(JSONValue.self, from: record.body))?.objectValue,
                 data.values.allSatisfy({ $0.stringValue != nil })
-            else { return .failed(reason: "INVALID_DATA", status: nil) }
+            else { return .failed(reason: .relay(.invalidData), status: nil) }
             let dataSize = data.reduce(0) { $0 + $1.key.utf8.count + ($1.value.stringValue?.utf8.count ?? 0) }
-            guard dataSize <= 4096 else { return .failed(reason: "MESSAGE_TOO_BIG", status: nil) }
+            guard dataSize <= 4096 else { return .failed(reason: .relay(.messageTooBig), status: nil) }
         }
         var android: [String: JSONValue] = ["priority": .string(record.delivery.fcmPriority.name.uppercased())]
         if let expiresAt = record.expiresAt {
@@ -174,7 +174,7 @@ public final class FCMClient: PushProviderClient {
             bearer = try await tokens.token()
         } catch {
             logger.error("cannot obtain FCM access token", metadata: ["error": "\(error)"])
-            return .retry(reason: "OAUTH_UNAVAILABLE", status: nil, retryAfter: .seconds(5))
+            return .retry(reason: .relay(.oauthUnavailable), status: nil, retryAfter: .seconds(5))
         }
         var request = HTTPClientRequest(
             url: "\(configuration.baseURL)/v1/projects/\(configuration.projectID)/messages:send")
@@ -193,7 +193,7 @@ public final class FCMClient: PushProviderClient {
                 return .sent(status: status, providerMessageID: name)
             }
             let error = FCMError(json: try? JSONDecoder().decode(JSONValue.self, from: Data(body.readableBytesView)))
-            if status == 401 && error.code != "THIRD_PARTY_AUTH_ERROR" { await tokens.invalidate() }
+            if status == 401 && error.code != .known(.thirdPartyAuthError) { await tokens.invalidate() }
             return error.result(status: status, retryAfter: retryAfter(response.headers))
         } catch {
             return transportFailure(error, token: record.token, logger: logger)
@@ -207,13 +207,13 @@ public final class FCMClient: PushProviderClient {
 
 /// An FCM v1 error body: `error.status`, `error.message`, and the FcmError `errorCode`.
 struct FCMError: Equatable {
-    var code: String
+    var code: Named<FCMErrorCode>
     var message: String
 
     init(json: JSONValue?) {
         let error = json?["error"]
         message = error?["message"]?.stringValue ?? ""
-        var code = error?["status"]?.stringValue ?? "UNSPECIFIED_ERROR"
+        var code = error?["status"]?.stringValue ?? FCMErrorCode.unspecifiedError.rawValue
         for detail in error?["details"]?.arrayValue ?? [] {
             if detail["@type"]?.stringValue == "type.googleapis.com/google.firebase.fcm.v1.FcmError",
                 let errorCode = detail["errorCode"]?.stringValue
@@ -221,30 +221,30 @@ struct FCMError: Equatable {
                 code = errorCode
             }
         }
-        self.code = code
+        self.code = Named(code)
     }
 
     /// docs/protocols.md §3: what each FCM error means for the token and for retrying.
     func result(status: Int, retryAfter: Duration?) -> SendResult {
+        let reason = ProviderReason.fcm(code)
         switch code {
-        case "UNREGISTERED", "SENDER_ID_MISMATCH":
-            return .invalidToken(reason: code, status: status, timestampMs: nil)
-        case "INVALID_ARGUMENT":
+        case .known(.unregistered), .known(.senderIDMismatch):
+            return .invalidToken(reason: reason, status: status, timestampMs: nil)
+        case .known(.invalidArgument):
             // Only a bad registration token kills the device; other invalid arguments are payload bugs.
-            let lower = message.lowercased()
-            if lower.contains("registration token") {
-                return .invalidToken(reason: code, status: status, timestampMs: nil)
+            if message.lowercased().contains("registration token") {
+                return .invalidToken(reason: reason, status: status, timestampMs: nil)
             }
-            return .failed(reason: code, status: status)
-        case "QUOTA_EXCEEDED":
-            return .retry(reason: code, status: status, retryAfter: max(retryAfter ?? .seconds(60), .seconds(60)))
-        case "UNAVAILABLE", "INTERNAL":
-            return .retry(reason: code, status: status, retryAfter: retryAfter)
-        case "UNAUTHENTICATED":
-            return .retry(reason: code, status: status, retryAfter: nil)
+            return .failed(reason: reason, status: status)
+        case .known(.quotaExceeded):
+            return .retry(reason: reason, status: status, retryAfter: max(retryAfter ?? .seconds(60), .seconds(60)))
+        case .known(.unavailable), .known(.internal):
+            return .retry(reason: reason, status: status, retryAfter: retryAfter)
+        case .known(.unauthenticated):
+            return .retry(reason: reason, status: status, retryAfter: nil)
         default:
-            if status >= 500 || status == 429 { return .retry(reason: code, status: status, retryAfter: retryAfter) }
-            return .failed(reason: code, status: status)
+            if status >= 500 || status == 429 { return .retry(reason: reason, status: status, retryAfter: retryAfter) }
+            return .failed(reason: reason, status: status)
         }
     }
 }

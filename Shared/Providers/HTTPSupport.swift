@@ -41,5 +41,5 @@ func retryAfter(_ headers: HTTPHeaders) -> Duration? {
 func transportFailure(_ error: any Error, token: String, logger: Logger) -> SendResult {
     let text = "\(error)".replacingOccurrences(of: token, with: DeviceToken.redact(token))
     logger.warning("provider request failed in transport", metadata: ["error": "\(text)"])
-    return .retry(reason: "TransportError", status: nil, retryAfter: nil)
+    return .retry(reason: .relay(.transportError), status: nil, retryAfter: nil)
 }

@@ -5,11 +5,93 @@ public enum SendResult: Sendable, Equatable {
     /// Accepted by the provider.
     case sent(status: Int, providerMessageID: String?)
     /// The token is dead: invalidate the device. `timestampMs` is APNs' 410 timestamp.
-    case invalidToken(reason: String, status: Int, timestampMs: Int64?)
+    case invalidToken(reason: ProviderReason, status: Int, timestampMs: Int64?)
     /// Try again later, not before `retryAfter` when the provider said so.
-    case retry(reason: String, status: Int?, retryAfter: Duration?)
+    case retry(reason: ProviderReason, status: Int?, retryAfter: Duration?)
     /// Will never succeed as sent (bad payload, bad topic, credentials): record it failed.
-    case failed(reason: String, status: Int?)
+    case failed(reason: ProviderReason, status: Int?)
+
+    /// The reason's name as records carry it (`sent` for a push that went out).
+    public var reasonName: String {
+        switch self {
+        case .sent: "sent"
+        case .invalidToken(let reason, _, _), .retry(let reason, _, _), .failed(let reason, _): reason.name
+        }
+    }
+
+    /// The provider's HTTP status, when there was an answer.
+    public var status: Int? {
+        switch self {
+        case .sent(let status, _), .invalidToken(_, let status, _): status
+        case .retry(_, let status, _), .failed(_, let status): status
+        }
+    }
+}
+
+/// Why a push was refused or deferred: the provider's own reason, or the relay's.
+/// Names a build has no case for are kept as `unknown`, never dropped.
+public enum ProviderReason: Sendable, Hashable, CustomStringConvertible {
+    /// APNs' `reason` (docs/protocols.md §2).
+    case apns(APNsReason)
+    /// FCM's `FcmError.errorCode` or `google.rpc` status (docs/protocols.md §3).
+    case fcm(Named<FCMErrorCode>)
+    /// The relay's own reason: nothing reached the provider, or it did not answer.
+    case relay(RelayReason)
+    /// A reason this build does not know (for example a record's `last_error`).
+    case unknown(String)
+
+    /// The name records and metrics carry.
+    public var name: String {
+        switch self {
+        case .apns(let reason): reason.name
+        case .fcm(let code): code.name
+        case .relay(let reason): reason.rawValue
+        case .unknown(let name): name
+        }
+    }
+
+    public var description: String { name }
+}
+
+/// FCM HTTP v1 error codes (docs/protocols.md §3): the `FcmError` codes and the
+/// `google.rpc` statuses FCM answers with.
+public enum FCMErrorCode: String, Sendable, Hashable, CaseIterable {
+    case unspecifiedError = "UNSPECIFIED_ERROR"
+    case invalidArgument = "INVALID_ARGUMENT"
+    case unregistered = "UNREGISTERED"
+    case senderIDMismatch = "SENDER_ID_MISMATCH"
+    case quotaExceeded = "QUOTA_EXCEEDED"
+    case unavailable = "UNAVAILABLE"
+    case `internal` = "INTERNAL"
+    case thirdPartyAuthError = "THIRD_PARTY_AUTH_ERROR"
+    case unauthenticated = "UNAUTHENTICATED"
+    case permissionDenied = "PERMISSION_DENIED"
+    case notFound = "NOT_FOUND"
+    case resourceExhausted = "RESOURCE_EXHAUSTED"
+}
+
+/// Reasons the relay gives itself, with the names records have always carried.
+public enum RelayReason: String, Sendable, Hashable, CaseIterable {
+    /// The request failed below HTTP (connection, TLS, timeout).
+    case transportError = "TransportError"
+    /// The provider asked us to slow down; the push was parked.
+    case rateLimited = "rate_limited"
+    /// No client for the record's provider is configured in this dispatcher.
+    case providerNotConfigured = "provider_not_configured"
+    /// The APNs provider token could not be signed (bad key).
+    case providerTokenSigning = "ProviderTokenSigning"
+    /// No FCM OAuth access token could be had.
+    case oauthUnavailable = "OAUTH_UNAVAILABLE"
+    /// The FCM data object is not a JSON object of strings.
+    case invalidData = "INVALID_DATA"
+    /// The FCM data object is over 4096 bytes.
+    case messageTooBig = "MESSAGE_TOO_BIG"
+    /// The record's expiry passed before it could be sent.
+    case expired = "expired"
+    /// The sealed token does not open for this record.
+    case tokenUnreadable = "token_unreadable"
+    /// The sealed body does not open for this record.
+    case bodyUnreadable = "body_unreadable"
 }
 
 /// A push provider: one client per platform, all behind this small protocol, so new

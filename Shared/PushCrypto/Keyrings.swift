@@ -14,12 +14,14 @@ public struct SealBinding: Sendable, Equatable {
     }
 
     public var purpose: Purpose
-    public var notificationID: String
-    public var realmUUID: String
+    public var notificationID: NotificationID
+    public var realmUUID: RealmID
     public var userID: Int64?
-    public var deviceID: Int64?
+    public var deviceID: DeviceID?
 
-    public init(purpose: Purpose, notificationID: String, realmUUID: String, userID: Int64?, deviceID: Int64?) {
+    public init(
+        purpose: Purpose, notificationID: NotificationID, realmUUID: RealmID, userID: Int64?, deviceID: DeviceID?
+    ) {
         self.purpose = purpose
         self.notificationID = notificationID
         self.realmUUID = realmUUID
@@ -28,20 +30,20 @@ public struct SealBinding: Sendable, Equatable {
     }
 
     /// A notification's plaintext on `push.requests`.
-    public static func payload(notificationID: String, realmUUID: String, userID: Int64?) -> SealBinding {
+    public static func payload(notificationID: NotificationID, realmUUID: RealmID, userID: Int64?) -> SealBinding {
         SealBinding(
             purpose: .payload, notificationID: notificationID, realmUUID: realmUUID, userID: userID, deviceID: nil)
     }
 
     /// A device token on `push.outbound`, the retry topics and `push.deadletter`. The
     /// device id names the user too (outbound records carry no user id).
-    public static func token(notificationID: String, realmUUID: String, deviceID: Int64) -> SealBinding {
+    public static func token(notificationID: NotificationID, realmUUID: RealmID, deviceID: DeviceID) -> SealBinding {
         SealBinding(
             purpose: .token, notificationID: notificationID, realmUUID: realmUUID, userID: nil, deviceID: deviceID)
     }
 
     /// A readable provider body on `push.outbound`, the retry topics and `push.deadletter`.
-    public static func body(notificationID: String, realmUUID: String, deviceID: Int64) -> SealBinding {
+    public static func body(notificationID: NotificationID, realmUUID: RealmID, deviceID: DeviceID) -> SealBinding {
         SealBinding(
             purpose: .body, notificationID: notificationID, realmUUID: realmUUID, userID: nil, deviceID: deviceID)
     }
@@ -51,7 +53,8 @@ public struct SealBinding: Sendable, Equatable {
     public var associatedData: [UInt8] {
         var out = Array("pushrelay.pipeline.v2".utf8)
         for field in [
-            purpose.rawValue, notificationID, realmUUID, userID.map(String.init) ?? "", deviceID.map(String.init) ?? "",
+            purpose.rawValue, notificationID.rawValue, realmUUID.rawValue, userID.map(String.init) ?? "",
+            deviceID.map(\.description) ?? "",
         ] {
             let bytes = Array(field.utf8)
             let length = UInt32(clamping: bytes.count)

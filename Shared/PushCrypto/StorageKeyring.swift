@@ -1,3 +1,4 @@
+import PushModels
 import Crypto
 import Foundation
 
@@ -14,12 +15,12 @@ public struct StorageSlot: Sendable, Equatable {
     }
 
     /// A device's token.
-    public static func deviceToken(_ deviceID: Int64) -> StorageSlot {
+    public static func deviceToken(_ deviceID: DeviceID) -> StorageSlot {
         StorageSlot(record: "device:\(deviceID)", field: "token")
     }
 
     /// One of a device's push keys, by its push key id.
-    public static func devicePushKey(_ deviceID: Int64, keyID: UInt32) -> StorageSlot {
+    public static func devicePushKey(_ deviceID: DeviceID, keyID: UInt32) -> StorageSlot {
         StorageSlot(record: "device:\(deviceID)", field: "push_key:\(keyID)")
     }
 

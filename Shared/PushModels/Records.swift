@@ -41,7 +41,7 @@ public struct SealedBlob: Sendable, Codable, Equatable {
 
 /// One item of a pass-through (bouncer API) notify: a payload the realm already encrypted.
 public struct PassThroughItem: Sendable, Codable, Equatable {
-    public var deviceID: Int64
+    public var deviceID: DeviceID
     public var apnsPriority: APNsPriority?
     public var apnsPushType: Named<APNsPushType>?
     public var fcmPriority: Named<FCMPriority>?
@@ -57,7 +57,7 @@ public struct PassThroughItem: Sendable, Codable, Equatable {
     }
 
     public init(
-        deviceID: Int64, apnsPriority: APNsPriority? = nil, apnsPushType: Named<APNsPushType>? = nil,
+        deviceID: DeviceID, apnsPriority: APNsPriority? = nil, apnsPushType: Named<APNsPushType>? = nil,
         fcmPriority: Named<FCMPriority>? = nil, payload: JSONValue
     ) {
         self.deviceID = deviceID
@@ -75,13 +75,13 @@ public enum PushRequest: Sendable, Equatable {
     /// The relay encrypts with each device's key (native API). `deviceIDs` nil: every
     /// active device of the user. The plaintext notification JSON travels sealed with
     /// the pipeline key, bound to (notification, realm, user).
-    case native(userID: Int64, deviceIDs: [Int64]?, type: NotificationType, sealedPayload: SealedBlob)
+    case native(userID: Int64, deviceIDs: [DeviceID]?, type: NotificationType, sealedPayload: SealedBlob)
     /// The realm encrypted already; payloads travel unchanged, one per device (bouncer API).
     case passThrough(items: [PassThroughItem])
     /// Zulip's legacy (non-E2EE) bouncer API: the server's APNs and FCM payloads, sealed
     /// as `ZulipLegacyPayload` (bound to no user id), for the user's legacy devices when
     /// ingest accepted the request. `user` is `uuid:{user_uuid}` or `id:{user_id}`.
-    case legacy(user: String, deviceIDs: [Int64], sealedPayload: SealedBlob)
+    case legacy(user: String, deviceIDs: [DeviceID], sealedPayload: SealedBlob)
 }
 
 /// `push.requests`: what ingest accepted, keyed by realm and user so one user's
@@ -97,9 +97,9 @@ public struct PushRequestRecord: Sendable, Codable, Equatable {
     }
 
     public var schema: Int
-    public var notificationID: String
-    public var serverUUID: String
-    public var realmUUID: String
+    public var notificationID: NotificationID
+    public var serverUUID: ServerID
+    public var realmUUID: RealmID
     /// When ingest accepted it (ms since the epoch), for latency and expiry.
     public var acceptedAtMs: Int64
     public var request: PushRequest
@@ -118,7 +118,8 @@ public struct PushRequestRecord: Sendable, Codable, Equatable {
     }
 
     public init(
-        notificationID: String, serverUUID: String, realmUUID: String, acceptedAtMs: Int64, request: PushRequest
+        notificationID: NotificationID, serverUUID: ServerID, realmUUID: RealmID, acceptedAtMs: Int64,
+        request: PushRequest
     ) {
         self.schema = Self.currentSchema
         self.notificationID = notificationID
@@ -141,15 +142,15 @@ public struct PushRequestRecord: Sendable, Codable, Equatable {
     public init(from decoder: any Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         schema = try c.decode(Int.self, forKey: .schema)
-        notificationID = try c.decode(String.self, forKey: .notificationID)
-        serverUUID = try c.decode(String.self, forKey: .serverUUID)
-        realmUUID = try c.decode(String.self, forKey: .realmUUID)
+        notificationID = try c.decode(NotificationID.self, forKey: .notificationID)
+        serverUUID = try c.decode(ServerID.self, forKey: .serverUUID)
+        realmUUID = try c.decode(RealmID.self, forKey: .realmUUID)
         acceptedAtMs = try c.decode(Int64.self, forKey: .acceptedAtMs)
         switch try c.decode(Kind.self, forKey: .kind) {
         case .native:
             request = .native(
                 userID: try c.decode(Int64.self, forKey: .userID),
-                deviceIDs: try c.decodeIfPresent([Int64].self, forKey: .deviceIDs),
+                deviceIDs: try c.decodeIfPresent([DeviceID].self, forKey: .deviceIDs),
                 type: try c.decodeIfPresent(NotificationType.self, forKey: .notificationType) ?? .message,
                 sealedPayload: try c.decode(SealedBlob.self, forKey: .sealedPayload))
         case .passThrough:
@@ -157,7 +158,7 @@ public struct PushRequestRecord: Sendable, Codable, Equatable {
         case .legacy:
             request = .legacy(
                 user: try c.decode(String.self, forKey: .legacyUser),
-                deviceIDs: try c.decode([Int64].self, forKey: .deviceIDs),
+                deviceIDs: try c.decode([DeviceID].self, forKey: .deviceIDs),
                 sealedPayload: try c.decode(SealedBlob.self, forKey: .sealedPayload))
         }
     }
@@ -189,7 +190,7 @@ public struct PushRequestRecord: Sendable, Codable, Equatable {
     public var partitionKey: String {
         switch request {
         case .native(let userID, _, _, _): "\(realmUUID):\(userID)"
-        case .passThrough: realmUUID
+        case .passThrough: realmUUID.rawValue
         case .legacy(let user, _, _): "\(serverUUID):\(user)"
         }
     }
@@ -200,7 +201,7 @@ public struct PushRequestRecord: Sendable, Codable, Equatable {
         return nil
     }
 
-    public var deviceIDs: [Int64]? {
+    public var deviceIDs: [DeviceID]? {
         switch request {
         case .native(_, let ids, _, _): ids
         case .legacy(_, let ids, _): ids
@@ -253,9 +254,9 @@ public struct OutboundRecord: Sendable, Codable, Equatable {
     public static let currentSchema = 5
 
     public var schema: Int
-    public var notificationID: String
-    public var deviceID: Int64
-    public var realmUUID: String
+    public var notificationID: NotificationID
+    public var deviceID: DeviceID
+    public var realmUUID: RealmID
     public var provider: Provider
     /// The device token in the clear, in memory only while the record carries
     /// `sealedToken`: it is then never encoded. Empty after decoding a sealed record
@@ -307,7 +308,7 @@ public struct OutboundRecord: Sendable, Codable, Equatable {
     }
 
     public init(
-        notificationID: String, deviceID: Int64, realmUUID: String, provider: Provider, token: String,
+        notificationID: NotificationID, deviceID: DeviceID, realmUUID: RealmID, provider: Provider, token: String,
         appID: String?, delivery: DeliveryClass, body: JSONValue, expiresAt: Int64? = nil,
         collapseID: String? = nil, acceptedAtMs: Int64, registeredAtMs: Int64? = nil, sealedToken: SealedBlob? = nil,
         sealedBody: SealedBlob? = nil
@@ -332,9 +333,9 @@ public struct OutboundRecord: Sendable, Codable, Equatable {
     public init(from decoder: any Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         schema = try c.decode(Int.self, forKey: .schema)
-        notificationID = try c.decode(String.self, forKey: .notificationID)
-        deviceID = try c.decode(Int64.self, forKey: .deviceID)
-        realmUUID = try c.decode(String.self, forKey: .realmUUID)
+        notificationID = try c.decode(NotificationID.self, forKey: .notificationID)
+        deviceID = try c.decode(DeviceID.self, forKey: .deviceID)
+        realmUUID = try c.decode(RealmID.self, forKey: .realmUUID)
         provider = try c.decode(Provider.self, forKey: .provider)
         sealedToken = try c.decodeIfPresent(SealedBlob.self, forKey: .sealedToken)
         // A record carries the token in one form or the other.
@@ -451,8 +452,8 @@ public struct FeedbackRecord: Sendable, Codable, Equatable {
     public static let currentSchema = 1
 
     public var schema: Int
-    public var deviceID: Int64
-    public var realmUUID: String
+    public var deviceID: DeviceID
+    public var realmUUID: RealmID
     public var provider: Provider
     /// SHA-256 prefix of the token the provider rejected, so feedback can ignore a
     /// report about a token the device has since replaced.
@@ -460,7 +461,7 @@ public struct FeedbackRecord: Sendable, Codable, Equatable {
     public var reason: String
     /// APNs 410 `timestamp` (ms): the token was invalid from then on.
     public var providerTimestampMs: Int64?
-    public var notificationID: String
+    public var notificationID: NotificationID
     public var observedAtMs: Int64
 
     enum CodingKeys: String, CodingKey {
@@ -474,8 +475,8 @@ public struct FeedbackRecord: Sendable, Codable, Equatable {
     }
 
     public init(
-        deviceID: Int64, realmUUID: String, provider: Provider, tokenFingerprint: String, reason: String,
-        providerTimestampMs: Int64?, notificationID: String, observedAtMs: Int64
+        deviceID: DeviceID, realmUUID: RealmID, provider: Provider, tokenFingerprint: String, reason: String,
+        providerTimestampMs: Int64?, notificationID: NotificationID, observedAtMs: Int64
     ) {
         self.schema = Self.currentSchema
         self.deviceID = deviceID
@@ -505,9 +506,9 @@ public struct DeliveryRecord: Sendable, Codable, Equatable {
     public static let currentSchema = 1
 
     public var schema: Int
-    public var notificationID: String
-    public var realmUUID: String
-    public var deviceID: Int64?
+    public var notificationID: NotificationID
+    public var realmUUID: RealmID
+    public var deviceID: DeviceID?
     public var provider: Provider?
     public var outcome: DeliveryOutcome
     /// Provider reason or relay reason (`device_inactive`, `not_in_realm`, …).
@@ -531,7 +532,8 @@ public struct DeliveryRecord: Sendable, Codable, Equatable {
     }
 
     public init(
-        notificationID: String, realmUUID: String, deviceID: Int64?, provider: Provider?, outcome: DeliveryOutcome,
+        notificationID: NotificationID, realmUUID: RealmID, deviceID: DeviceID?, provider: Provider?,
+        outcome: DeliveryOutcome,
         reason: String?, httpStatus: Int? = nil, attempts: Int, acceptedAtMs: Int64, completedAtMs: Int64,
         providerMessageID: String? = nil
     ) {

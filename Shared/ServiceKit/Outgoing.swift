@@ -8,14 +8,15 @@ extension KafkaOutgoing {
     public static func outbound(_ record: OutboundRecord, topic: String) throws -> KafkaOutgoing {
         KafkaOutgoing(
             topic: topic, key: record.partitionKey, value: try Wire.encode(record),
-            headers: [(RecordHeader.notificationID, Array(record.notificationID.utf8))])
+            headers: [(RecordHeader.notificationID, Array(record.notificationID.rawValue.utf8))])
     }
 
     /// An outcome, counted in `pushrelay_deliveries_total` once acknowledged.
     public static func delivery(_ record: DeliveryRecord, topic: String) throws -> KafkaOutgoing {
         KafkaOutgoing(
-            topic: topic, key: record.deviceID.map { "\($0)" } ?? record.realmUUID, value: try Wire.encode(record),
-            headers: [(RecordHeader.notificationID, Array(record.notificationID.utf8))],
+            topic: topic, key: record.deviceID.map { "\($0)" } ?? record.realmUUID.rawValue,
+            value: try Wire.encode(record),
+            headers: [(RecordHeader.notificationID, Array(record.notificationID.rawValue.utf8))],
             tally: RelayMetrics.deliveryTally(record))
     }
 
@@ -23,7 +24,7 @@ extension KafkaOutgoing {
     public static func deadLetter(_ record: DeadLetterRecord, topic: String) throws -> KafkaOutgoing {
         KafkaOutgoing(
             topic: topic, key: record.record.partitionKey, value: try Wire.encode(record),
-            headers: [(RecordHeader.notificationID, Array(record.record.notificationID.utf8))],
+            headers: [(RecordHeader.notificationID, Array(record.record.notificationID.rawValue.utf8))],
             tally: .init(
                 label: RelayMetrics.Name.deadLetters, dimensions: [(RelayMetrics.Label.cause, record.cause.rawValue)]))
     }
@@ -31,7 +32,7 @@ extension KafkaOutgoing {
     public static func feedback(_ record: FeedbackRecord, topic: String) throws -> KafkaOutgoing {
         KafkaOutgoing(
             topic: topic, key: "\(record.deviceID)", value: try Wire.encode(record),
-            headers: [(RecordHeader.notificationID, Array(record.notificationID.utf8))])
+            headers: [(RecordHeader.notificationID, Array(record.notificationID.rawValue.utf8))])
     }
 }
 

@@ -26,32 +26,33 @@ public struct SystemClock: WallClock {
 /// The device records the encryptor fans a request out to.
 public protocol DeviceDirectory: Sendable {
     /// A user's devices (active or not), by id.
-    func deviceIDs(realm: String, userID: Int64) async throws -> [Int64]
+    func deviceIDs(realm: RealmID, userID: Int64) async throws -> [DeviceID]
     /// The records of `ids` that exist, decrypted.
-    func devices(_ ids: [Int64]) async throws -> [Int64: DeviceRecord]
+    func devices(_ ids: [DeviceID]) async throws -> [DeviceID: DeviceRecord]
 }
 
 /// Which (notification, device) pairs a provider already accepted (`RedisDeliveryLedger`).
 public protocol DeliveryLedger: Sendable {
     /// Claims the pair for sending; returns what was there before (`.unknown`: the claim is ours).
-    func claim(notificationID: String, deviceID: Int64, nowMs: Int64) async throws -> LedgerState
+    func claim(notificationID: NotificationID, deviceID: DeviceID, nowMs: Int64) async throws -> LedgerState
     /// Records that the provider accepted the pair.
-    func recordSent(notificationID: String, deviceID: Int64, providerMessageID: String?, nowMs: Int64) async throws
+    func recordSent(notificationID: NotificationID, deviceID: DeviceID, providerMessageID: String?, nowMs: Int64)
+        async throws
     /// The provider refused the pair: not sent, free to be sent later.
-    func release(notificationID: String, deviceID: Int64) async throws
+    func release(notificationID: NotificationID, deviceID: DeviceID) async throws
 }
 
 /// What feedback changes when a provider calls a token dead.
 public protocol DeviceInvalidations: Sendable {
-    func device(_ id: Int64) async throws -> DeviceRecord?
+    func device(_ id: DeviceID) async throws -> DeviceRecord?
     /// Marks a device invalid if the report still applies to it (same token, not
     /// re-registered since the provider's timestamp); true if it changed.
-    func invalidate(deviceID: Int64, tokenFingerprint: String, reason: String, providerTimestampMs: Int64?)
+    func invalidate(deviceID: DeviceID, tokenFingerprint: String, reason: String, providerTimestampMs: Int64?)
         async throws -> Bool
     /// Deletes a device of Zulip's legacy API; true if it was there.
     func removeLegacy(_ device: DeviceRecord) async throws -> Bool
     /// Counts a device in or out of a server's device quota.
-    func countDevice(server: String, by delta: Int64) async throws
+    func countDevice(server: ServerID, by delta: Int64) async throws
 }
 
 extension KafkaProducer: RecordPublisher {}
@@ -66,11 +67,11 @@ public struct RedisDeviceInvalidations: DeviceInvalidations {
         self.devices = devices
     }
 
-    public func device(_ id: Int64) async throws -> DeviceRecord? {
+    public func device(_ id: DeviceID) async throws -> DeviceRecord? {
         try await devices.device(id)
     }
 
-    public func invalidate(deviceID: Int64, tokenFingerprint: String, reason: String, providerTimestampMs: Int64?)
+    public func invalidate(deviceID: DeviceID, tokenFingerprint: String, reason: String, providerTimestampMs: Int64?)
         async throws -> Bool
     {
         try await devices.invalidate(
@@ -82,7 +83,8 @@ public struct RedisDeviceInvalidations: DeviceInvalidations {
         try await ZulipLegacyDevices(devices: devices).remove(device)
     }
 
-    public func countDevice(server: String, by delta: Int64) async throws {
-        try await RealmDirectory(redis: devices.redis, keys: devices.keys).countDevice(server: server, by: delta)
+    public func countDevice(server: ServerID, by delta: Int64) async throws {
+        try await RealmDirectory(redis: devices.redis, keys: devices.keys).countDevice(
+            server: server.rawValue, by: delta)
     }
 }

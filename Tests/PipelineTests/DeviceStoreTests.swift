@@ -44,7 +44,7 @@ extension StackTests {
             return out.joined(separator: "\n")
         }
 
-        func registration(_ token: String, user: Int64 = 1, realm: String = "realm-a") throws -> DeviceRegistration {
+        func registration(_ token: String, user: Int64 = 1, realm: RealmID = "realm-a") throws -> DeviceRegistration {
             DeviceRegistration(
                 realmUUID: realm, userID: user, token: try DeviceToken(provider: .fcm, value: token), appID: nil,
                 pushAccountID: 7, pushKey: (1, try RealmClient.pushKey()))
@@ -53,9 +53,9 @@ extension StackTests {
         @Test func concurrentRegistrationsOfOneTokenGetOneDevice() async throws {
             let devices = try await store()
             let r = try registration("tok-concurrent")
-            let ids = try await withThrowingTaskGroup(of: Int64.self) { group in
+            let ids = try await withThrowingTaskGroup(of: DeviceID.self) { group in
                 for _ in 0..<16 { group.addTask { try await devices.register(r).id } }
-                return try await group.reduce(into: Set<Int64>()) { $0.insert($1) }
+                return try await group.reduce(into: Set<DeviceID>()) { $0.insert($1) }
             }
             #expect(ids.count == 1)
             #expect(try await devices.deviceIDs(realm: "realm-a", userID: 1) == Array(ids))
@@ -131,7 +131,7 @@ extension StackTests {
             let devices = try await store()
             let token = "old-cleartext-token"
             let key = try RealmClient.pushKey()
-            let id: Int64 = 4_000_000 + Int64.random(in: 0..<1_000_000)
+            let id = DeviceID(4_000_000 + Int64.random(in: 0..<1_000_000))
             // A device exactly as the first version wrote it.
             _ = try await devices.redis.pipeline([
                 [

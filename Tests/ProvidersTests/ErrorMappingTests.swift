@@ -13,7 +13,8 @@ import Testing
             Issue.record("\(reason) must invalidate, got \(result)")
             return
         }
-        #expect(name == reason)
+        #expect(name == .apns(APNsReason(reason)))
+        #expect(name.name == reason)
         #expect(timestamp == 5)
     }
 
@@ -23,7 +24,7 @@ import Testing
     ])
     func apnsTransientReasonsRetry(_ reason: String, _ status: Int) {
         let result = APNsReason(reason).result(status: status, timestampMs: nil, retryAfter: .seconds(7))
-        #expect(result == .retry(reason: reason, status: status, retryAfter: .seconds(7)))
+        #expect(result == .retry(reason: .apns(APNsReason(reason)), status: status, retryAfter: .seconds(7)))
     }
 
     @Test(arguments: [
@@ -33,7 +34,7 @@ import Testing
     func apnsPermanentReasonsFailWithoutTouchingTheToken(_ reason: String, _ status: Int) {
         #expect(
             APNsReason(reason).result(status: status, timestampMs: nil, retryAfter: nil)
-                == .failed(reason: reason, status: status))
+                == .failed(reason: .apns(APNsReason(reason)), status: status))
     }
 
     @Test func unknownAPNsReasonsKeepTheirName() {
@@ -66,29 +67,39 @@ import Testing
         #expect(token.result(status: 400, retryAfter: nil).isInvalidToken)
         let payload = fcm(400, code: nil, message: "Invalid value at 'message.data[0].value'")
         #expect(payload.code == "INVALID_ARGUMENT")
-        #expect(payload.result(status: 400, retryAfter: nil) == .failed(reason: "INVALID_ARGUMENT", status: 400))
+        #expect(payload.result(status: 400, retryAfter: nil) == .failed(reason: .fcm("INVALID_ARGUMENT"), status: 400))
     }
 
     @Test func fcmQuotaBacksOffAtLeastAMinute() {
         let result = fcm(429, code: "QUOTA_EXCEEDED").result(status: 429, retryAfter: .seconds(3))
-        #expect(result == .retry(reason: "QUOTA_EXCEEDED", status: 429, retryAfter: .seconds(60)))
+        #expect(result == .retry(reason: .fcm("QUOTA_EXCEEDED"), status: 429, retryAfter: .seconds(60)))
     }
 
     @Test func fcmUnavailableHonoursRetryAfter() {
         #expect(
             fcm(503, code: "UNAVAILABLE").result(status: 503, retryAfter: .seconds(9))
-                == .retry(reason: "UNAVAILABLE", status: 503, retryAfter: .seconds(9)))
+                == .retry(reason: .fcm("UNAVAILABLE"), status: 503, retryAfter: .seconds(9)))
         #expect(fcm(500, code: "INTERNAL").result(status: 500, retryAfter: nil).isRetry)
     }
 
     @Test func fcmThirdPartyAuthIsACredentialsProblemNotADeadToken() {
         let result = fcm(401, code: "THIRD_PARTY_AUTH_ERROR").result(status: 401, retryAfter: nil)
         #expect(!result.isInvalidToken)
-        #expect(result == .failed(reason: "THIRD_PARTY_AUTH_ERROR", status: 401))
+        #expect(result == .failed(reason: .fcm("THIRD_PARTY_AUTH_ERROR"), status: 401))
+    }
+
+    @Test func fcmCodeNewerThanThisBuildIsKeptAndJudgedByStatus() {
+        let newer = fcm(503, code: "SOMETHING_NEW")
+        #expect(newer.code == .unknown("SOMETHING_NEW"))
+        #expect(
+            newer.result(status: 503, retryAfter: nil)
+                == .retry(reason: .fcm("SOMETHING_NEW"), status: 503, retryAfter: nil))
+        #expect(newer.result(status: 400, retryAfter: nil).reasonName == "SOMETHING_NEW")
+        #expect(fcm(400, code: nil, grpc: "PERMISSION_DENIED").code == .known(.permissionDenied))
     }
 
     @Test func apnsIDIsStablePerNotificationAndDevice() {
-        func record(_ device: Int64) -> OutboundRecord {
+        func record(_ device: DeviceID) -> OutboundRecord {
             OutboundRecord(
                 notificationID: "6dbcdd60-06da-45b6-8f37-867cf905469a", deviceID: device, realmUUID: "r",
                 provider: .apns,

@@ -22,7 +22,7 @@ import Testing
     /// Deterministic: no jitter, stages of 1 s, 2 s and 3 s, four attempts.
     let schedule = RetrySchedule(delays: [.seconds(1), .seconds(2), .seconds(3)], maxAttempts: 4, jitter: 0)
     let token = "a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9"
-    let notification = "n-dispatch"
+    let notification: NotificationID = "n-dispatch"
     let body: JSONValue = ["push_key_id": 11, "encrypted_data": "c2VjcmV0", "aps": ["mutable-content": 1]]
 
     init() throws {
@@ -45,7 +45,7 @@ import Testing
 
     /// A push as the encryptor leaves it on `push.outbound`: token sealed for this record.
     func outbound(
-        device: Int64 = 1, provider: Provider = .apns, attempts: Int? = nil, lastError: String? = nil,
+        device: DeviceID = 1, provider: Provider = .apns, attempts: Int? = nil, lastError: String? = nil,
         expiresAt: Int64? = F.now / 1000 + 3600
     ) throws -> OutboundRecord {
         var record = OutboundRecord(
@@ -162,7 +162,7 @@ import Testing
     // MARK: Provider answers
 
     @Test func aDeadTokenBecomesFeedbackAndAnInvalidTokenOutcome() async throws {
-        apns.enqueue(.invalidToken(reason: "Unregistered", status: 410, timestampMs: F.now - 100))
+        apns.enqueue(.invalidToken(reason: .apns(.unregistered), status: 410, timestampMs: F.now - 100))
         #expect(try await handle(try outbound()) == .done)
         #expect(publisher.batches.count == 1, "feedback and outcome are acknowledged together")
         #expect(Set(publisher.topics) == [F.topics.feedback, F.topics.deliveries])
@@ -191,12 +191,12 @@ import Testing
     }
 
     @Test func aRetryableAnswerParksThePushOnTheFirstRetryTopic() async throws {
-        apns.enqueue(.retry(reason: "ServiceUnavailable", status: 503, retryAfter: nil))
+        apns.enqueue(.retry(reason: .apns(.serviceUnavailable), status: 503, retryAfter: nil))
         #expect(try await handle(try outbound()) == .done)
         #expect(publisher.topics == ["push.retry.1"])
         let message = try #require(publisher.records.soleElement)
         #expect(message.headerTexts(RecordHeader.due) == ["\(F.now + 1_000)"])
-        #expect(message.headerTexts(RecordHeader.notificationID) == [notification])
+        #expect(message.headerTexts(RecordHeader.notificationID) == [notification.rawValue])
         #expect(message.keyString == "1")
         #expect(try message.valueJSON()["token"] == nil, "the token stays sealed on retry topics")
         #expect(!message.valueText.contains(token))
@@ -218,10 +218,10 @@ import Testing
 
     @Test func retryAfterChoosesTheStageThatCoversItAndLaterAttemptsMoveOn() async throws {
         // Attempt 1 with Retry-After 2 s: the 1 s stage cannot honour it.
-        apns.enqueue(.retry(reason: "TooManyRequests", status: 429, retryAfter: .seconds(2)))
+        apns.enqueue(.retry(reason: .apns(.tooManyRequests), status: 429, retryAfter: .seconds(2)))
         #expect(try await handle(try outbound()) == .done)
         // Attempt 3 (two were made): the third stage.
-        apns.enqueue(.retry(reason: "InternalServerError", status: 500, retryAfter: nil))
+        apns.enqueue(.retry(reason: .apns(.internalServerError), status: 500, retryAfter: nil))
         #expect(try await handle(try outbound(attempts: 2), topic: "push.retry.2") == .done)
 
         #expect(publisher.topics == ["push.retry.2", "push.retry.3"])
@@ -233,7 +233,7 @@ import Testing
     }
 
     @Test func exhaustedAttemptsAreDeadLettered() async throws {
-        apns.enqueue(.retry(reason: "ServiceUnavailable", status: 503, retryAfter: nil))
+        apns.enqueue(.retry(reason: .apns(.serviceUnavailable), status: 503, retryAfter: nil))
         // Three attempts made; the fourth is the last the schedule allows.
         #expect(
             try await handle(try outbound(attempts: 3, lastError: "InternalServerError"), topic: "push.retry.3")
@@ -259,7 +259,7 @@ import Testing
     }
 
     @Test func aProviderRefusalIsDeadLetteredAsRejected() async throws {
-        fcm.enqueue(.failed(reason: "INVALID_ARGUMENT", status: 400))
+        fcm.enqueue(.failed(reason: .fcm("INVALID_ARGUMENT"), status: 400))
         #expect(try await handle(try outbound(provider: .fcm)) == .done)
         let dead = try #require(try deadLetters().soleElement)
         #expect(dead.cause == .rejected)
@@ -297,7 +297,7 @@ import Testing
 
     @Test func aPushDueOnlyAfterItsExpiryIsDeadLetteredAsExpired() async throws {
         // Not expired yet, but the 1 s retry would land after the expiry.
-        apns.enqueue(.retry(reason: "ServiceUnavailable", status: 503, retryAfter: nil))
+        apns.enqueue(.retry(reason: .apns(.serviceUnavailable), status: 503, retryAfter: nil))
         #expect(try await handle(try outbound(expiresAt: F.now / 1000)) == .done)
         #expect(apns.sent.count == 1)
         #expect(publisher.records.allSatisfy { !$0.topic.hasPrefix(F.topics.retryPrefix) })
@@ -364,7 +364,7 @@ import Testing
         record.body = []
         record.sealedBody = try keys.seal(
             Wire.canonical(readable), binding: .body(notificationID: notification, realmUUID: F.realm, deviceID: 1))
-        apns.enqueue(.retry(reason: "ServiceUnavailable", status: 503, retryAfter: nil))
+        apns.enqueue(.retry(reason: .apns(.serviceUnavailable), status: 503, retryAfter: nil))
         #expect(try await handle(record) == .done)
         #expect(apns.sent.first?.body == Wire.canonical(readable))
         let parked = try #require(publisher.records(on: "push.retry.1").soleElement)

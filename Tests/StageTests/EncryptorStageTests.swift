@@ -45,7 +45,8 @@ import Testing
     ]
 
     func nativeRequest(
-        id: String = "n-native", userID: Int64 = 10, deviceIDs: [Int64]? = nil, type: NotificationType = .message,
+        id: NotificationID = "n-native", userID: Int64 = 10, deviceIDs: [DeviceID]? = nil,
+        type: NotificationType = .message,
         payload: JSONValue = payload, sealWith: PipelineKeyring? = nil, sealFor sealedUser: Int64? = nil
     ) throws -> PushRequestRecord {
         let sealed = try (sealWith ?? keys).seal(
@@ -288,7 +289,7 @@ import Testing
     // MARK: Legacy (Zulip's non-E2EE API)
 
     func legacyRequest(
-        id: String, deviceIDs: [Int64], payload: ZulipLegacyPayload, sealWith: PipelineKeyring? = nil
+        id: NotificationID, deviceIDs: [DeviceID], payload: ZulipLegacyPayload, sealWith: PipelineKeyring? = nil
     ) throws -> PushRequestRecord {
         let sealed = try (sealWith ?? keys).seal(
             try Wire.encode(payload), binding: .payload(notificationID: id, realmUUID: F.realm, userID: nil))
@@ -390,8 +391,8 @@ import Testing
                 == .done)
         // A native request without its sealed payload cannot be half-handled: it does not decode.
         let noPayload: JSONValue = [
-            "schema": 1, "kind": "native", "notification_id": "n-empty", "server_uuid": .string(F.server),
-            "realm_uuid": .string(F.realm), "user_id": 10, "accepted_at_ms": .int(acceptedAt),
+            "schema": 1, "kind": "native", "notification_id": "n-empty", "server_uuid": .string(F.server.rawValue),
+            "realm_uuid": .string(F.realm.rawValue), "user_id": 10, "accepted_at_ms": .int(acceptedAt),
         ]
         #expect(await stage.handle(F.consumedBytes(Wire.canonical(noPayload), topic: F.topics.requests)) == .done)
         #expect(publisher.calls == 0)

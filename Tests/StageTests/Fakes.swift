@@ -107,8 +107,8 @@ final class MemoryClock: WallClock, Sendable {
 /// set may name ids whose record is gone; `devices(_:)` returns only the ones that exist.
 final class MemoryDeviceDirectory: DeviceDirectory, Sendable {
     private struct State {
-        var records: [Int64: DeviceRecord] = [:]
-        var members: [String: Set<Int64>] = [:]
+        var records: [DeviceID: DeviceRecord] = [:]
+        var members: [String: Set<DeviceID>] = [:]
         var failuresLeft = 0
         var calls = 0
     }
@@ -119,7 +119,7 @@ final class MemoryDeviceDirectory: DeviceDirectory, Sendable {
         for device in devices { add(device) }
     }
 
-    private static func member(_ realm: String, _ userID: Int64) -> String { "\(realm)|\(userID)" }
+    private static func member(_ realm: RealmID, _ userID: Int64) -> String { "\(realm)|\(userID)" }
 
     /// Stores a device and, when it has a user, adds it to that user's set.
     func add(_ device: DeviceRecord) {
@@ -132,7 +132,7 @@ final class MemoryDeviceDirectory: DeviceDirectory, Sendable {
     }
 
     /// Adds an id to a user's set without any record (a device deleted under a reader).
-    func addMembership(realm: String, userID: Int64, id: Int64) {
+    func addMembership(realm: RealmID, userID: Int64, id: DeviceID) {
         state.withLock { _ = $0.members[Self.member(realm, userID), default: []].insert(id) }
     }
 
@@ -153,15 +153,15 @@ final class MemoryDeviceDirectory: DeviceDirectory, Sendable {
         }
     }
 
-    func deviceIDs(realm: String, userID: Int64) async throws -> [Int64] {
+    func deviceIDs(realm: RealmID, userID: Int64) async throws -> [DeviceID] {
         try enter("deviceIDs")
         return state.withLock { Array($0.members[Self.member(realm, userID)] ?? []).sorted() }
     }
 
-    func devices(_ ids: [Int64]) async throws -> [Int64: DeviceRecord] {
+    func devices(_ ids: [DeviceID]) async throws -> [DeviceID: DeviceRecord] {
         try enter("devices")
         return state.withLock { s in
-            var found: [Int64: DeviceRecord] = [:]
+            var found: [DeviceID: DeviceRecord] = [:]
             for id in ids { found[id] = s.records[id] }
             return found
         }
@@ -184,13 +184,15 @@ final class MemoryLedger: DeliveryLedger, Sendable {
 
     init() {}
 
-    private static func key(_ notificationID: String, _ deviceID: Int64) -> String { "\(notificationID):\(deviceID)" }
+    private static func key(_ notificationID: NotificationID, _ deviceID: DeviceID) -> String {
+        "\(notificationID):\(deviceID)"
+    }
 
     private static func parse(_ value: String?) -> LedgerState {
         LedgerState(value.map { RedisValue.bytes(Array($0.utf8)) } ?? .null)
     }
 
-    func claim(notificationID: String, deviceID: Int64, nowMs: Int64) async throws -> LedgerState {
+    func claim(notificationID: NotificationID, deviceID: DeviceID, nowMs: Int64) async throws -> LedgerState {
         state.withLock { s in
             s.claims += 1
             let key = Self.key(notificationID, deviceID)
@@ -200,14 +202,16 @@ final class MemoryLedger: DeliveryLedger, Sendable {
         }
     }
 
-    func recordSent(notificationID: String, deviceID: Int64, providerMessageID: String?, nowMs: Int64) async throws {
+    func recordSent(notificationID: NotificationID, deviceID: DeviceID, providerMessageID: String?, nowMs: Int64)
+        async throws
+    {
         state.withLock { s in
             s.sentWrites += 1
             s.values[Self.key(notificationID, deviceID)] = "sent \(nowMs)" + (providerMessageID.map { " \($0)" } ?? "")
         }
     }
 
-    func release(notificationID: String, deviceID: Int64) async throws {
+    func release(notificationID: NotificationID, deviceID: DeviceID) async throws {
         state.withLock { s in
             s.releases += 1
             s.values[Self.key(notificationID, deviceID)] = nil
@@ -215,17 +219,17 @@ final class MemoryLedger: DeliveryLedger, Sendable {
     }
 
     /// Puts a marker in place, as an earlier (possibly interrupted) dispatcher left it.
-    func seedClaimed(notificationID: String, deviceID: Int64, atMs: Int64) {
+    func seedClaimed(notificationID: NotificationID, deviceID: DeviceID, atMs: Int64) {
         state.withLock { $0.values[Self.key(notificationID, deviceID)] = "claimed \(atMs)" }
     }
 
-    func seedSent(notificationID: String, deviceID: Int64, atMs: Int64, providerMessageID: String?) {
+    func seedSent(notificationID: NotificationID, deviceID: DeviceID, atMs: Int64, providerMessageID: String?) {
         state.withLock {
             $0.values[Self.key(notificationID, deviceID)] = "sent \(atMs)" + (providerMessageID.map { " \($0)" } ?? "")
         }
     }
 
-    func state(notificationID: String, deviceID: Int64) -> LedgerState {
+    func state(notificationID: NotificationID, deviceID: DeviceID) -> LedgerState {
         Self.parse(state.withLock { $0.values[Self.key(notificationID, deviceID)] })
     }
 
@@ -239,7 +243,7 @@ final class MemoryLedger: DeliveryLedger, Sendable {
 /// fingerprint differs, or when it registered after the provider's timestamp.
 final class MemoryDeviceInvalidations: DeviceInvalidations, Sendable {
     struct Invalidation: Equatable {
-        var deviceID: Int64
+        var deviceID: DeviceID
         var reason: String
         var atMs: Int64
     }
@@ -249,8 +253,8 @@ final class MemoryDeviceInvalidations: DeviceInvalidations, Sendable {
     }
 
     private struct State {
-        var devices: [Int64: DeviceRecord] = [:]
-        var counts: [String: Int64] = [:]
+        var devices: [DeviceID: DeviceRecord] = [:]
+        var counts: [ServerID: Int64] = [:]
         /// What `GET /v1/feedback` would list: one entry per applied invalidation.
         var invalidations: [Invalidation] = []
         /// Failures still to inject, per operation.
@@ -261,7 +265,7 @@ final class MemoryDeviceInvalidations: DeviceInvalidations, Sendable {
     private let state = Mutex(State())
     private let clock: MemoryClock
 
-    init(_ devices: [DeviceRecord] = [], counts: [String: Int64] = [:], clock: MemoryClock = MemoryClock(0)) {
+    init(_ devices: [DeviceRecord] = [], counts: [ServerID: Int64] = [:], clock: MemoryClock = MemoryClock(0)) {
         self.clock = clock
         state.withLock { s in
             for device in devices { s.devices[device.id] = device }
@@ -284,12 +288,12 @@ final class MemoryDeviceInvalidations: DeviceInvalidations, Sendable {
         }
     }
 
-    func device(_ id: Int64) async throws -> DeviceRecord? {
+    func device(_ id: DeviceID) async throws -> DeviceRecord? {
         try enter(.device)
         return state.withLock { $0.devices[id] }
     }
 
-    func invalidate(deviceID: Int64, tokenFingerprint: String, reason: String, providerTimestampMs: Int64?)
+    func invalidate(deviceID: DeviceID, tokenFingerprint: String, reason: String, providerTimestampMs: Int64?)
         async throws -> Bool
     {
         try enter(.invalidate)
@@ -314,13 +318,13 @@ final class MemoryDeviceInvalidations: DeviceInvalidations, Sendable {
         return state.withLock { $0.devices.removeValue(forKey: device.id) != nil }
     }
 
-    func countDevice(server: String, by delta: Int64) async throws {
+    func countDevice(server: ServerID, by delta: Int64) async throws {
         try enter(.countDevice)
         state.withLock { $0.counts[server, default: 0] += delta }
     }
 
-    func stored(_ id: Int64) -> DeviceRecord? { state.withLock { $0.devices[id] } }
-    func count(server: String) -> Int64 { state.withLock { $0.counts[server] ?? 0 } }
+    func stored(_ id: DeviceID) -> DeviceRecord? { state.withLock { $0.devices[id] } }
+    func count(server: ServerID) -> Int64 { state.withLock { $0.counts[server] ?? 0 } }
     var invalidations: [Invalidation] { state.withLock { $0.invalidations } }
     func calls(_ operation: Operation) -> Int { state.withLock { $0.calls[operation] ?? 0 } }
 }
@@ -366,9 +370,9 @@ final class MemoryProviderClient: PushProviderClient, Sendable {
 enum MemoryFixtures {
     /// A fixed instant (whole seconds, so ms → s conversions are exact).
     static let now: Int64 = 1_750_000_000_000
-    static let realm = "5c6d0e2a-0000-4000-8000-00000000aaaa"
-    static let otherRealm = "5c6d0e2a-0000-4000-8000-00000000bbbb"
-    static let server = "7f1e9c4b-0000-4000-8000-0000000000cc"
+    static let realm: RealmID = "5c6d0e2a-0000-4000-8000-00000000aaaa"
+    static let otherRealm: RealmID = "5c6d0e2a-0000-4000-8000-00000000bbbb"
+    static let server: ServerID = "7f1e9c4b-0000-4000-8000-0000000000cc"
     static let topics = TopicNames()
 
     /// Logs go nowhere: the tests assert on records, not on log lines.
@@ -401,7 +405,7 @@ enum MemoryFixtures {
     }
 
     static func device(
-        _ id: Int64, provider: Provider = .apns, realm: String = realm, userID: Int64? = 10,
+        _ id: DeviceID, provider: Provider = .apns, realm: RealmID = realm, userID: Int64? = 10,
         token: String? = nil, appID: String? = nil, key: (id: UInt32, key: PushKey)? = nil,
         status: DeviceRecord.Status = .active, invalidReason: String? = nil, registeredAtMs: Int64 = now - 86_400_000,
         legacyOwner: String? = nil

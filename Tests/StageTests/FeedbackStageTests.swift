@@ -16,7 +16,7 @@ import Testing
     let token = "fcm-token-for-device-1"
     let legacyOwner = "\(F.server)|uuid:u1"
 
-    func store(_ devices: [DeviceRecord], counts: [String: Int64] = [:]) -> MemoryDeviceInvalidations {
+    func store(_ devices: [DeviceRecord], counts: [ServerID: Int64] = [:]) -> MemoryDeviceInvalidations {
         MemoryDeviceInvalidations(devices, counts: counts, clock: clock)
     }
 
@@ -25,7 +25,7 @@ import Testing
     }
 
     func report(
-        device: Int64 = 1, token: String? = nil, reason: String = "UNREGISTERED", providerTimestampMs: Int64? = nil,
+        device: DeviceID = 1, token: String? = nil, reason: String = "UNREGISTERED", providerTimestampMs: Int64? = nil,
         provider: Provider = .fcm
     ) -> FeedbackRecord {
         FeedbackRecord(

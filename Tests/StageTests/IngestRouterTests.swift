@@ -274,8 +274,8 @@ import Testing
             let published = try RouterPublished(outgoing[0])
             let record = published.record
             #expect(record.kind == .passThrough && published.json["kind"] == "pass_through")
-            #expect(record.serverUUID == server.uuid)
-            #expect(record.realmUUID == realm)
+            #expect(record.serverUUID.rawValue == server.uuid)
+            #expect(record.realmUUID.rawValue == realm)
             #expect(published.json["sealed_payload"] == nil, "nothing of the relay's to seal: \(published.json)")
             let items = published.items
             #expect(
@@ -288,7 +288,7 @@ import Testing
             #expect(outgoing[0].key == Array(record.partitionKey.utf8))
             #expect(
                 outgoing[0].headers.contains {
-                    $0.name == "notification_id" && $0.value == Array(record.notificationID.utf8)
+                    $0.name == "notification_id" && $0.value == Array(record.notificationID.rawValue.utf8)
                 })
 
             // Errors publish nothing.
@@ -464,13 +464,14 @@ import Testing
             let published = try RouterPublished(outgoing[0])
             let record = published.record
             #expect(record.kind == .legacy && published.json["kind"] == "legacy")
-            #expect(record.realmUUID == realm)
+            #expect(record.realmUUID.rawValue == realm)
             #expect(published.json["legacy_user"] == .string("uuid:\(userUUID)"))
             #expect(published.deviceIDs?.count == 2, "both of the user's devices")
             #expect(outgoing[0].key == Array("\(server.uuid):uuid:\(userUUID)".utf8), "keyed by server and user")
             let sealed = try published.sealedPayload()
             let opened = try fixture.pipelineKeys.open(
-                sealed, binding: .payload(notificationID: record.notificationID, realmUUID: realm, userID: nil))
+                sealed, binding: .payload(notificationID: record.notificationID, realmUUID: RealmID(realm), userID: nil)
+            )
             #expect(routerContains(opened, secret), "sealed with the pipeline key, bound to the notification")
 
             let badPayload = try await client.send(
@@ -521,7 +522,7 @@ import Testing
             #expect(!routerContains(outgoing[0].value, "Test notification"), "the test payload travels sealed")
             let opened = try fixture.pipelineKeys.open(
                 try published.sealedPayload(),
-                binding: .payload(notificationID: record.notificationID, realmUUID: realm, userID: nil))
+                binding: .payload(notificationID: record.notificationID, realmUUID: RealmID(realm), userID: nil))
             #expect(routerContains(opened, "Test notification"), "\(String(decoding: opened, as: UTF8.self))")
 
             expectRouterError(
@@ -696,7 +697,7 @@ import Testing
 
     /// A registered server, realm and FCM device of user 5, for the notify tests.
     static func nativeDevice(_ client: RouterClient) async throws -> (
-        server: RouterServer, realm: String, device: Int64
+        server: RouterServer, realm: String, device: DeviceID
     ) {
         let realm = UUID().uuidString.lowercased()
         let server = try await client.registeredServer(realms: [realm])
@@ -707,7 +708,7 @@ import Testing
                 "push_key": .string(try routerPushKey().base64), "push_key_id": 1,
             ]))
         let id = try #require(created.json["device_id"]?.intValue, "\(created.text)")
-        return (server, realm, id)
+        return (server, realm, DeviceID(id))
     }
 
     @Test func nativeNotifySealsThePlaintext() async throws {
@@ -733,18 +734,23 @@ import Testing
             let published = try RouterPublished(outgoing[0])
             let record = published.record
             #expect(record.kind == .native && published.json["kind"] == "native")
-            #expect(record.notificationID == notificationID)
-            #expect(record.serverUUID == server.uuid && record.realmUUID == realm && published.json["user_id"] == 5)
+            #expect(record.notificationID.rawValue == notificationID)
+            #expect(
+                record.serverUUID.rawValue == server.uuid && record.realmUUID.rawValue == realm
+                    && published.json["user_id"] == 5)
             #expect(published.json["device_ids"] == nil, "all of the user's devices: \(published.json)")
             #expect(published.json["notification_type"] == "message")
             #expect(outgoing[0].key == Array("\(realm):5".utf8))
             let sealed = try published.sealedPayload()
             let opened = try fixture.pipelineKeys.open(
-                sealed, binding: .payload(notificationID: notificationID, realmUUID: realm, userID: 5))
+                sealed,
+                binding: .payload(notificationID: NotificationID(notificationID), realmUUID: RealmID(realm), userID: 5))
             #expect(opened == Wire.canonical(payload), "sealed with the pipeline key, bound to the notification")
             #expect(
                 (try? fixture.pipelineKeys.open(
-                    sealed, binding: .payload(notificationID: notificationID, realmUUID: realm, userID: 6))) == nil,
+                    sealed,
+                    binding: .payload(
+                        notificationID: NotificationID(notificationID), realmUUID: RealmID(realm), userID: 6))) == nil,
                 "bound to its user")
 
             // Named devices: an unknown one comes back in delete_device_ids.
@@ -752,12 +758,12 @@ import Testing
                 .post, "/v1/notify", auth: server.auth,
                 .json([
                     "realm_uuid": .string(realm), "user_id": 5, "payload": payload,
-                    "device_ids": [.int(device), .int(device), 987_654_321],
+                    "device_ids": [.int(device.rawValue), .int(device.rawValue), 987_654_321],
                 ]))
             expectRouterSuccess(named, status: 202, "notify to named devices")
             #expect(named.json["device_count"] == 1, "\(named.text)")
             #expect(named.json["delete_device_ids"] == [987_654_321], "\(named.text)")
-            #expect(try fixture.published().last?.deviceIDs == [device, 987_654_321], "a repeated id once")
+            #expect(try fixture.published().last?.deviceIDs == [device.rawValue, 987_654_321], "a repeated id once")
 
             // Refused requests publish nothing.
             let mismatch = try await client.send(
@@ -905,7 +911,7 @@ import Testing
             expectRouterSuccess(listed, "feedback")
             let entries = try #require(listed.json["invalidated"]?.arrayValue, "\(listed.text)")
             try #require(entries.count == 1, "\(listed.text)")
-            #expect(entries[0]["device_id"]?.intValue == device)
+            #expect(entries[0]["device_id"]?.intValue == device.rawValue)
             #expect(entries[0]["reason"] == "Unregistered")
             let cursor = try #require(entries[0]["cursor"]?.stringValue)
             #expect(listed.json["next_cursor"] == .string(cursor))
@@ -922,7 +928,8 @@ import Testing
                     "payload": routerMessagePayload(userID: 5, messageID: 1, content: "x"),
                 ]))
             #expect(
-                notify.json["device_count"] == 0 && notify.json["delete_device_ids"] == [.int(device)], "\(notify.text)"
+                notify.json["device_count"] == 0 && notify.json["delete_device_ids"] == [.int(device.rawValue)],
+                "\(notify.text)"
             )
 
             let badCursor = try await client.send(

@@ -5,11 +5,11 @@ import PushModels
 /// `--into`: how a selected record goes back onto a topic.
 public enum Redrive {
     /// The (notification, device) pair a record would push, when it is a push.
-    public static func pair(of e: TopicEntry) -> (notificationID: String, deviceID: Int64)? {
+    public static func pair(of e: TopicEntry) -> (notificationID: NotificationID, deviceID: DeviceID)? {
         guard let push = e.push, let n = push[RecordHeader.notificationID]?.stringValue,
             let d = push["device_id"]?.intValue
         else { return nil }
-        return (n, d)
+        return (NotificationID(n), DeviceID(d))
     }
 
     /// The record to produce: the same value, key and headers, marked as a replay. A dead

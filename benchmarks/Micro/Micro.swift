@@ -14,7 +14,8 @@ let payload500 = Array(String(repeating: "x", count: 500).utf8)
 let sampleCiphertext = try! key.encrypt(payload500)
 
 let outbound = OutboundRecord(
-    notificationID: UUID().uuidString.lowercased(), deviceID: 123_456, realmUUID: UUID().uuidString.lowercased(),
+    notificationID: NotificationID(UUID().uuidString.lowercased()), deviceID: 123_456,
+    realmUUID: RealmID(UUID().uuidString.lowercased()),
     provider: .apns, token: String(repeating: "ab", count: 32), appID: "org.zulip.Zulip",
     delivery: DeliveryClass(.message),
     body: ProviderBody.encrypted(provider: .apns, pushKeyID: 7, encryptedData: sampleCiphertext, type: .message),

@@ -1,0 +1,44 @@
+/// Small wrapper types for the ids records carry, so a device id is never passed where
+/// a user id belongs, nor a realm where a server is meant. Each encodes as its bare
+/// value (the standard library's coding of a `RawRepresentable`): the wire form of
+/// every record is unchanged.
+public protocol Identifier: RawRepresentable, Sendable, Hashable, Comparable, Codable, CustomStringConvertible
+where RawValue: Comparable & Sendable & Codable & CustomStringConvertible {
+    init(rawValue: RawValue)
+}
+
+extension Identifier {
+    public init(_ rawValue: RawValue) { self.init(rawValue: rawValue) }
+    public var description: String { rawValue.description }
+    public static func < (a: Self, b: Self) -> Bool { a.rawValue < b.rawValue }
+}
+
+extension Identifier where RawValue == String {
+    public init(stringLiteral value: String) { self.init(rawValue: value) }
+}
+
+/// The id the relay gives a notification at acceptance (a UUID string), one per notify.
+public struct NotificationID: Identifier, ExpressibleByStringLiteral {
+    public var rawValue: String
+    public init(rawValue: String) { self.rawValue = rawValue }
+}
+
+/// A device's id in the relay (a positive 64-bit integer from `{p}device:seq`; Zulip's
+/// legacy devices are numbered in the same sequence).
+public struct DeviceID: Identifier, ExpressibleByIntegerLiteral {
+    public var rawValue: Int64
+    public init(rawValue: Int64) { self.rawValue = rawValue }
+    public init(integerLiteral value: Int64) { rawValue = value }
+}
+
+/// A realm's UUID, as its server names it.
+public struct RealmID: Identifier, ExpressibleByStringLiteral {
+    public var rawValue: String
+    public init(rawValue: String) { self.rawValue = rawValue }
+}
+
+/// A registered server's UUID (a Zulip server, or a native API caller).
+public struct ServerID: Identifier, ExpressibleByStringLiteral {
+    public var rawValue: String
+    public init(rawValue: String) { self.rawValue = rawValue }
+}
