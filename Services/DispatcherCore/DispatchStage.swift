@@ -147,7 +147,18 @@ public struct DispatchStage: Sendable {
     }
 
     public func handle(_ record: KafkaRecord, maxRateWait: Duration) async -> RecordDisposition {
-        guard var decoded = decodeRecord(OutboundRecord.self, from: record, logger: logger) else { return .done }
+        guard var decoded = decodeRecord(OutboundRecord.self, from: record, logger: logger) else {
+            // Counted and skipped; the realm's outcome stream says so when the record names its push.
+            guard
+                let outcome = malformedOutcome(
+                    record, reason: "malformed_record", nowMs: clock.nowMillis(), topic: topics.deliveries)
+            else { return .done }
+            let published: Bool? = await untilSuccess("record outcome", logger: logger) {
+                try await publisher.publish([outcome])
+                return true
+            }
+            return published == nil ? .abandoned : .done
+        }
         let unreadable: RelayReason? =
             !readToken(&decoded) ? .tokenUnreadable : !readBody(&decoded) ? .bodyUnreadable : nil
         let outbound = decoded

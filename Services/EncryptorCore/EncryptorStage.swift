@@ -78,10 +78,12 @@ public struct EncryptorStage: Sendable {
     }
 
     public func handle(_ record: KafkaRecord) async -> RecordDisposition {
-        guard let request = decodeRecord(PushRequestRecord.self, from: record, logger: logger) else { return .done }
+        guard let request = decodeRecord(PushRequestRecord.self, from: record, logger: logger) else {
+            return await accountForMalformed(record)
+        }
         let start = ContinuousClock.now
         let replay = record.header(RecordHeader.replay)
-        let finished: Bool? = await untilSuccess("encrypt request", logger: logger) {
+        let outcome = await retrying("encrypt request", logger: logger, isTransient: Self.isTransient) {
             var messages = try await self.messages(for: request)
             if let replay {
                 // A re-driven request stays marked, so the dispatcher's dedupe knows it.
@@ -91,7 +93,55 @@ public struct EncryptorStage: Sendable {
             return true
         }
         RelayMetrics.stageDuration("encryptor").record(duration: ContinuousClock.now - start)
-        return finished == nil ? .abandoned : .done
+        switch outcome {
+        case .succeeded: return .done
+        case .interrupted: return .abandoned
+        case .failed(let error):
+            // The same error every time: the request is accounted for as failed rather
+            // than retried for ever behind the rest of its partition.
+            logger.error(
+                "request cannot be encrypted; recorded as failed",
+                metadata: [LogKey.notificationID: "\(request.notificationID)", LogKey.error: "\(error)"])
+            let ids: [DeviceID?] = (request.deviceIDs ?? []).map { Optional($0) }
+            return await publishOutcomes(
+                try (ids.isEmpty ? [nil] : ids).map {
+                    try unsent(request, device: $0, provider: nil, .failed, "encryption_failed")
+                })
+        }
+    }
+
+    /// Errors that say Redis or Kafka is away, or a storage key is missing (an operator's
+    /// fix): retried for as long as it takes. Anything else (a payload that cannot be
+    /// encrypted or encoded, a record too large for the topic) fails the same way every
+    /// time.
+    static func isTransient(_ error: any Error) -> Bool {
+        switch error {
+        case let error as CryptoError: error.code == .invalidKey
+        case let error as KafkaError: error.code.name != "MSG_SIZE_TOO_LARGE"
+        case is EncodingError, is DecodingError, is PayloadValidationError: false
+        default: true
+        }
+    }
+
+    /// A record on `push.requests` that does not decode as a request: when its
+    /// notification and realm can still be read, the realm's outcome stream says it
+    /// failed (`malformed_request`); either way it is counted and skipped.
+    func accountForMalformed(_ record: KafkaRecord) async -> RecordDisposition {
+        await publishOutcomes(
+            [
+                malformedOutcome(
+                    record, reason: "malformed_request", nowMs: clock.nowMillis(), topic: topics.deliveries)
+            ].compactMap { $0 })
+    }
+
+    /// Publishes outcomes, retrying until Kafka takes them.
+    private func publishOutcomes(_ messages: @autoclosure () throws -> [KafkaOutgoing]) async -> RecordDisposition {
+        guard let messages = try? messages(), !messages.isEmpty else { return .done }
+        let published: Bool? = await untilSuccess("record outcome", logger: logger) {
+            try await publisher.publish(messages)
+            return true
+        }
+        return published == nil ? .abandoned : .done
     }
 
     /// The outbound and delivery records one request turns into.

@@ -55,9 +55,19 @@ public struct FeedbackStage: Sendable {
 
     public func handle(_ record: KafkaRecord) async -> RecordDisposition {
         guard let report = decodeRecord(FeedbackRecord.self, from: record, logger: logger) else { return .done }
-        guard let changed = await untilSuccess("invalidate device", logger: logger, { try await apply(report) }) else {
+        guard let change = await untilSuccess("invalidate device", logger: logger, { try await apply(report) }) else {
             return .abandoned
         }
+        if case .removedLegacy(let server) = change {
+            // The removal happened: only the quota count is left, retried on its own, since
+            // a retry of the whole report would find the device gone and never count it out.
+            let counted: Bool? = await untilSuccess("count the removed device out", logger: logger) {
+                try await devices.countDevice(server: server, by: -1)
+                return true
+            }
+            if counted == nil { return .abandoned }
+        }
+        let changed = change != .none
         RelayMetrics.invalidations(provider: report.provider.rawValue, applied: changed).increment()
         logger.info(
             changed ? "device invalidated" : "invalidation ignored (stale, repeated or re-registered)",
@@ -68,19 +78,30 @@ public struct FeedbackStage: Sendable {
         return .done
     }
 
-    /// Applies one report; true when it changed a device.
-    public func apply(_ report: FeedbackRecord) async throws -> Bool {
+    /// What one report changed.
+    public enum Change: Sendable, Equatable {
+        /// Stale, repeated or re-registered: nothing.
+        case none
+        /// A device marked invalid.
+        case invalidated
+        /// A device of Zulip's legacy API deleted; it is still to be counted out of the
+        /// server's device quota.
+        case removedLegacy(server: ServerID)
+    }
+
+    /// Applies one report, all but the quota count of a removed legacy device (`handle` does that).
+    public func apply(_ report: FeedbackRecord) async throws -> Change {
         if let device = try await devices.device(report.deviceID), let owner = device.zulipLegacyOwner {
             // Only the registration the report is about: not a token registered again since.
             guard Fingerprint.token(device.token) == report.tokenFingerprint,
                 report.providerTimestampMs.map({ device.registeredAtMs <= $0 }) ?? true
-            else { return false }
-            guard try await devices.removeLegacy(device) else { return false }
-            try await devices.countDevice(server: ServerID(String(owner.prefix { $0 != "|" })), by: -1)
-            return true
+            else { return .none }
+            guard try await devices.removeLegacy(device) else { return .none }
+            return .removedLegacy(server: ServerID(String(owner.prefix { $0 != "|" })))
         }
-        return try await devices.invalidate(
+        let changed = try await devices.invalidate(
             deviceID: report.deviceID, tokenFingerprint: report.tokenFingerprint, reason: report.reason,
             providerTimestampMs: report.providerTimestampMs)
+        return changed ? .invalidated : .none
     }
 }

@@ -34,17 +34,47 @@ public func untilSuccess<T: Sendable>(
     _ what: String, logger: Logger, maxDelay: Duration = .seconds(5),
     _ operation: @Sendable () async throws -> T
 ) async -> T? {
+    switch await retrying(what, logger: logger, maxDelay: maxDelay, isTransient: { _ in true }, operation) {
+    case .succeeded(let value): value
+    case .failed, .interrupted: nil
+    }
+}
+
+/// How `retrying` ended.
+public enum RetryOutcome<T: Sendable>: Sendable {
+    case succeeded(T)
+    /// A failure that is not transient came back `permanentAttempts` times in a row.
+    case failed(any Error)
+    /// Cancelled, or the service is shutting down: leave the record for redelivery.
+    case interrupted
+}
+
+/// Like `untilSuccess`, but an error `isTransient` calls permanent (a bug or a bad
+/// record rather than Redis or Kafka being away) ends the loop after
+/// `permanentAttempts` such failures, so one poison record never holds its partition.
+public func retrying<T: Sendable>(
+    _ what: String, logger: Logger, maxDelay: Duration = .seconds(5), permanentAttempts: Int = 3,
+    isTransient: (any Error) -> Bool, _ operation: @Sendable () async throws -> T
+) async -> RetryOutcome<T> {
     var delay = Duration.milliseconds(50)
+    var permanentFailures = 0
     while true {
         do {
-            return try await operation()
+            return .succeeded(try await operation())
         } catch {
+            if !isTransient(error) {
+                permanentFailures += 1
+                if permanentFailures >= max(1, permanentAttempts) {
+                    logger.error("\(what) failed; giving up", metadata: [LogKey.error: "\(error)"])
+                    return .failed(error)
+                }
+            }
             logger.warning("\(what) failed; retrying", metadata: [LogKey.error: "\(error)"])
         }
-        if Task.isCancelled || Task.isShuttingDownGracefully { return nil }
+        if Task.isCancelled || Task.isShuttingDownGracefully { return .interrupted }
         let jittered = delay * Double.random(in: 0.5...1.0)
         try? await cancelWhenGracefulShutdown { try await Task.sleep(for: jittered) }
-        if Task.isCancelled || Task.isShuttingDownGracefully { return nil }
+        if Task.isCancelled || Task.isShuttingDownGracefully { return .interrupted }
         delay = min(delay * 2, maxDelay)
     }
 }

@@ -382,6 +382,21 @@ import Testing
         #expect(ledger.claims == 0)
         #expect(apns.sent.isEmpty && fcm.sent.isEmpty)
     }
+
+    @Test func anUndecodableRecordThatNamesItsPushIsAccountedForAsFailed() async throws {
+        let value: JSONValue = [
+            "schema": 5, "notification_id": "n-bad", "realm_uuid": .string(F.realm.rawValue), "device_id": 7,
+            "provider": "carrier_pigeon", "accepted_at_ms": .int(F.now),
+        ]
+        let disposition = await stage().handle(
+            F.consumedBytes(Wire.canonical(value), topic: F.topics.outbound), maxRateWait: .seconds(1))
+        #expect(disposition == .done)
+        #expect(ledger.claims == 0 && apns.sent.isEmpty && fcm.sent.isEmpty)
+        let outcome = try #require(try publisher.decoded(DeliveryRecord.self, on: F.topics.deliveries).soleElement)
+        #expect(outcome.notificationID == "n-bad" && outcome.deviceID == 7 && outcome.realmUUID == F.realm)
+        #expect(outcome.outcome == .failed && outcome.reason == "malformed_record")
+        #expect(publisher.records.count == 1)
+    }
 }
 
 extension Array {

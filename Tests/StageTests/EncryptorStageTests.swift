@@ -381,7 +381,7 @@ import Testing
 
     // MARK: Consuming and publishing
 
-    @Test func anUndecodableRecordIsSkippedWithNothingPublished() async throws {
+    @Test func anUndecodableRecordIsSkippedAndAccountedForWhenItNamesItsNotification() async throws {
         addUserDevices()
         let stage = stage()
         #expect(await stage.handle(F.consumedBytes(Array("not json {".utf8), topic: F.topics.requests)) == .done)
@@ -394,9 +394,37 @@ import Testing
             "schema": 1, "kind": "native", "notification_id": "n-empty", "server_uuid": .string(F.server.rawValue),
             "realm_uuid": .string(F.realm.rawValue), "user_id": 10, "accepted_at_ms": .int(acceptedAt),
         ]
+        #expect(publisher.calls == 0, "nothing names a notification to account for")
         #expect(await stage.handle(F.consumedBytes(Wire.canonical(noPayload), topic: F.topics.requests)) == .done)
-        #expect(publisher.calls == 0)
         #expect(directory.calls == 0, "not even a device look-up")
+        let outcomes = try deliveries()
+        #expect(publisher.records.count == 1 && outcomes.count == 1)
+        let outcome = try #require(outcomes.first)
+        #expect(outcome.notificationID == "n-empty" && outcome.realmUUID == F.realm)
+        #expect(outcome.outcome == .failed && outcome.reason == "malformed_request" && outcome.deviceID == nil)
+    }
+
+    @Test func aRequestThatFailsTheSameWayEveryTimeIsRecordedFailedNotRetriedForever() async throws {
+        addUserDevices()
+        directory.failNext(100, with: CryptoError(.invalidCiphertext, "a damaged device record"))
+        let request = try nativeRequest(id: "n-poison", deviceIDs: [1, 2])
+        #expect(try await stage().handle(F.consumed(request, topic: F.topics.requests)) == .done)
+        #expect(directory.calls == 3, "three attempts, then it is accounted for")
+        let outcomes = try deliveries()
+        #expect(publisher.records.count == 2, "the outcomes, and no push")
+        #expect(outcomes.map(\.deviceID) == [1, 2])
+        #expect(outcomes.allSatisfy { $0.outcome == .failed && $0.reason == "encryption_failed" })
+        #expect(outcomes.allSatisfy { $0.notificationID == "n-poison" })
+    }
+
+    @Test func aMissingStorageKeyIsRetriedUntilTheOperatorFixesIt() async throws {
+        addUserDevices()
+        directory.failNext(5, with: CryptoError(.invalidKey, "no storage key s2"))
+        let request = try nativeRequest(id: "n-config", deviceIDs: [1])
+        #expect(try await stage().handle(F.consumed(request, topic: F.topics.requests)) == .done)
+        #expect(directory.calls == 6)
+        let outbound = try publisher.decoded(OutboundRecord.self, on: F.topics.outbound)
+        #expect(outbound.map(\.deviceID) == [1])
     }
 
     @Test func aFailedPublishIsRetriedAndEachRecordIsPublishedOnce() async throws {

@@ -110,6 +110,7 @@ final class MemoryDeviceDirectory: DeviceDirectory, Sendable {
         var records: [DeviceID: DeviceRecord] = [:]
         var members: [String: Set<DeviceID>] = [:]
         var failuresLeft = 0
+        var failure: any Error & Sendable = MemoryFailure(what: "directory")
         var calls = 0
     }
 
@@ -136,19 +137,22 @@ final class MemoryDeviceDirectory: DeviceDirectory, Sendable {
         state.withLock { _ = $0.members[Self.member(realm, userID), default: []].insert(id) }
     }
 
-    /// The next `count` look-ups throw (Redis unavailable).
-    func failNext(_ count: Int) {
-        state.withLock { $0.failuresLeft = count }
+    /// The next `count` look-ups throw `error` (by default: Redis unavailable).
+    func failNext(_ count: Int, with error: (any Error & Sendable)? = nil) {
+        state.withLock {
+            $0.failuresLeft = count
+            $0.failure = error ?? MemoryFailure(what: "directory")
+        }
     }
 
     var calls: Int { state.withLock { $0.calls } }
 
-    private func enter(_ what: String) throws(MemoryFailure) {
-        try state.withLock { s throws(MemoryFailure) in
+    private func enter(_ what: String) throws {
+        try state.withLock { s throws in
             s.calls += 1
             if s.failuresLeft > 0 {
                 s.failuresLeft -= 1
-                throw MemoryFailure(what: what)
+                throw s.failure
             }
         }
     }
