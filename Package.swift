@@ -215,7 +215,7 @@ let package = Package(
         .executableTarget(
             name: "pushrelay-replay",
             dependencies: [
-                "ReplayKit", "Kafka", "PushModels", "DeviceState", "RedisClient",
+                "ReplayKit", "Kafka", "PushModels", "DeviceState", "RedisClient", "ServiceKit",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],

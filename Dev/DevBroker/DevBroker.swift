@@ -2,7 +2,7 @@ import Foundation
 import Kafka
 import KafkaDev
 import Logging
-import ServiceKit
+@_spi(Dev) import ServiceKit
 import ServiceLifecycle
 
 /// devbroker: librdkafka's mock cluster as a standalone Kafka-protocol broker for the

@@ -1,6 +1,6 @@
 import AsyncHTTPClient
 import Foundation
-import Kafka
+@_spi(Dev) import Kafka
 import Logging
 import PushCrypto
 import PushModels

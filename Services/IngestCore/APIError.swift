@@ -76,9 +76,37 @@ func success(_ fields: [String: JSONValue] = [:], status: HTTPResponse.Status = 
     return jsonResponse(status, .object(body))
 }
 
-/// Turns every failure into the JSON error shape: unknown routes, oversize bodies,
-/// and unexpected errors (logged, answered 500 without details).
+/// The methods each route path answers, to tell a wrong method (405, with `Allow`)
+/// from an unknown path (404). Built from the router's own route list.
+struct RouteMethods: Sendable {
+    private var routes: [(path: RouterPath, methods: Set<HTTPRequest.Method>)] = []
+
+    init<Context>(_ routes: [Router<Context>.RouteDescription]) {
+        for route in routes {
+            if let i = self.routes.firstIndex(where: { $0.path == route.path }) {
+                self.routes[i].methods.insert(route.method)
+            } else {
+                self.routes.append((route.path, [route.method]))
+            }
+        }
+    }
+
+    /// The methods answered at `path` (matched segment by segment, as the router does).
+    func methods(at path: String) -> Set<HTTPRequest.Method> {
+        let segments = path.split(separator: "/")
+        var found: Set<HTTPRequest.Method> = []
+        for route in routes where route.path.count == segments.count {
+            if zip(route.path, segments).allSatisfy({ $0 ~= $1 }) { found.formUnion(route.methods) }
+        }
+        return found
+    }
+}
+
+/// Turns every failure into the JSON error shape: unknown routes, wrong methods,
+/// oversize bodies, and unexpected errors (logged, answered 500 without details).
 struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
+    var routes = RouteMethods([Router<Context>.RouteDescription]())
+
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
         -> Response
     {
@@ -92,6 +120,15 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
                 throw APIError(
                     status: .contentTooLarge, code: "REQUEST_TOO_LARGE", message: "Request body is too large")
             case .notFound:
+                let allowed = routes.methods(at: request.uri.path)
+                guard allowed.isEmpty || allowed.contains(request.method) else {
+                    let names = allowed.map(\.rawValue).sorted()
+                    throw APIError(
+                        status: .methodNotAllowed, code: "METHOD_NOT_ALLOWED",
+                        message:
+                            "\(request.method.rawValue) is not allowed here; use \(names.joined(separator: " or "))",
+                        headers: [.allow: names.joined(separator: ", ")])
+                }
                 throw APIError(status: .notFound, code: "NOT_FOUND", message: "No such endpoint")
             case .methodNotAllowed:
                 throw APIError(status: .methodNotAllowed, code: "METHOD_NOT_ALLOWED", message: "Method not allowed")

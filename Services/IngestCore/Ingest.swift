@@ -107,8 +107,12 @@ public struct IngestAPI: Sendable {
 
     /// Every route of the public API: Zulip's bouncer API and the native API.
     public func router() -> Router<IngestContext> {
+        // The routes once on their own, for the methods each path answers (405 and `Allow`).
+        let probe = Router(context: IngestContext.self)
+        addBouncerRoutes(to: probe)
+        addNativeRoutes(to: probe)
         let router = Router(context: IngestContext.self)
-        router.add(middleware: ErrorMiddleware())
+        router.add(middleware: ErrorMiddleware(routes: RouteMethods(probe.routes)))
         router.add(middleware: MetricsMiddleware())
         addBouncerRoutes(to: router)
         addNativeRoutes(to: router)

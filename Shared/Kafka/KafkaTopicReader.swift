@@ -78,7 +78,7 @@ public final class KafkaTopicReader {
     }
 
     /// Each partition's end (high watermark) now.
-    public func endOffsets(of topic: String) throws -> [Int32: Int64] {
+    @_spi(Dev) public func endOffsets(of topic: String) throws -> [Int32: Int64] {
         var ends: [Int32: Int64] = [:]
         for p in try partitions(of: topic) {
             var low: Int64 = 0
@@ -188,7 +188,7 @@ public final class KafkaTopicReader {
 
 /// Consumer lag of a group: how far its committed offsets are behind each partition's
 /// end. Asks the group coordinator for the committed offsets without joining the group.
-public final class KafkaGroupLag {
+@_spi(Dev) public final class KafkaGroupLag {
     private let handle: OpaquePointer
 
     public init(configuration: KafkaConfiguration, group: String) throws {

@@ -66,7 +66,7 @@ public struct OffsetTracker: Sendable {
         for tp in tps { partitions.removeValue(forKey: tp) }
     }
 
-    public var inFlightCount: Int { partitions.values.reduce(0) { $0 + $1.inFlight.count } }
+    var inFlightCount: Int { partitions.values.reduce(0) { $0 + $1.inFlight.count } }
 }
 
 extension Int64 {

@@ -129,7 +129,7 @@ public final class AdaptiveRateLimiter: Sendable {
     }
 
     /// Current rate per target, for metrics and logs.
-    public func currentRates() -> [String: Double] {
+    func currentRates() -> [String: Double] {
         rates.withLock { $0.mapValues(\.rate) }
     }
 }

@@ -79,8 +79,8 @@ public func retrying<T: Sendable>(
     }
 }
 
-/// A service that runs `body`, the pattern each stage uses for its consumer.
-public struct StageService: Service {
+/// A service that runs `body` until it returns (the dev broker waits for shutdown in one).
+@_spi(Dev) public struct StageService: Service {
     let body: @Sendable () async throws -> Void
 
     public init(_ body: @escaping @Sendable () async throws -> Void) {

@@ -953,24 +953,31 @@ import Testing
             expectRouterSuccess(keys, "bouncer-public-keys, without credentials")
             #expect(keys.json["public_keys"] == [.string(fixture.bouncerPublicKey)], "\(keys.text)")
             // The route takes no input; its one way to fail is a method it does not have.
-            expectRouterError(
-                try await client.send(.post, "/v1/bouncer-public-keys", .json([:])), 404, "NOT_FOUND",
-                "POST to a GET route")
+            let post = try await client.send(.post, "/v1/bouncer-public-keys", .json([:]))
+            expectRouterError(post, 405, "METHOD_NOT_ALLOWED", "POST to a GET route")
+            #expect(post.headers[.allow] == "GET", "\(post.headers)")
         }
     }
 
     // MARK: - Across routes
 
-    @Test func unknownRoutesAreJSON404() async throws {
+    @Test func unknownRoutesAreJSON404AndWrongMethodsJSON405() async throws {
         let fixture = try await RouterFixture.make()
         try await fixture.run { client in
             expectRouterError(
                 try await client.send(.get, "/v1/nothing-here"), 404, "NOT_FOUND", msg: "No such endpoint",
                 "an unknown path")
             expectRouterError(
-                try await client.send(.get, "/api/v1/remotes/push/notify"), 404, "NOT_FOUND", "GET on a POST route")
-            expectRouterError(
-                try await client.send(.post, "/v1/devices/12"), 404, "NOT_FOUND", "POST on a DELETE route")
+                try await client.send(.get, "/v1/devices/12/extra"), 404, "NOT_FOUND", "one segment too many")
+            let get = try await client.send(.get, "/api/v1/remotes/push/notify")
+            expectRouterError(get, 405, "METHOD_NOT_ALLOWED", "GET on a POST route")
+            #expect(get.headers[.allow] == "POST", "\(get.headers)")
+            let post = try await client.send(.post, "/v1/devices/12")
+            expectRouterError(post, 405, "METHOD_NOT_ALLOWED", "POST on a DELETE route")
+            #expect(post.headers[.allow] == "DELETE", "\(post.headers)")
+            let put = try await client.send(.put, "/v1/devices")
+            expectRouterError(put, 405, "METHOD_NOT_ALLOWED", "PUT where GET and POST are")
+            #expect(put.headers[.allow] == "GET, POST", "\(put.headers)")
         }
     }
 

@@ -6,6 +6,7 @@ import Logging
 import PushModels
 import RedisClient
 import ReplayKit
+import ServiceKit
 
 /// `pushrelay-replay`: reads pipeline topics for incident analysis and re-drives records.
 /// It assigns partitions directly (no consumer group, no commits), so it never
@@ -66,16 +67,18 @@ struct Replay: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let env = ProcessInfo.processInfo.environment
-        var topics = TopicNames()
-        topics.requests = env["PUSHRELAY_TOPIC_REQUESTS"] ?? topics.requests
-        topics.outbound = env["PUSHRELAY_TOPIC_OUTBOUND"] ?? topics.outbound
-        topics.feedback = env["PUSHRELAY_TOPIC_FEEDBACK"] ?? topics.feedback
-        topics.deliveries = env["PUSHRELAY_TOPIC_DELIVERIES"] ?? topics.deliveries
-        topics.deadLetter = env["PUSHRELAY_TOPIC_DEADLETTER"] ?? topics.deadLetter
-        topics.retryPrefix = env["PUSHRELAY_TOPIC_RETRY_PREFIX"] ?? topics.retryPrefix
+        // The services' own settings (topics, retry stages, brokers, Redis), read and
+        // checked the same way: a bad value stops the tool with the variable's name.
+        let settings: CommonSettings
+        do {
+            settings = try CommonSettings(service: "replay", defaultPort: 0, reader: .environment())
+        } catch {
+            throw ValidationError("\(error)")
+        }
+        let topics = settings.topics
         let reader = try KafkaTopicReader(
-            configuration: KafkaConfiguration(bootstrapServers: try resolveBrokers(env), clientID: "pushrelay-replay"),
+            configuration: KafkaConfiguration(
+                bootstrapServers: try resolveBrokers(settings), clientID: "pushrelay-replay"),
             logger: Logger(label: "pushrelay-replay"))
         var filter = EntryFilter(
             realm: realm, user: user, device: device, notification: notification, provider: provider,
@@ -83,7 +86,7 @@ struct Replay: AsyncParsableCommand {
 
         if let trace {
             filter.notification = trace
-            let stages = Int(env["PUSHRELAY_RETRY_STAGES"] ?? "") ?? 3
+            let stages = settings.retry.delays.count
             var entries: [TopicEntry] = []
             for name in topics.all(retryStages: stages) {
                 guard (try? reader.partitions(of: name)) != nil else { continue }
@@ -101,7 +104,7 @@ struct Replay: AsyncParsableCommand {
             return
         }
         if let into {
-            try await redrive(reader, topic: topicName, into: into, topics: topics, filter: filter, env: env)
+            try await redrive(reader, topic: topicName, into: into, topics: topics, filter: filter, settings: settings)
             return
         }
         try read(reader, topic: topicName, topics: topics, filter: filter) {
@@ -142,7 +145,7 @@ struct Replay: AsyncParsableCommand {
 
     func redrive(
         _ reader: KafkaTopicReader, topic: String, into: String, topics: TopicNames, filter: EntryFilter,
-        env: [String: String]
+        settings: CommonSettings
     ) async throws {
         var selected: [TopicEntry] = []
         try read(reader, topic: topic, topics: topics, filter: filter) { selected.append($0) }
@@ -152,10 +155,10 @@ struct Replay: AsyncParsableCommand {
         if !force && !pairs.isEmpty {
             let redis = RedisClient(
                 configuration: RedisConfiguration(
-                    host: redisHost ?? env["PUSHRELAY_REDIS_HOST"] ?? "127.0.0.1",
-                    port: redisPort ?? Int(env["PUSHRELAY_REDIS_PORT"] ?? "") ?? 6379, connections: 1))
+                    host: redisHost ?? settings.redis.host, port: redisPort ?? settings.redis.port,
+                    connections: 1, timeout: settings.redis.timeout))
             let ledger = RedisDeliveryLedger(
-                redis: redis, keys: RedisKeys(prefix: redisPrefix ?? env["PUSHRELAY_REDIS_PREFIX"] ?? "pr:"),
+                redis: redis, keys: RedisKeys(prefix: redisPrefix ?? settings.redisPrefix),
                 ttl: .seconds(1))
             for chunk in stride(from: 0, to: pairs.count, by: 500) {
                 skip.formUnion(try await ledger.sentPairs(Array(pairs[chunk..<min(chunk + 500, pairs.count)])))
@@ -174,7 +177,7 @@ struct Replay: AsyncParsableCommand {
         if !dryRun && !messages.isEmpty {
             let producer = try KafkaProducer(
                 configuration: KafkaConfiguration(
-                    bootstrapServers: try resolveBrokers(env), clientID: "pushrelay-replay"),
+                    bootstrapServers: try resolveBrokers(settings), clientID: "pushrelay-replay"),
                 logger: Logger(label: "pushrelay-replay"))
             for chunk in stride(from: 0, to: messages.count, by: 1000) {
                 try await producer.sendAll(Array(messages[chunk..<min(chunk + 1000, messages.count)]))
@@ -191,11 +194,15 @@ struct Replay: AsyncParsableCommand {
         )
     }
 
-    func resolveBrokers(_ env: [String: String]) throws -> String {
+    /// `--brokers`, else the services' settings (`PUSHRELAY_KAFKA_BROKERS` or
+    /// `PUSHRELAY_KAFKA_BROKERS_FILE`), else, in a checkout after `make up`, the dev
+    /// broker's `.run/kafka-bootstrap`.
+    func resolveBrokers(_ settings: CommonSettings) throws -> String {
         if let brokers { return brokers }
-        if let b = env["PUSHRELAY_KAFKA_BROKERS"], !b.isEmpty { return b }
-        let file = env["PUSHRELAY_KAFKA_BROKERS_FILE"] ?? ".run/kafka-bootstrap"
-        guard let text = try? String(contentsOfFile: file, encoding: .utf8) else {
+        if !settings.kafkaBrokers.isEmpty || !settings.kafkaBrokersFile.isEmpty {
+            return try settings.kafka().bootstrapServers
+        }
+        guard let text = try? String(contentsOfFile: ".run/kafka-bootstrap", encoding: .utf8) else {
             throw ValidationError(
                 "no brokers: pass --brokers, set PUSHRELAY_KAFKA_BROKERS, or run from the repo after `make up`")
         }
