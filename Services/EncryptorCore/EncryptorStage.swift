@@ -110,13 +110,13 @@ public struct EncryptorStage: Sendable {
         }
     }
 
-    /// Errors that say Redis or Kafka is away, or a storage key is missing (an operator's
-    /// fix): retried for as long as it takes. Anything else (a payload that cannot be
+    /// Errors that say Redis or Kafka is away, a storage key is missing (an operator's
+    /// fix) or libsodium is unusable in this process: retried for as long as it takes. Anything else (a payload that cannot be
     /// encrypted or encoded, a record too large for the topic) fails the same way every
     /// time.
     static func isTransient(_ error: any Error) -> Bool {
         switch error {
-        case let error as CryptoError: error.code == .invalidKey
+        case let error as CryptoError: error.code == .invalidKey || error.code == .libraryUnavailable
         case let error as KafkaError: error.code.name != "MSG_SIZE_TOO_LARGE"
         case is EncodingError, is DecodingError, is PayloadValidationError: false
         default: true

@@ -51,7 +51,8 @@ public enum RetryOutcome<T: Sendable>: Sendable {
 
 /// Like `untilSuccess`, but an error `isTransient` calls permanent (a bug or a bad
 /// record rather than Redis or Kafka being away) ends the loop after
-/// `permanentAttempts` such failures, so one poison record never holds its partition.
+/// `permanentAttempts` such failures in a row, so one poison record never holds its
+/// partition.
 public func retrying<T: Sendable>(
     _ what: String, logger: Logger, maxDelay: Duration = .seconds(5), permanentAttempts: Int = 3,
     isTransient: (any Error) -> Bool, _ operation: @Sendable () async throws -> T
@@ -62,7 +63,9 @@ public func retrying<T: Sendable>(
         do {
             return .succeeded(try await operation())
         } catch {
-            if !isTransient(error) {
+            if isTransient(error) {
+                permanentFailures = 0
+            } else {
                 permanentFailures += 1
                 if permanentFailures >= max(1, permanentAttempts) {
                     logger.error("\(what) failed; giving up", metadata: [LogKey.error: "\(error)"])

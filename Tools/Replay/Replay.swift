@@ -67,11 +67,13 @@ struct Replay: AsyncParsableCommand {
     }
 
     func run() async throws {
-        // The services' own settings (topics, retry stages, brokers, Redis), read and
-        // checked the same way: a bad value stops the tool with the variable's name.
+        // The services' own settings (topics, retry stages, brokers, Redis), each checked
+        // as it is read: a bad value stops the tool with the variable's name. Variables the
+        // tool does not read are not judged, so a misconfigured service does not keep the
+        // incident tool from running.
         let settings: CommonSettings
         do {
-            settings = try CommonSettings(service: "replay", defaultPort: 0, reader: .environment())
+            settings = try CommonSettings(service: "replay", defaultPort: 0, reader: SettingsReader(.environment))
         } catch {
             throw ValidationError("\(error)")
         }
