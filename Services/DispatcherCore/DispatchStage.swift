@@ -153,11 +153,7 @@ public struct DispatchStage: Sendable {
                 let outcome = malformedOutcome(
                     record, reason: "malformed_record", nowMs: clock.nowMillis(), topic: topics.deliveries)
             else { return .done }
-            let published: Bool? = await untilSuccess("record outcome", logger: logger) {
-                try await publisher.publish([outcome])
-                return true
-            }
-            return published == nil ? .abandoned : .done
+            return await publishUntilAcknowledged([outcome], to: publisher, logger: logger)
         }
         let unreadable: RelayReason? =
             !readToken(&decoded) ? .tokenUnreadable : !readBody(&decoded) ? .bodyUnreadable : nil
@@ -192,11 +188,7 @@ public struct DispatchStage: Sendable {
             logger.error("cannot encode outcome", metadata: [LogKey.error: "\(error)"])
             return .abandoned
         }
-        let recorded: Bool? = await untilSuccess("record outcome", logger: logger) {
-            try await publisher.publish(messages)
-            return true
-        }
-        return recorded == nil ? .abandoned : .done
+        return await publishUntilAcknowledged(messages, to: publisher, logger: logger)
     }
 
     /// Puts the clear token in `record.token` for the provider request, and keeps it sealed

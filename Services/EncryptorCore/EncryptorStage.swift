@@ -136,12 +136,8 @@ public struct EncryptorStage: Sendable {
 
     /// Publishes outcomes, retrying until Kafka takes them.
     private func publishOutcomes(_ messages: @autoclosure () throws -> [KafkaOutgoing]) async -> RecordDisposition {
-        guard let messages = try? messages(), !messages.isEmpty else { return .done }
-        let published: Bool? = await untilSuccess("record outcome", logger: logger) {
-            try await publisher.publish(messages)
-            return true
-        }
-        return published == nil ? .abandoned : .done
+        guard let messages = try? messages() else { return .done }
+        return await publishUntilAcknowledged(messages, to: publisher, logger: logger)
     }
 
     /// The outbound and delivery records one request turns into.
@@ -163,6 +159,14 @@ public struct EncryptorStage: Sendable {
                 notificationID: request.notificationID, realmUUID: request.realmUUID, deviceID: device,
                 provider: provider, outcome: outcome, reason: reason, attempts: 0, acceptedAtMs: request.acceptedAtMs,
                 completedAtMs: clock.nowMillis()), topic: topics.deliveries)
+    }
+
+    /// The outcome of a device the provider called dead, or nil while it is active.
+    private func inactive(_ request: PushRequestRecord, _ device: DeviceRecord) throws -> KafkaOutgoing? {
+        guard device.status != .active else { return nil }
+        return try unsent(
+            request, device: device.id, provider: device.provider, .invalidToken,
+            device.invalidReason ?? "device_invalid")
     }
 
     private func nativeMessages(
@@ -197,11 +201,8 @@ public struct EncryptorStage: Sendable {
                     try unsent(request, device: id, provider: device.provider, .unknownDevice, "not_users_device"))
                 continue
             }
-            guard device.status == .active else {
-                messages.append(
-                    try unsent(
-                        request, device: id, provider: device.provider, .invalidToken,
-                        device.invalidReason ?? "device_invalid"))
+            if let outcome = try inactive(request, device) {
+                messages.append(outcome)
                 continue
             }
             guard let keyID = device.currentKeyID, let key = device.currentKey else {
@@ -233,11 +234,8 @@ public struct EncryptorStage: Sendable {
                     try unsent(request, device: item.deviceID, provider: wanted, .unknownDevice, "unknown_device"))
                 continue
             }
-            guard device.status == .active else {
-                messages.append(
-                    try unsent(
-                        request, device: item.deviceID, provider: device.provider, .invalidToken,
-                        device.invalidReason ?? "device_invalid"))
+            if let outcome = try inactive(request, device) {
+                messages.append(outcome)
                 continue
             }
             guard device.provider == wanted else {
@@ -282,11 +280,8 @@ public struct EncryptorStage: Sendable {
                 messages.append(try unsent(request, device: id, provider: nil, .unknownDevice, "unknown_device"))
                 continue
             }
-            guard device.status == .active else {
-                messages.append(
-                    try unsent(
-                        request, device: id, provider: device.provider, .invalidToken,
-                        device.invalidReason ?? "device_invalid"))
+            if let outcome = try inactive(request, device) {
+                messages.append(outcome)
                 continue
             }
             let body: JSONValue

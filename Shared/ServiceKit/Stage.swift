@@ -90,3 +90,16 @@ public func malformedOutcome(_ record: KafkaRecord, reason: String, nowMs: Int64
         attempts: 0, acceptedAtMs: json["accepted_at_ms"]?.intValue ?? 0, completedAtMs: nowMs)
     return try? KafkaOutgoing.delivery(outcome, topic: topic)
 }
+
+/// Publishes a record's outcomes, retrying until Kafka acknowledges them. `.abandoned`
+/// only when shutdown interrupts the wait: the record stays uncommitted and is redelivered.
+public func publishUntilAcknowledged(
+    _ messages: [KafkaOutgoing], to publisher: any RecordPublisher, logger: Logger
+) async -> RecordDisposition {
+    guard !messages.isEmpty else { return .done }
+    let published: Bool? = await untilSuccess("record outcome", logger: logger) {
+        try await publisher.publish(messages)
+        return true
+    }
+    return published == nil ? .abandoned : .done
+}
