@@ -41,6 +41,8 @@ public final class Stack: Sendable {
     public let dispatcherEnvironment: [String: String]
     public let bouncerPublicKey: String
     public let options: Options
+    /// The Redis Cluster the stack runs on (`Options.redisClusterMasters`); nil: one Redis.
+    public let redisCluster: LocalRedisCluster?
     public let processes = Mutex<[Service: Process]>([:])
     let redis = Mutex<Process?>(nil)
     /// Processes besides the services, by name (for resource sampling).
@@ -64,11 +66,20 @@ public final class Stack: Sendable {
         public var partitions: Int
         /// Extra environment for the provider fakes.
         public var fakesEnvironment: [String: String]
-        public init(environment: [String: String] = [:], partitions: Int = 6, fakesEnvironment: [String: String] = [:])
-        {
+        /// Masters of a local Redis Cluster to run on instead of one Redis (0: one Redis).
+        public var redisClusterMasters: Int
+        /// Told apart in the stack's directory name, for a second stack in one process.
+        public var name: String
+
+        public init(
+            environment: [String: String] = [:], partitions: Int = 6, fakesEnvironment: [String: String] = [:],
+            redisClusterMasters: Int = 0, name: String = ""
+        ) {
             self.environment = environment
             self.partitions = partitions
             self.fakesEnvironment = fakesEnvironment
+            self.redisClusterMasters = redisClusterMasters
+            self.name = name
         }
 
         /// What the integration tests run with: short retry delays so retries finish within a test.
@@ -177,12 +188,24 @@ public final class Stack: Sendable {
     public static func start(options: Options) async throws -> Stack {
         killChildrenAtExit()
         let bin = try binDirectory()
-        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("pushrelay-test-\(getpid())").path
+        let suffix = options.name.isEmpty ? "" : "-\(options.name)"
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("pushrelay-test-\(getpid())\(suffix)")
+            .path
         try? FileManager.default.removeItem(atPath: dir)
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
 
-        let redisPort = try freePort()
-        let redis = try launchRedis(port: redisPort, directory: dir)
+        let redisPort: Int
+        var redis: Process?
+        var redisCluster: LocalRedisCluster?
+        if options.redisClusterMasters > 0 {
+            let cluster = try await LocalRedisCluster.start(
+                masters: options.redisClusterMasters, directory: "\(dir)/redis-cluster")
+            redisCluster = cluster
+            redisPort = cluster.ports[0]
+        } else {
+            redisPort = try freePort()
+            redis = try launchRedis(port: redisPort, directory: dir)
+        }
 
         let brokersFile = "\(dir)/kafka-bootstrap"
         let broker = try launch(
@@ -225,9 +248,12 @@ public final class Stack: Sendable {
         let stack = Stack(
             directory: dir, binDirectory: bin, redisPort: redisPort, kafkaBrokers: brokers, ports: ports,
             ingestOpsPort: try freePort(), controlPort: fakePorts.control, dispatcherEnvironment: dispatcherEnvironment,
-            bouncerPublicKey: bouncerKey, options: options)
+            bouncerPublicKey: bouncerKey, options: options, redisCluster: redisCluster)
         stack.redis.withLock { $0 = redis }
-        stack.helpers.withLock { $0 = ["redis": redis, "provider-fakes": fakes, "devbroker": broker] }
+        stack.helpers.withLock { helpers in
+            helpers = ["provider-fakes": fakes, "devbroker": broker]
+            helpers["redis"] = redis
+        }
         for service in Service.allCases { try stack.start(service) }
         for service in Service.allCases { try await stack.waitReady(service) }
         return stack
@@ -236,9 +262,10 @@ public final class Stack: Sendable {
     private init(
         directory: String, binDirectory: String, redisPort: Int, kafkaBrokers: String, ports: [Service: Int],
         ingestOpsPort: Int, controlPort: Int, dispatcherEnvironment: [String: String], bouncerPublicKey: String,
-        options: Options
+        options: Options, redisCluster: LocalRedisCluster?
     ) {
         self.options = options
+        self.redisCluster = redisCluster
         self.directory = directory
         self.binDirectory = binDirectory
         self.redisPort = redisPort
@@ -261,6 +288,7 @@ public final class Stack: Sendable {
             "PUSHRELAY_APIKEY_PEPPER_FILE": "\(directory)/apikey-pepper",
         ]
         if service == .ingest { env["PUSHRELAY_OPS_PORT"] = "\(ingestOpsPort)" }
+        if let redisCluster { env.merge(redisCluster.environment) { _, new in new } }
         env.merge(options.environment) { _, new in new }
         if service == .dispatcher { env.merge(dispatcherEnvironment) { _, new in new } }
         return env

@@ -71,7 +71,7 @@ public enum Dispatcher {
             limiters: clients.mapValues { _ in ConcurrencyLimiter(limit: configuration.perProviderConcurrency) },
             rates: AdaptiveRateLimiter(settings: configuration.rate),
             ledger: RedisDeliveryLedger(
-                redis: redis, keys: RedisKeys(prefix: settings.redisPrefix), ttl: configuration.dedupeTTL),
+                redis: redis, keys: settings.redisKeys, ttl: configuration.dedupeTTL),
             publisher: producer, topics: settings.topics, schedule: settings.retry, clock: SystemClock(),
             logger: logger)
         let mainWait = configuration.mainRateWait

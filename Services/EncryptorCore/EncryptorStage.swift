@@ -39,7 +39,7 @@ public enum Encryptor {
         let consumer = try KafkaConsumer(configuration: configuration.consumer, logger: logger)
         let stage = EncryptorStage(
             devices: DeviceStore(
-                redis: redis, keys: RedisKeys(prefix: settings.redisPrefix), storage: configuration.storageKeys),
+                redis: redis, keys: settings.redisKeys, storage: configuration.storageKeys),
             pipelineKeys: configuration.pipelineKeys, publisher: producer, topics: settings.topics,
             ttlSeconds: configuration.ttlSeconds, clock: SystemClock(), logger: logger)
         let app = opsApplication(

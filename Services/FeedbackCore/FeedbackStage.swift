@@ -31,7 +31,7 @@ public enum Feedback {
         let logger = observability.logger
         let redis = RedisClient(configuration: settings.redis)
         let devices = DeviceStore(
-            redis: redis, keys: RedisKeys(prefix: settings.redisPrefix), storage: configuration.storageKeys)
+            redis: redis, keys: settings.redisKeys, storage: configuration.storageKeys)
         let consumer = try KafkaConsumer(configuration: configuration.consumer, logger: logger)
         let stage = FeedbackStage(devices: RedisDeviceInvalidations(devices: devices), logger: logger)
         let app = opsApplication(

@@ -87,7 +87,7 @@ public struct IngestAPI: Sendable {
     public init(
         configuration: IngestConfiguration, redis: RedisClient, publisher: any RecordPublisher, logger: Logger
     ) {
-        let keys = RedisKeys(prefix: configuration.common.redisPrefix)
+        let keys = configuration.common.redisKeys
         let servers = ServerStore(redis: redis, keys: keys, pepper: configuration.pepper)
         var devices = DeviceStore(redis: redis, keys: keys, storage: configuration.storageKeys)
         devices.maxStoredKeys = configuration.limits.maxStoredKeys

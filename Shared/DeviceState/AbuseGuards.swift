@@ -9,12 +9,12 @@ extension RedisKeys {
     /// Server registrations from one client address in one window (string counter, expires).
     public func serverRegistrations(client: String, window: Int64) -> String { "\(prefix)sr:\(client):\(window)" }
     /// The realms a server registered (set of realm uuids), for the per-server realm quota.
-    public func serverRealms(_ server: String) -> String { "\(prefix)server:\(server):realms" }
+    public func serverRealms(_ server: String) -> String { "\(prefix)server:\(tag(server)):realms" }
     /// Devices registered by a server (string counter), for the per-server device quota.
-    public func serverDevices(_ server: String) -> String { "\(prefix)server:\(server):devices" }
+    public func serverDevices(_ server: String) -> String { "\(prefix)server:\(tag(server)):devices" }
     /// A notify request's first answer under its `Idempotency-Key` (hash, expires).
     public func idempotency(server: String, key: String) -> String {
-        "\(prefix)idem:\(server):\(Fingerprint.sha256Hex(key))"
+        "\(prefix)idem:\(tag(server)):\(Fingerprint.sha256Hex(key))"
     }
 }
 
@@ -83,44 +83,86 @@ public struct RealmDirectory: Sendable {
         try await register([realm], to: server, maxRealms: maxRealms, nowMs: nowMs)[0]
     }
 
-    /// Registers several realms in one pipelined round trip (one script per realm, each
-    /// atomic); the outcomes in the order given.
+    /// Registers several realms, the outcomes in the order given. The realm hash and the
+    /// server's realm set are different keys (different slots on a cluster), so this is
+    /// one-key steps, each pipelined for all realms: a place in the server's quota is
+    /// taken first, then the realm is claimed (a place taken for a realm that turns out to
+    /// be another server's is given back). With no place left, the realm is only looked at.
     public func register(
         _ realms: [String], to server: String, maxRealms: Int, nowMs: Int64 = Wire.nowMillis()
     ) async throws -> [RealmRegistration] {
         guard !realms.isEmpty else { return [] }
-        let replies = try await redis.pipeline(
-            realms.map { realm in
-                [
-                    "EVAL", RedisArgument(Self.registerScript), "2", RedisArgument(keys.realm(realm)),
-                    RedisArgument(keys.serverRealms(server)), RedisArgument(server), RedisArgument(nowMs),
-                    RedisArgument(maxRealms), RedisArgument(realm),
-                ]
+        let set = RedisArgument(keys.serverRealms(server))
+        let places = try await replies(
+            realms.map {
+                ["EVAL", RedisArgument(Self.reserveScript), "1", set, RedisArgument(maxRealms), RedisArgument($0)]
             })
-        guard replies.count == realms.count else {
-            throw RedisError(code: .protocolError, message: "expected \(realms.count) replies, got \(replies.count)")
-        }
-        return try replies.map { reply in
-            if case .error(let message) = reply { throw RedisError(code: .replyError, message: message) }
-            switch reply.int {
-            case 0: return .registered
-            case 1: return .alreadyYours
-            case -2: return .quotaExceeded
-            default: return .taken
+        let full = places.map { $0.int == -2 }
+        let owners = try await replies(
+            zip(realms, full).map { realm, full in
+                full
+                    ? ["HGET", RedisArgument(keys.realm(realm)), "server_uuid"]
+                    : [
+                        "EVAL", RedisArgument(Self.claimScript), "1", RedisArgument(keys.realm(realm)),
+                        RedisArgument(server), RedisArgument(nowMs),
+                    ]
+            })
+        var outcomes: [RealmRegistration] = []
+        var setChanges: [[RedisArgument]] = []
+        for (index, realm) in realms.enumerated() {
+            if full[index] {
+                switch owners[index].string {
+                case nil:
+                    outcomes.append(.quotaExceeded)
+                case server?:
+                    // Already the server's (from before the quota): it stays, as before.
+                    outcomes.append(.alreadyYours)
+                    setChanges.append(["SADD", set, RedisArgument(realm)])
+                default:
+                    outcomes.append(.taken)
+                }
+                continue
+            }
+            switch owners[index].int {
+            case 0: outcomes.append(.registered)
+            case 1: outcomes.append(.alreadyYours)
+            default:
+                outcomes.append(.taken)
+                if places[index].int == 1 { setChanges.append(["SREM", set, RedisArgument(realm)]) }
             }
         }
+        _ = try await replies(setChanges)
+        return outcomes
     }
 
-    /// KEYS[1] realm hash, KEYS[2] the server's realm set; ARGV server, now, max realms, realm uuid.
-    static let registerScript = """
+    private func replies(_ commands: [[RedisArgument]]) async throws -> [RedisValue] {
+        let replies = try await redis.pipeline(commands)
+        guard replies.count == commands.count else {
+            throw RedisError(code: .protocolError, message: "expected \(commands.count) replies, got \(replies.count)")
+        }
+        for reply in replies {
+            if case .error(let message) = reply { throw RedisError(code: .replyError, message: message) }
+        }
+        return replies
+    }
+
+    /// KEYS[1] the server's realm set; ARGV max realms, realm uuid. 0: already a member,
+    /// 1: added, -2: the set is full.
+    static let reserveScript = """
+        if redis.call('SISMEMBER', KEYS[1], ARGV[2]) == 1 then return 0 end
+        if redis.call('SCARD', KEYS[1]) >= tonumber(ARGV[1]) then return -2 end
+        redis.call('SADD', KEYS[1], ARGV[2])
+        return 1
+        """
+
+    /// KEYS[1] realm hash; ARGV server, now. 0: claimed now, 1: already the server's, -1: another's.
+    static let claimScript = """
         local owner = redis.call('HGET', KEYS[1], 'server_uuid')
         if owner then
-          if owner == ARGV[1] then redis.call('SADD', KEYS[2], ARGV[4]) return 1 end
+          if owner == ARGV[1] then return 1 end
           return -1
         end
-        if redis.call('SCARD', KEYS[2]) >= tonumber(ARGV[3]) then return -2 end
         redis.call('HSET', KEYS[1], 'server_uuid', ARGV[1], 'created_ms', ARGV[2])
-        redis.call('SADD', KEYS[2], ARGV[4])
         return 0
         """
 

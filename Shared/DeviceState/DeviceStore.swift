@@ -343,24 +343,40 @@ public struct DeviceStore: Sendable {
         guard Fingerprint.token(device.token) == tokenFingerprint else { return false }
         // The script compares the token field as stored (ciphertext): a registration in
         // between rewrites it, and the report is then about an older registration.
+        let deviceKey = keys.device(deviceID)
         let reply = try await redis.command(
-            "EVAL", RedisArgument(Self.invalidateScript), "2", RedisArgument(keys.device(deviceID)),
-            RedisArgument(keys.feedback(realm: device.realmUUID)), RedisArgument(storedToken), RedisArgument(reason),
-            RedisArgument(providerTimestampMs ?? -1), RedisArgument(nowMs), RedisArgument(deviceID))
-        return reply.int == 1
+            "EVAL", RedisArgument(Self.invalidateScript), "1", RedisArgument(deviceKey), RedisArgument(storedToken),
+            RedisArgument(reason), RedisArgument(providerTimestampMs ?? -1), RedisArgument(nowMs))
+        let parts = reply.array
+        guard let outcome = parts.first?.int, outcome != 0 else { return false }
+        guard parts.count == 3, let reportedReason = parts[1].string, let atMs = parts[2].string else {
+            throw RedisError(code: .protocolError, message: "unexpected reply to the invalidate script")
+        }
+        // The realm's feedback stream is another key (another slot on a cluster): written
+        // after the device, then the device's mark taken off. Should this stop in between,
+        // the next report of the device finds the mark and writes the entry then.
+        try await redis.command(
+            "XADD", RedisArgument(keys.feedback(realm: device.realmUUID)), "MAXLEN", "~", "100000", "*", "device_id",
+            RedisArgument(deviceID), "reason", RedisArgument(reportedReason), "at_ms", RedisArgument(atMs))
+        try await redis.command("HDEL", RedisArgument(deviceKey), "feedback_pending")
+        return true
     }
 
-    /// KEYS[1] device hash, KEYS[2] feedback stream; ARGV stored token field, reason, provider ts (-1 none), now, id.
+    /// KEYS[1] device hash; ARGV stored token field, reason, provider ts (-1 none), now.
+    /// Returns {0} (nothing to do), {1, reason, at} (invalidated now) or {2, reason, at}
+    /// (invalidated earlier, its feedback entry not yet written).
     static let invalidateScript = """
         local status = redis.call('HGET', KEYS[1], 'status')
-        if status ~= 'active' then return 0 end
-        if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
+        if status == 'invalid' and redis.call('HEXISTS', KEYS[1], 'feedback_pending') == 1 then
+          return {2, redis.call('HGET', KEYS[1], 'reason') or '', redis.call('HGET', KEYS[1], 'invalid_ms') or '0'}
+        end
+        if status ~= 'active' then return {0} end
+        if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return {0} end
         local ts = tonumber(ARGV[3])
         local registered = tonumber(redis.call('HGET', KEYS[1], 'registered_ms') or '0')
-        if ts >= 0 and registered > ts then return 0 end
-        redis.call('HSET', KEYS[1], 'status', 'invalid', 'reason', ARGV[2], 'invalid_ms', ARGV[4])
-        redis.call('XADD', KEYS[2], 'MAXLEN', '~', '100000', '*', 'device_id', ARGV[5], 'reason', ARGV[2], 'at_ms', ARGV[4])
-        return 1
+        if ts >= 0 and registered > ts then return {0} end
+        redis.call('HSET', KEYS[1], 'status', 'invalid', 'reason', ARGV[2], 'invalid_ms', ARGV[4], 'feedback_pending', '1')
+        return {1, ARGV[2], ARGV[4]}
         """
 
     /// Invalidations of a realm after `cursor` (exclusive), oldest first.

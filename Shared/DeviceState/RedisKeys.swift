@@ -12,7 +12,7 @@ import PushModels
 /// | `{p}tid:{realm}:{token_id}` | string | device id of a Zulip 12.x E2EE registration (`token_id`: base64 of the first 8 bytes of SHA-256 of the token) |
 /// | `{p}zl:{server}:{user}` | hash | Zulip legacy-API devices of one user (`{user}` = `id:{user_id}` or `uuid:{user_uuid}`): `{provider}:{hmac(token)}` → device id |
 /// | `{p}seq:device` | string | last device id handed out (INCR) |
-/// | `{p}dev:{id}` | hash | `realm`, `user_id`?, `provider`, `token` (encrypted: `v1:{key_id}:{base64}`), `app_id`?, `push_account_id`?, `key_id`?, `scheme`?, `status` (active/invalid), `reason`, `invalid_ms`, `registered_ms`, `created_ms`, `zulip_legacy`? (`{server}|{user}` for a legacy-API device) |
+/// | `{p}dev:{id}` | hash | `realm`, `user_id`?, `provider`, `token` (encrypted: `v1:{key_id}:{base64}`), `app_id`?, `push_account_id`?, `key_id`?, `scheme`?, `status` (active/invalid), `reason`, `invalid_ms`, `feedback_pending`? (invalidated, its feedback entry not yet written), `registered_ms`, `created_ms`, `zulip_legacy`? (`{server}|{user}` for a legacy-API device) |
 /// | `{p}dev:{id}:keys` | hash | push key id → `{encrypted tagged key}|added_ms` (`v1:{key_id}:{base64}`; the first form, `base64(tagged key)`, still reads) |
 /// | `{p}user:{realm}:{user_id}` | set | device ids of the user |
 /// | `{p}tok:{realm}:{provider}:{hmac(token)}:{push_account_id}` | string | device id (same token + account → same device); keyed with the storage key, one digest per storage key id; the first form, unkeyed SHA-256, is still found and moved on registration |
@@ -24,18 +24,31 @@ import PushModels
 /// | `{p}server:{uuid}:devices` | string | devices the server registered (device quota) |
 /// | `{p}idem:{server}:{sha256(Idempotency-Key)}` | hash | `state` (pending/done), `fp` (body SHA-256), `status`, `body`: a notify's first answer (expires) |
 /// | `{p}sent:{notification_id}:{device_id}` | string | send ledger: `claimed {ms}` while a send is under way, `sent {ms} {provider message id}` once accepted; expires after the retry horizon |
+///
+/// On a Redis Cluster (`hashTags`), the part of a key in `{…}` is its hash tag: keys that
+/// one command or one pipeline touches together share a slot — a server's hash, its
+/// counters, rate-limit window and idempotency records (`{server}`); a device's hash and
+/// its push keys (`{id}`); one notification's ledger entries (`{notification}`). Every
+/// script touches one key. On one Redis the keys keep the names they always had.
 public struct RedisKeys: Sendable {
     public let prefix: String
+    public let hashTags: Bool
 
-    public init(prefix: String = "pr:") {
+    public init(prefix: String = "pr:", hashTags: Bool = false) {
         self.prefix = prefix
+        self.hashTags = hashTags
     }
 
-    public func server(_ uuid: String) -> String { "\(prefix)server:\(uuid)" }
+    /// `value` as a hash tag on a cluster, as itself on one Redis.
+    public func tag(_ value: some CustomStringConvertible) -> String {
+        hashTags ? "{\(value)}" : value.description
+    }
+
+    public func server(_ uuid: String) -> String { "\(prefix)server:\(tag(uuid))" }
     public func realm(_ uuid: String) -> String { "\(prefix)realm:\(uuid)" }
     public var deviceSequence: String { "\(prefix)seq:device" }
-    public func device(_ id: DeviceID) -> String { "\(prefix)dev:\(id)" }
-    public func deviceKeys(_ id: DeviceID) -> String { "\(prefix)dev:\(id):keys" }
+    public func device(_ id: DeviceID) -> String { "\(prefix)dev:\(tag(id))" }
+    public func deviceKeys(_ id: DeviceID) -> String { "\(prefix)dev:\(tag(id)):keys" }
     public func userDevices(realm: RealmID, userID: Int64) -> String { "\(prefix)user:\(realm):\(userID)" }
     /// The token index under a digest of the token (`StorageKeyring.tokenDigests`).
     public func tokenIndex(realm: RealmID, provider: Provider, tokenDigest: String, pushAccountID: Int64?) -> String {
@@ -50,9 +63,9 @@ public struct RedisKeys: Sendable {
     public func feedback(realm: RealmID) -> String { "\(prefix)fb:\(realm)" }
     public func zulipTokenID(realm: RealmID, tokenID: String) -> String { "\(prefix)tid:\(realm):\(tokenID)" }
     public func zulipLegacyUser(server: String, user: String) -> String { "\(prefix)zl:\(server):\(user)" }
-    public func rateLimit(server: String, window: Int64) -> String { "\(prefix)rl:\(server):\(window)" }
+    public func rateLimit(server: String, window: Int64) -> String { "\(prefix)rl:\(tag(server)):\(window)" }
     public func sent(notificationID: NotificationID, deviceID: DeviceID) -> String {
-        "\(prefix)sent:\(notificationID):\(deviceID)"
+        "\(prefix)sent:\(tag(notificationID)):\(deviceID)"
     }
 }
 

@@ -62,16 +62,17 @@ public struct ZulipLegacyDevices: Sendable {
     ) async throws -> (id: DeviceID, countDelta: Int64) {
         guard let primary = user.primary else { throw RedisError(code: .protocolError, message: "no user") }
         let forms = fields(token)
-        let reply = try await redis.command(
-            [
-                "EVAL", RedisArgument(Self.registerScript), "2",
-                RedisArgument(keys.zulipLegacyUser(server: server, user: primary)), RedisArgument(keys.deviceSequence),
-            ]
-                + forms.map { RedisArgument($0) })
-        let parts = reply.array
-        guard parts.count == 2, let id = parts[0].int.map({ DeviceID($0) }), let created = parts[1].int else {
-            if case .error(let message) = reply { throw RedisError(code: .replyError, message: message) }
-            throw RedisError(code: .protocolError, message: "unexpected reply to the legacy register script")
+        let userKey = keys.zulipLegacyUser(server: server, user: primary)
+        // The id comes from the device sequence, another key (another slot on a cluster):
+        // taken only when the token is new to the user, then offered to the script, which
+        // still answers with the existing id if a concurrent registration won.
+        var found = try await registerIndex(userKey, newID: nil, forms: forms)
+        if found == nil {
+            let candidate = try await redis.command("INCR", RedisArgument(keys.deviceSequence)).int ?? 0
+            found = try await registerIndex(userKey, newID: DeviceID(candidate), forms: forms)
+        }
+        guard let (id, created) = found else {
+            throw RedisError(code: .protocolError, message: "the legacy register script kept no id")
         }
         var fields: [RedisArgument] = [
             "HSET", RedisArgument(keys.device(id)),
@@ -87,7 +88,7 @@ public struct ZulipLegacyDevices: Sendable {
             try await redis.pipeline([
                 fields, ["HSETNX", RedisArgument(keys.device(id)), "created_ms", RedisArgument(nowMs)],
             ]))
-        var delta: Int64 = created == 1 ? 1 : 0
+        var delta: Int64 = created ? 1 : 0
         if let secondary = user.secondary {
             delta -= Int64(try await remove(server: server, userKeys: [secondary], forms: forms))
         }
@@ -203,23 +204,39 @@ public struct ZulipLegacyDevices: Sendable {
         return removed
     }
 
-    /// KEYS[1] the user's index, KEYS[2] the device sequence; ARGV the token's index fields,
-    /// current form first. Returns {device id, 1 if new}. A device found under an older form
-    /// moves to the current one.
+    /// Finds the token in the user's index, or files it under `newID` (nil: only look).
+    private func registerIndex(_ userKey: String, newID: DeviceID?, forms: [String]) async throws -> (DeviceID, Bool)? {
+        let reply = try await redis.command(
+            [
+                "EVAL", RedisArgument(Self.registerScript), "1", RedisArgument(userKey),
+                RedisArgument(newID.map(\.description) ?? "-"),
+            ]
+                + forms.map { RedisArgument($0) })
+        let parts = reply.array
+        guard parts.count == 2, let id = parts[0].int, let created = parts[1].int else {
+            throw RedisError(code: .protocolError, message: "unexpected reply to the legacy register script")
+        }
+        return created < 0 ? nil : (DeviceID(id), created == 1)
+    }
+
+    /// KEYS[1] the user's index; ARGV[1] the id for a new registration ('-': none), then the
+    /// token's index fields, current form first. Returns {device id, 1 if new, 0 if found}
+    /// or {0, -1} (not found, no id offered). A device found under an older form moves to
+    /// the current one.
     static let registerScript = """
-        for i = 1, #ARGV do
+        for i = 2, #ARGV do
           local id = redis.call('HGET', KEYS[1], ARGV[i])
           if id then
-            if i > 1 then
+            if i > 2 then
               redis.call('HDEL', KEYS[1], ARGV[i])
-              redis.call('HSET', KEYS[1], ARGV[1], id)
+              redis.call('HSET', KEYS[1], ARGV[2], id)
             end
             return {tonumber(id), 0}
           end
         end
-        local id = redis.call('INCR', KEYS[2])
-        redis.call('HSET', KEYS[1], ARGV[1], id)
-        return {id, 1}
+        if ARGV[1] == '-' then return {0, -1} end
+        redis.call('HSET', KEYS[1], ARGV[2], ARGV[1])
+        return {tonumber(ARGV[1]), 1}
         """
 
     /// KEYS[1] a user's index; ARGV[1] the device id the fields must hold ('-': any), then

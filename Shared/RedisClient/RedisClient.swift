@@ -81,173 +81,92 @@ public struct RedisError: Error, Sendable, CustomStringConvertible {
     }
 }
 
+/// A Redis server's address.
+public struct RedisNodeAddress: Sendable, Hashable, CustomStringConvertible {
+    public var host: String
+    public var port: Int
+
+    public init(host: String, port: Int) {
+        self.host = host
+        self.port = port
+    }
+
+    /// `host:port` (the last colon separates the port); nil when the port is not a port.
+    public init?(_ text: some StringProtocol) {
+        guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]),
+            (1...65535).contains(port)
+        else { return nil }
+        self.init(host: String(text[..<colon]), port: port)
+    }
+
+    public var description: String { "\(host):\(port)" }
+}
+
 /// Where Redis is and how long to wait for it.
 public struct RedisConfiguration: Sendable {
     public var host: String
     public var port: Int
-    /// Connections in the pool; each owns one hiredis context and one serial queue.
+    /// Connections per Redis server; each owns one hiredis context and one serial queue.
     public var connections: Int
     public var timeout: Duration
+    /// Redis Cluster: `host:port` and `seeds` are nodes to learn the slot map from;
+    /// commands go to the master of their key's slot.
+    public var cluster: Bool
+    public var seeds: [RedisNodeAddress]
 
-    public init(host: String = "127.0.0.1", port: Int = 6379, connections: Int = 4, timeout: Duration = .seconds(2)) {
+    public init(
+        host: String = "127.0.0.1", port: Int = 6379, connections: Int = 4, timeout: Duration = .seconds(2),
+        cluster: Bool = false, seeds: [RedisNodeAddress] = []
+    ) {
         self.host = host
         self.port = port
         self.connections = max(1, connections)
         self.timeout = timeout
+        self.cluster = cluster
+        self.seeds = seeds
+    }
+
+    var address: RedisNodeAddress { RedisNodeAddress(host: host, port: port) }
+
+    /// The same settings for another server (a cluster node).
+    func node(_ address: RedisNodeAddress) -> RedisConfiguration {
+        var copy = self
+        copy.host = address.host
+        copy.port = address.port
+        return copy
     }
 }
 
-/// One hiredis context, used only on its own serial queue so blocking socket calls
-/// never run on Swift's cooperative pool. Reconnects lazily after an error.
-final class RedisConnection: @unchecked Sendable {
-    // `context` is touched only on `queue`: that is what makes this type Sendable.
-    private var context: UnsafeMutablePointer<redisContext>?
-    private let queue: DispatchQueue
-    private let configuration: RedisConfiguration
-
-    init(configuration: RedisConfiguration, index: Int) {
-        self.configuration = configuration
-        self.queue = DispatchQueue(label: "pushrelay.redis.\(index)")
-    }
-
-    deinit {
-        if let context { redisFree(context) }
-    }
-
-    func pipeline(_ commands: [[[UInt8]]]) async throws -> [RedisValue] {
-        try await withCheckedThrowingContinuation { continuation in
-            queue.async {
-                continuation.resume(with: Result { try self.runPipeline(commands) })
-            }
-        }
-    }
-
-    private var timeval: timeval {
-        let (seconds, attoseconds) = configuration.timeout.components
-        return CHiredis.timeval(tv_sec: Int(seconds), tv_usec: Int(attoseconds / 1_000_000_000_000))
-    }
-
-    private func connected() throws(RedisError) -> UnsafeMutablePointer<redisContext> {
-        if let context {
-            if context.pointee.err == 0 { return context }
-            redisFree(context)
-            self.context = nil
-        }
-        guard let fresh = redisConnectWithTimeout(configuration.host, Int32(configuration.port), timeval) else {
-            throw RedisError(code: .connect, message: "cannot allocate a hiredis context")
-        }
-        if fresh.pointee.err != 0 {
-            let error = RedisError.fromContext(fresh, during: "connect \(configuration.host):\(configuration.port)")
-            redisFree(fresh)
-            throw RedisError(code: .connect, message: error.message)
-        }
-        redisSetTimeout(fresh, timeval)
-        context = fresh
-        return fresh
-    }
-
-    private func runPipeline(_ commands: [[[UInt8]]]) throws(RedisError) -> [RedisValue] {
-        let context = try connected()
-        for command in commands {
-            let rc = Self.append(command, to: context)
-            guard rc == REDIS_OK else { throw failure(context, "append") }
-        }
-        var replies: [RedisValue] = []
-        replies.reserveCapacity(commands.count)
-        for _ in commands {
-            var raw: UnsafeMutableRawPointer?
-            guard redisGetReply(context, &raw) == REDIS_OK, let raw else { throw failure(context, "read reply") }
-            let reply = raw.assumingMemoryBound(to: redisReply.self)
-            replies.append(Self.value(of: reply))
-            freeReplyObject(raw)
-        }
-        return replies
-    }
-
-    /// Drops the broken context so the next call reconnects, and describes the error.
-    private func failure(_ context: UnsafeMutablePointer<redisContext>, _ operation: String) -> RedisError {
-        let error = RedisError.fromContext(context, during: operation)
-        redisFree(context)
-        self.context = nil
-        return error
-    }
-
-    private static func append(_ command: [[UInt8]], to context: UnsafeMutablePointer<redisContext>) -> Int32 {
-        // Copy each argument into one contiguous buffer so the pointers stay valid for the call.
-        let total = command.reduce(0) { $0 + $1.count + 1 }
-        var storage = [CChar](repeating: 0, count: max(total, 1))
-        var offsets: [Int] = []
-        var lengths: [Int] = []
-        var cursor = 0
-        for argument in command {
-            offsets.append(cursor)
-            lengths.append(argument.count)
-            for byte in argument {
-                storage[cursor] = CChar(bitPattern: byte)
-                cursor += 1
-            }
-            cursor += 1
-        }
-        return storage.withUnsafeBufferPointer { buffer in
-            var pointers: [UnsafePointer<CChar>?] = offsets.map { buffer.baseAddress! + $0 }
-            return pointers.withUnsafeMutableBufferPointer { argv in
-                redisAppendCommandArgv(context, Int32(command.count), argv.baseAddress, lengths)
-            }
-        }
-    }
-
-    private static func value(of reply: UnsafeMutablePointer<redisReply>) -> RedisValue {
-        let r = reply.pointee
-        switch r.type {
-        case REDIS_REPLY_INTEGER:
-            return .int(Int64(r.integer))
-        case REDIS_REPLY_NIL:
-            return .null
-        case REDIS_REPLY_STRING, REDIS_REPLY_STATUS:
-            guard let str = r.str else { return .bytes([]) }
-            return .bytes(Array(UnsafeRawBufferPointer(start: str, count: r.len)))
-        case REDIS_REPLY_ERROR:
-            guard let str = r.str else { return .error("") }
-            return .error(String(decoding: UnsafeRawBufferPointer(start: str, count: r.len), as: UTF8.self))
-        case REDIS_REPLY_ARRAY:
-            var items: [RedisValue] = []
-            items.reserveCapacity(r.elements)
-            for i in 0..<r.elements {
-                if let element = r.element[i] { items.append(value(of: element)) } else { items.append(.null) }
-            }
-            return .array(items)
-        default:
-            return .null
-        }
-    }
-}
-
-/// A small pool of Redis connections. Commands are arrays of arguments; a pipeline
-/// sends several commands in one round trip and returns their replies in order.
+/// A Redis client: one server (a small pool of connections) or a Redis Cluster
+/// (a pool per master, commands routed by their key's slot). Commands are arrays of
+/// arguments; a pipeline sends several in one round trip per server and returns their
+/// replies in order. Concurrent callers share round trips (see `RedisConnection`).
 public final class RedisClient: Sendable {
-    private let connections: [RedisConnection]
-    private let next = Mutex(0)
+    private enum Backend {
+        case single(RedisPool)
+        case cluster(RedisCluster)
+    }
+
+    private let backend: Backend
     public let configuration: RedisConfiguration
 
     public init(configuration: RedisConfiguration) {
         self.configuration = configuration
-        self.connections = (0..<configuration.connections).map {
-            RedisConnection(configuration: configuration, index: $0)
-        }
+        backend =
+            configuration.cluster
+            ? .cluster(RedisCluster(configuration: configuration)) : .single(RedisPool(configuration: configuration))
     }
 
-    private func connection() -> RedisConnection {
-        let index = next.withLock { value in
-            value = (value + 1) % connections.count
-            return value
-        }
-        return connections[index]
-    }
-
-    /// Sends all commands in one round trip. Error replies come back as `.error` values.
+    /// Sends all commands, in one round trip per server. Error replies come back as
+    /// `.error` values. In a cluster, commands for different masters run concurrently:
+    /// only commands on the same slot keep their order.
     public func pipeline(_ commands: [[RedisArgument]]) async throws -> [RedisValue] {
         guard !commands.isEmpty else { return [] }
-        return try await connection().pipeline(commands.map { $0.map(\.bytes) })
+        let raw = commands.map { $0.map(\.bytes) }
+        switch backend {
+        case .single(let pool): return try await pool.pipeline(raw)
+        case .cluster(let cluster): return try await cluster.pipeline(raw)
+        }
     }
 
     /// Runs one command; a Redis error reply is thrown as `RedisError.replyError`.
@@ -263,9 +182,25 @@ public final class RedisClient: Sendable {
         return reply
     }
 
-    /// True when Redis answers PING.
+    /// True when Redis answers PING (in a cluster: a master answers, and the slot map is known).
     public func ping() async -> Bool {
         (try? await command("PING"))?.string == "PONG"
+    }
+
+    /// Round trips made so far (all servers): shows how many commands shared one.
+    public var roundTrips: Int {
+        switch backend {
+        case .single(let pool): pool.roundTrips
+        case .cluster(let cluster): cluster.roundTrips
+        }
+    }
+
+    /// The masters a cluster client knows (one entry for a single server).
+    public func masters() async throws -> [RedisNodeAddress] {
+        switch backend {
+        case .single: [configuration.address]
+        case .cluster(let cluster): try await cluster.masters()
+        }
     }
 }
 

@@ -3,6 +3,7 @@ import Foundation
 import Kafka
 import Logging
 import PushModels
+import DeviceState
 import RedisClient
 
 /// Settings every stage shares, read once at startup from the environment.
@@ -42,7 +43,9 @@ public struct CommonSettings: Sendable {
             host: try reader.string("pushrelay.redis.host", default: "127.0.0.1"),
             port: try reader.int("pushrelay.redis.port", default: 6379),
             connections: try reader.int("pushrelay.redis.connections", default: 4),
-            timeout: try reader.milliseconds("pushrelay.redis.timeout.ms", default: 2000))
+            timeout: try reader.milliseconds("pushrelay.redis.timeout.ms", default: 2000),
+            cluster: try reader.bool("pushrelay.redis.cluster", default: false),
+            seeds: try Self.redisSeeds(try reader.string("pushrelay.redis.cluster.seeds", default: "")))
         redisPrefix = try reader.string("pushrelay.redis.prefix", default: "pr:")
         var topics = TopicNames()
         topics.requests = try reader.string("pushrelay.topic.requests", default: topics.requests)
@@ -66,6 +69,20 @@ public struct CommonSettings: Sendable {
         // Checked against the catalog's list, so the level always parses.
         logLevel = Logger.Level(rawValue: try reader.string("pushrelay.log.level", default: "info")) ?? .info
         shutdownTimeout = try reader.milliseconds("pushrelay.shutdown.timeout.ms", default: 30_000)
+    }
+
+    /// The relay's Redis keys: hash-tagged on a Redis Cluster (`PUSHRELAY_REDIS_CLUSTER`).
+    public var redisKeys: RedisKeys { RedisKeys(prefix: redisPrefix, hashTags: redis.cluster) }
+
+    /// `PUSHRELAY_REDIS_CLUSTER_SEEDS`: more cluster nodes to learn the slot map from,
+    /// `host:port` separated by commas.
+    static func redisSeeds(_ text: String) throws -> [RedisNodeAddress] {
+        try text.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }.map {
+            guard let address = RedisNodeAddress($0), !address.host.isEmpty else {
+                throw SettingsError("PUSHRELAY_REDIS_CLUSTER_SEEDS: \"\($0)\" is not host:port")
+            }
+            return address
+        }
     }
 
     /// The Kafka connection. There is no default broker: `PUSHRELAY_KAFKA_BROKERS`, or a

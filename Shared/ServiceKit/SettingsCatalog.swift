@@ -37,6 +37,8 @@ public enum SettingsCatalog {
         "pushrelay.redis.connections": .int(1...256),
         "pushrelay.redis.timeout.ms": .int(1...600_000),
         "pushrelay.redis.prefix": .topic,
+        "pushrelay.redis.cluster": .bool,
+        "pushrelay.redis.cluster.seeds": .text,
         "pushrelay.topic.requests": .topic,
         "pushrelay.topic.outbound": .topic,
         "pushrelay.topic.feedback": .topic,

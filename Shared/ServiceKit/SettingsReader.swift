@@ -49,6 +49,11 @@ public struct SettingsReader: Sendable {
         try raw(key).flatMap { Int($0) } ?? value
     }
 
+    public func bool(_ key: String, default value: Bool) throws -> Bool {
+        // Checked by `raw` against the catalog: true, false, 1 or 0.
+        try raw(key).map { ["true", "1"].contains($0.lowercased()) } ?? value
+    }
+
     public func double(_ key: String, default value: Double) throws -> Double {
         try raw(key).flatMap { Double($0) } ?? value
     }

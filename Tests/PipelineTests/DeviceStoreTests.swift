@@ -7,6 +7,20 @@ import Testing
 
 @testable import DeviceState
 
+extension DeviceStore {
+    /// Reports the device's token dead twice ("UNREGISTERED"); what each report changed.
+    func reportDead(_ id: DeviceID, token: String) async throws -> [Bool] {
+        var changed: [Bool] = []
+        for _ in 0..<2 {
+            changed.append(
+                try await invalidate(
+                    deviceID: id, tokenFingerprint: Fingerprint.token(token), reason: "UNREGISTERED",
+                    providerTimestampMs: nil))
+        }
+        return changed
+    }
+}
+
 extension StackTests {
     /// Device state against the stack's real Redis, under a key prefix of its own.
     @Suite struct DeviceStoreTests {
@@ -64,19 +78,29 @@ extension StackTests {
         @Test func invalidationIsIdempotentAndReportedOnce() async throws {
             let devices = try await store()
             let id = try await devices.register(try registration("tok-dead")).id
-            let fingerprint = Fingerprint.token("tok-dead")
-            #expect(
-                try await devices.invalidate(
-                    deviceID: id, tokenFingerprint: fingerprint, reason: "UNREGISTERED", providerTimestampMs: nil))
-            #expect(
-                !(try await devices.invalidate(
-                    deviceID: id, tokenFingerprint: fingerprint, reason: "UNREGISTERED", providerTimestampMs: nil)))
+            // The first report changes the device; the same report again changes nothing.
+            #expect(try await devices.reportDead(id, token: "tok-dead") == [true, false])
             let entries = try await devices.feedback(realm: "realm-a", after: nil, limit: 10)
             #expect(entries.map(\.deviceID) == [id])
             #expect(try await devices.device(id)?.status == .invalid)
             // Registering the token again revives the device.
             #expect(try await devices.register(try registration("tok-dead")).id == id)
             #expect(try await devices.device(id)?.status == .active)
+        }
+
+        @Test func anInvalidationWhoseFeedbackWasNotWrittenIsReportedByTheNextReport() async throws {
+            let devices = try await store()
+            let id = try await devices.register(try registration("tok-half")).id
+            // As if the relay stopped after marking the device and before the stream entry.
+            try await devices.redis.command(
+                "HSET", RedisArgument(devices.keys.device(id)), "status", "invalid", "reason", "UNREGISTERED",
+                "invalid_ms", "1234", "feedback_pending", "1")
+            #expect(try await devices.feedback(realm: "realm-a", after: nil, limit: 10).isEmpty)
+            // The first report changes the device; the same report again changes nothing.
+            #expect(try await devices.reportDead(id, token: "tok-half") == [true, false])
+            let entries = try await devices.feedback(realm: "realm-a", after: nil, limit: 10)
+            #expect(entries.map(\.deviceID) == [id])
+            #expect(entries.first?.atMs == 1234)
         }
 
         @Test func reportsAboutAnotherTokenOrAnOlderRegistrationAreIgnored() async throws {

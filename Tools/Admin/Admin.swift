@@ -28,7 +28,7 @@ struct Directory {
         let reader = try SettingsReader.environment()
         let settings = try CommonSettings(service: "admin", defaultPort: 0, reader: reader)
         let redis = RedisClient(configuration: settings.redis)
-        let keys = RedisKeys(prefix: settings.redisPrefix)
+        let keys = settings.redisKeys
         return Directory(
             servers: ServerStore(redis: redis, keys: keys, pepper: try reader.apiKeyPepper()),
             realms: RealmDirectory(redis: redis, keys: keys),

@@ -158,9 +158,11 @@ struct Replay: AsyncParsableCommand {
             let redis = RedisClient(
                 configuration: RedisConfiguration(
                     host: redisHost ?? settings.redis.host, port: redisPort ?? settings.redis.port,
-                    connections: 1, timeout: settings.redis.timeout))
+                    connections: 1, timeout: settings.redis.timeout, cluster: settings.redis.cluster,
+                    seeds: settings.redis.seeds))
             let ledger = RedisDeliveryLedger(
-                redis: redis, keys: RedisKeys(prefix: redisPrefix ?? settings.redisPrefix),
+                redis: redis,
+                keys: RedisKeys(prefix: redisPrefix ?? settings.redisPrefix, hashTags: settings.redis.cluster),
                 ttl: .seconds(1))
             for chunk in stride(from: 0, to: pairs.count, by: 500) {
                 skip.formUnion(try await ledger.sentPairs(Array(pairs[chunk..<min(chunk + 500, pairs.count)])))
