@@ -1,5 +1,6 @@
 import Foundation
 import Hummingbird
+import HummingbirdCore
 import HummingbirdHTTP2
 import Logging
 import NIOSSL
@@ -25,6 +26,8 @@ public struct FakeServers: Sendable {
     public let ports: Ports
     public let host: String
     public let publicHost: String
+    /// Requests per connection before a GOAWAY retires it (0: never).
+    public let goAwayEvery: Int
 
     public var apnsURL: String { "https://\(publicHost):\(ports.apns)" }
     public var fcmURL: String { "https://\(publicHost):\(ports.fcm)" }
@@ -32,8 +35,9 @@ public struct FakeServers: Sendable {
     /// `publicHost` is the name clients use (it goes into the URLs written for the dispatcher).
     public init(
         directory: String, host: String = "127.0.0.1", publicHost: String = "localhost", ports: Ports,
-        apnsTeamID: String? = nil, apnsKeyID: String? = nil, maxRecorded: Int = 0
+        apnsTeamID: String? = nil, apnsKeyID: String? = nil, maxRecorded: Int = 0, goAwayEvery: Int = 0
     ) throws {
+        self.goAwayEvery = max(0, goAwayEvery)
         self.credentials = try FakeCredentials.loadOrCreate(
             directory: directory, hostnames: publicHost == "localhost" ? [] : [publicHost], teamID: apnsTeamID,
             keyID: apnsKeyID)
@@ -52,16 +56,28 @@ public struct FakeServers: Sendable {
             ],
             privateKey: .privateKey(try NIOSSLPrivateKey(bytes: Array(credentials.serverKeyPEM.utf8), format: .pem)))
 
+        let connections = GoAwayEvery.Connections()
+        let every = goAwayEvery
+        let state = state
+        let server: HTTPServerBuilder =
+            every > 0
+            ? try .http2Upgrade(
+                tlsConfiguration: tls,
+                configuration: .init(
+                    streamConfiguration: .init(additionalChannelHandlers: [
+                        GoAwayEvery(every: every, state: state, connections: connections)
+                    ])))
+            : try .http2Upgrade(tlsConfiguration: tls)
         let apnsRouter = Router(context: BasicRequestContext.self)
         try await FakeAPNs(state: state, credentials: credentials).addRoutes(to: apnsRouter)
         let apns = Application(
-            router: apnsRouter, server: try .http2Upgrade(tlsConfiguration: tls),
+            router: apnsRouter, server: server,
             configuration: .init(address: .hostname(host, port: ports.apns), serverName: nil), logger: logger)
 
         let fcmRouter = Router(context: BasicRequestContext.self)
         try await FakeFCM(state: state, credentials: credentials, baseURL: fcmURL).addRoutes(to: fcmRouter)
         let fcm = Application(
-            router: fcmRouter, server: try .http2Upgrade(tlsConfiguration: tls),
+            router: fcmRouter, server: server,
             configuration: .init(address: .hostname(host, port: ports.fcm), serverName: nil), logger: logger)
 
         let controlRouter = Router(context: BasicRequestContext.self)

@@ -48,6 +48,8 @@ public final class FakeState: Sendable {
         var injected: [String: [InjectedFailure]] = [:]
         var accessTokens: [String: Date] = [:]
         var verifiedAPNsTokens: [String: Date] = [:]
+        var goAways = 0
+        var dropped = 0
     }
 
     private let state = Mutex(State())
@@ -70,12 +72,25 @@ public final class FakeState: Sendable {
     }
 
     /// Answers so far: provider → HTTP status → count.
+    /// Answers per provider and status, and `"connections": ["goaway": n]`: the GOAWAYs
+    /// sent to retire connections (`PUSHRELAY_FAKES_GOAWAY_EVERY`) and the streams above
+    /// their last-stream-id that were dropped unprocessed.
     public func counts() -> [String: [String: Int]] {
         state.withLock { s in
-            s.counts.mapValues { byStatus in
+            var counts = s.counts.mapValues { byStatus in
                 Dictionary(uniqueKeysWithValues: byStatus.map { ("\($0.key)", $0.value) })
             }
+            counts["connections"] = ["goaway": s.goAways, "dropped_after_goaway": s.dropped]
+            return counts
         }
+    }
+
+    func countGoAway() {
+        state.withLock { $0.goAways += 1 }
+    }
+
+    func countRefused() {
+        state.withLock { $0.dropped += 1 }
     }
 
     public func received(provider: String? = nil) -> [ReceivedPush] {

@@ -31,7 +31,8 @@ struct ProviderFakesMain {
             publicHost: try reader.string("pushrelay.fakes.public.host", default: "localhost"), ports: ports,
             apnsTeamID: try reader.raw("pushrelay.fakes.apns.team.id"),
             apnsKeyID: try reader.raw("pushrelay.fakes.apns.key.id"),
-            maxRecorded: try reader.int("pushrelay.fakes.max.recorded", default: 0))
+            maxRecorded: try reader.int("pushrelay.fakes.max.recorded", default: 0),
+            goAwayEvery: try reader.int("pushrelay.fakes.goaway.every", default: 0))
         let apps = try await fakes.applications(logger: logger)
         logger.info(
             "provider fakes ready",

@@ -135,6 +135,18 @@ public struct DispatchStage: Sendable {
             if case .outcome(.sent, _) = self { return true }
             return false
         }
+
+        /// The provider may have the push: the request was written and no answer came
+        /// back (a transport failure). Its ledger claim stays, so the next send of the pair
+        /// is counted and marked as the re-send of an interrupted send.
+        var mayHaveReachedProvider: Bool {
+            let transport = ProviderReason.relay(.transportError).name
+            switch self {
+            case .retry(let next, _, _): return next.lastError == transport
+            case .dead(_, let result, _): return result.reasonName == transport
+            case .outcome, .alreadySent: return false
+            }
+        }
     }
 
     /// A step, and what the delivery ledger knew before it.
@@ -173,7 +185,7 @@ public struct DispatchStage: Sendable {
             }
             decision = decided
         }
-        if decision.claimed && !decision.step.isSent {
+        if decision.claimed && !decision.step.isSent && !decision.step.mayHaveReachedProvider {
             // Refused, parked or dead: nothing reached the phone, so a later send is not a duplicate.
             let released: Bool? = await untilSuccess("release the ledger claim", logger: logger) {
                 try await ledger.release(notificationID: outbound.notificationID, deviceID: outbound.deviceID)

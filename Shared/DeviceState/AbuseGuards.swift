@@ -109,6 +109,7 @@ public struct RealmDirectory: Sendable {
             })
         var outcomes: [RealmRegistration] = []
         var setChanges: [[RedisArgument]] = []
+        var givenBack = 0
         for (index, realm) in realms.enumerated() {
             if full[index] {
                 switch owners[index].string {
@@ -127,11 +128,20 @@ public struct RealmDirectory: Sendable {
             case 0: outcomes.append(.registered)
             case 1: outcomes.append(.alreadyYours)
             default:
+                // Another server's: not in this one's quota (also a place left by an earlier
+                // call that stopped between its two steps).
                 outcomes.append(.taken)
-                if places[index].int == 1 { setChanges.append(["SREM", set, RedisArgument(realm)]) }
+                setChanges.append(["SREM", set, RedisArgument(realm)])
+                givenBack += 1
             }
         }
         _ = try await replies(setChanges)
+        // Places given back may fit realms refused for want of one in this very call.
+        let refused = outcomes.indices.filter { outcomes[$0] == .quotaExceeded }
+        if givenBack > 0 && !refused.isEmpty {
+            let again = try await register(refused.map { realms[$0] }, to: server, maxRealms: maxRealms, nowMs: nowMs)
+            for (index, outcome) in zip(refused, again) { outcomes[index] = outcome }
+        }
         return outcomes
     }
 

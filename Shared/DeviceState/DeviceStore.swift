@@ -159,6 +159,8 @@ public struct DeviceStore: Sendable {
         var commands: [[RedisArgument]] = [
             fields,
             ["HSETNX", RedisArgument(keys.device(id)), "created_ms", RedisArgument(nowMs)],
+            // Registered again: an earlier invalidation's unwritten feedback no longer matters.
+            ["HDEL", RedisArgument(keys.device(id)), "feedback_pending"],
         ]
         if let userID = r.userID {
             commands.append([
@@ -344,30 +346,45 @@ public struct DeviceStore: Sendable {
         // The script compares the token field as stored (ciphertext): a registration in
         // between rewrites it, and the report is then about an older registration.
         let deviceKey = keys.device(deviceID)
+        // The writer of the feedback entry holds the device's `feedback_pending` mark,
+        // `{ms} {random}`: one writer at a time, and a mark left by a writer that stopped
+        // is taken over once it is older than `feedbackLeaseMs`.
+        let lease = "\(nowMs) \(UInt64.random(in: 0...UInt64.max))"
         let reply = try await redis.command(
             "EVAL", RedisArgument(Self.invalidateScript), "1", RedisArgument(deviceKey), RedisArgument(storedToken),
-            RedisArgument(reason), RedisArgument(providerTimestampMs ?? -1), RedisArgument(nowMs))
+            RedisArgument(reason), RedisArgument(providerTimestampMs ?? -1), RedisArgument(nowMs), RedisArgument(lease),
+            RedisArgument(Self.feedbackLeaseMs))
         let parts = reply.array
         guard let outcome = parts.first?.int, outcome != 0 else { return false }
         guard parts.count == 3, let reportedReason = parts[1].string, let atMs = parts[2].string else {
             throw RedisError(code: .protocolError, message: "unexpected reply to the invalidate script")
         }
         // The realm's feedback stream is another key (another slot on a cluster): written
-        // after the device, then the device's mark taken off. Should this stop in between,
-        // the next report of the device finds the mark and writes the entry then.
+        // after the device is marked, then the mark is taken off. Should this stop in
+        // between, a later report of the device takes the mark over and writes the entry
+        // (at least once: a stop after the entry and before the mark's removal writes it twice).
         try await redis.command(
             "XADD", RedisArgument(keys.feedback(realm: device.realmUUID)), "MAXLEN", "~", "100000", "*", "device_id",
             RedisArgument(deviceID), "reason", RedisArgument(reportedReason), "at_ms", RedisArgument(atMs))
-        try await redis.command("HDEL", RedisArgument(deviceKey), "feedback_pending")
+        try await redis.command(
+            "EVAL", RedisArgument(Self.releaseFeedbackScript), "1", RedisArgument(deviceKey), RedisArgument(lease))
         return true
     }
 
-    /// KEYS[1] device hash; ARGV stored token field, reason, provider ts (-1 none), now.
-    /// Returns {0} (nothing to do), {1, reason, at} (invalidated now) or {2, reason, at}
-    /// (invalidated earlier, its feedback entry not yet written).
+    /// How long a feedback writer holds a device's mark before another may take it over.
+    static let feedbackLeaseMs: Int64 = 30_000
+
+    /// KEYS[1] device hash; ARGV stored token field, reason, provider ts (-1 none), now,
+    /// lease, lease ms. Returns {0} (nothing to do), {1, reason, at} (invalidated now) or
+    /// {2, reason, at} (invalidated earlier; its feedback entry's writer stopped: this one
+    /// writes it).
     static let invalidateScript = """
         local status = redis.call('HGET', KEYS[1], 'status')
-        if status == 'invalid' and redis.call('HEXISTS', KEYS[1], 'feedback_pending') == 1 then
+        local pending = redis.call('HGET', KEYS[1], 'feedback_pending')
+        if status == 'invalid' and pending then
+          local since = tonumber(string.match(pending, '^(%d+)') or '0')
+          if tonumber(ARGV[4]) - since < tonumber(ARGV[6]) then return {0} end
+          redis.call('HSET', KEYS[1], 'feedback_pending', ARGV[5])
           return {2, redis.call('HGET', KEYS[1], 'reason') or '', redis.call('HGET', KEYS[1], 'invalid_ms') or '0'}
         end
         if status ~= 'active' then return {0} end
@@ -375,8 +392,16 @@ public struct DeviceStore: Sendable {
         local ts = tonumber(ARGV[3])
         local registered = tonumber(redis.call('HGET', KEYS[1], 'registered_ms') or '0')
         if ts >= 0 and registered > ts then return {0} end
-        redis.call('HSET', KEYS[1], 'status', 'invalid', 'reason', ARGV[2], 'invalid_ms', ARGV[4], 'feedback_pending', '1')
+        redis.call('HSET', KEYS[1], 'status', 'invalid', 'reason', ARGV[2], 'invalid_ms', ARGV[4], 'feedback_pending', ARGV[5])
         return {1, ARGV[2], ARGV[4]}
+        """
+
+    /// KEYS[1] device hash; ARGV the lease: takes the mark off if this writer still holds it.
+    static let releaseFeedbackScript = """
+        if redis.call('HGET', KEYS[1], 'feedback_pending') == ARGV[1] then
+          redis.call('HDEL', KEYS[1], 'feedback_pending')
+        end
+        return 0
         """
 
     /// Invalidations of a realm after `cursor` (exclusive), oldest first.

@@ -144,8 +144,8 @@ public final class APNsClient: PushProviderClient {
         request.headers.add(name: "content-type", value: "application/json")
         request.body = .bytes(ByteBuffer(bytes: body))
         do {
-            let response = try await client().execute(
-                request, timeout: .seconds(configuration.requestTimeout.components.seconds))
+            let response = try await client().executeResendingRefused(
+                request, timeout: .seconds(configuration.requestTimeout.components.seconds), logger: logger)
             let status = Int(response.status.code)
             if status == 200 {
                 return .sent(status: status, providerMessageID: response.headers.first(name: "apns-id"))

@@ -183,8 +183,8 @@ public final class FCMClient: PushProviderClient {
         request.headers.add(name: "content-type", value: "application/json")
         request.body = .bytes(ByteBuffer(bytes: message))
         do {
-            let response = try await http.execute(
-                request, timeout: .seconds(configuration.requestTimeout.components.seconds))
+            let response = try await http.executeResendingRefused(
+                request, timeout: .seconds(configuration.requestTimeout.components.seconds), logger: logger)
             let status = Int(response.status.code)
             let body = try await response.body.collect(upTo: 64 * 1024)
             if status == 200 {

@@ -4,6 +4,7 @@ import Logging
 import PushModels
 import NIOCore
 import NIOHTTP1
+import NIOHTTP2
 import NIOSSL
 
 /// TLS for provider connections: the system roots, or a CA file (for fakes and pinning).
@@ -34,6 +35,34 @@ func retryAfter(_ headers: HTTPHeaders) -> Duration? {
     else { return nil }
     // Any number of seconds may arrive; a day is the most the retry schedule honours.
     return .seconds(Int64(min(seconds, 86_400)))
+}
+
+/// True when the provider did not process the request, so sending it again cannot
+/// duplicate it: HTTP/2 REFUSED_STREAM (a stream above the last-stream-id of a GOAWAY
+/// that retired the connection, or one the server refused outright), or a stream the
+/// client could not open because the connection was already going away.
+func wasRefusedUnprocessed(_ error: any Error) -> Bool {
+    if let closed = error as? NIOHTTP2Errors.StreamClosed { return closed.errorCode == .refusedStream }
+    return error is NIOHTTP2Errors.CreatedStreamAfterGoaway
+}
+
+extension HTTPClient {
+    /// Requests the provider refused unprocessed are sent again at once (on another
+    /// stream, another connection if this one is going away), up to `resends` times.
+    /// Any other failure is thrown: after the request was written it is ambiguous.
+    func executeResendingRefused(
+        _ request: HTTPClientRequest, timeout: TimeAmount, resends: Int = 3, logger: Logger
+    ) async throws -> HTTPClientResponse {
+        var attempt = 0
+        while true {
+            do {
+                return try await execute(request, timeout: timeout)
+            } catch let error where wasRefusedUnprocessed(error) && attempt < resends {
+                attempt += 1
+                logger.debug("provider refused the stream unprocessed; sending again", metadata: ["error": "\(error)"])
+            }
+        }
+    }
 }
 
 /// A request that failed below HTTP (connection, TLS, timeout): retryable. Logged with

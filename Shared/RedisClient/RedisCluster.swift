@@ -319,6 +319,8 @@ final class RedisCluster: Sendable {
                     switch Redirection(message, from: node) {
                     case .moved(let slot, let address):
                         map.withLock { $0.assign(slot, to: address) }
+                        // The slot Redis names: right even when the key was not found where expected.
+                        parts[index].slot = slot
                         moved = true
                         next.append(index)
                     case .ask(_, let address):
@@ -336,7 +338,7 @@ final class RedisCluster: Sendable {
                 redirections += 1
                 if pause { try await Task.sleep(for: .milliseconds(50)) }
             }
-            waiting = next
+            waiting = next.sorted()
         }
         if moved { try? await refresh() }
         return replies

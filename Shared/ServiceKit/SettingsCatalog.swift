@@ -116,6 +116,7 @@ public enum SettingsCatalog {
         "pushrelay.fakes.apns.team.id": .text,
         "pushrelay.fakes.apns.key.id": .text,
         "pushrelay.fakes.max.recorded": .int(0...10_000_000),
+        "pushrelay.fakes.goaway.every": .int(0...1_000_000_000),
     ]
 
     /// Variables that belong to the dev tools and the test harness, not to a service.

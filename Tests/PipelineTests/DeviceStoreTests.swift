@@ -88,13 +88,34 @@ extension StackTests {
             #expect(try await devices.device(id)?.status == .active)
         }
 
+        @Test func concurrentReportsOfOneDeadTokenWriteOneFeedbackEntry() async throws {
+            let devices = try await store()
+            let id = try await devices.register(try registration("tok-many")).id
+            let changed = try await withThrowingTaskGroup(of: Bool.self) { group in
+                for _ in 0..<16 {
+                    group.addTask {
+                        try await devices.invalidate(
+                            deviceID: id, tokenFingerprint: Fingerprint.token("tok-many"), reason: "UNREGISTERED",
+                            providerTimestampMs: nil)
+                    }
+                }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            #expect(changed.filter { $0 }.count == 1)
+            #expect(try await devices.feedback(realm: "realm-a", after: nil, limit: 10).map(\.deviceID) == [id])
+            #expect(
+                try await devices.redis.command("HGET", RedisArgument(devices.keys.device(id)), "feedback_pending")
+                    == .null)
+        }
+
         @Test func anInvalidationWhoseFeedbackWasNotWrittenIsReportedByTheNextReport() async throws {
             let devices = try await store()
             let id = try await devices.register(try registration("tok-half")).id
-            // As if the relay stopped after marking the device and before the stream entry.
+            // As if the relay stopped after marking the device and before the stream entry,
+            // longer ago than the lease.
             try await devices.redis.command(
                 "HSET", RedisArgument(devices.keys.device(id)), "status", "invalid", "reason", "UNREGISTERED",
-                "invalid_ms", "1234", "feedback_pending", "1")
+                "invalid_ms", "1234", "feedback_pending", "1234 99")
             #expect(try await devices.feedback(realm: "realm-a", after: nil, limit: 10).isEmpty)
             // The first report changes the device; the same report again changes nothing.
             #expect(try await devices.reportDead(id, token: "tok-half") == [true, false])

@@ -221,6 +221,46 @@ extension StackTests {
             #expect(bad.status != 0 && bad.errors.contains("not an ISO 8601 time"))
         }
 
+        @Test func connectionsRetiredByGOAWAYLoseNothingAndEveryResendIsMarked() async throws {
+            // Fakes that end every HTTP/2 connection after 100 requests, the abrupt way:
+            // streams above the GOAWAY's last-stream-id are refused and must be sent again.
+            var options = Stack.Options.tests
+            options.fakesEnvironment = ["PUSHRELAY_FAKES_GOAWAY_EVERY": "100"]
+            options.name = "goaway"
+            let stack = try await Stack.start(options: options)
+            var settings = ChaosRun.Settings()
+            settings.notifications = 600
+            settings.users = 50
+            settings.realms = 3
+            settings.rate = 200
+            settings.concurrency = 16
+            settings.deadTokenShare = 0
+            settings.faults = []
+            settings.settleTimeout = .seconds(120)
+            let report = try await ChaosRun(stack: stack, settings: settings, log: { _ in }).run()
+            print(report.table)
+            let stats = try await HTTP.get("\(stack.controlURL)/stats").json
+            let goAways = stats["connections"]?["goaway"]?.intValue ?? 0
+            #expect(goAways >= 5, "the fakes retired connections (\(goAways) GOAWAYs)")
+            #expect(report.notificationsAccepted == 600)
+            #expect(report.lost == 0, "lost: \(report.lostSamples)")
+            #expect(report.delivered + report.failed == report.pairsExpected, "every push accounted for")
+            // A request whose answer never came is counted and marked when sent again.
+            #expect(report.unexplainedDuplicates == 0, "duplicates: \(report.duplicateSamples)")
+            withKnownIssue(
+                """
+                AsyncHTTPClient fails many requests of a connection retired by GOAWAY (cancelled, I/O on closed \
+                channel, connection closed before answers at or below the last-stream-id arrive): they are \
+                re-sent and marked, some reach the provider twice, a few exhaust their attempts. The \
+                swift-nio-http2 client is the fix.
+                """,
+                isIntermittent: true
+            ) {
+                #expect(report.duplicates == 0, "duplicates: \(report.duplicateSamples)")
+                #expect(report.failed == 0)
+            }
+        }
+
         @Test func aShortChaosRunLosesAndDuplicatesNothing() async throws {
             let stack = try await Stack.get()
             var settings = ChaosRun.Settings()

@@ -255,6 +255,8 @@ extension StackTests {
                 try await realms.register(["r1", "r3"], to: "s1", maxRealms: 2) == [.alreadyYours, .quotaExceeded])
             #expect(try await realms.register(["r1", "r4"], to: "s2", maxRealms: 2) == [.taken, .registered])
             #expect(try await redis.command("SCARD", RedisArgument(keys.serverRealms("s2"))).int == 1)
+            // One place left: a realm another server has gives its place back to the next one.
+            #expect(try await realms.register(["r2", "r9"], to: "s3", maxRealms: 1) == [.taken, .registered])
 
             // Zulip's legacy API: one device per token and user, ids from the shared sequence.
             let legacy = ZulipLegacyDevices(devices: devices)

@@ -20,6 +20,8 @@ struct Chaos: AsyncParsableCommand {
     @Option(help: "Retry delays for the run's dispatcher.") var retryDelays = "1s,2s,5s"
     @Option(help: "Kafka partitions per topic in the dev broker.") var partitions = 6
     @Option(help: "Write the report as JSON to this file.") var json: String?
+    @Option(help: "The provider fakes retire each HTTP/2 connection with a GOAWAY after this many requests (0: never).")
+    var goawayEvery = 0
 
     func run() async throws {
         var settings = ChaosRun.Settings()
@@ -33,7 +35,8 @@ struct Chaos: AsyncParsableCommand {
         let stack = try await Stack.start(
             options: Stack.Options(
                 environment: ["PUSHRELAY_RETRY_DELAYS": retryDelays, "PUSHRELAY_RATELIMIT_REQUESTS": "100000000"],
-                partitions: partitions))
+                partitions: partitions,
+                fakesEnvironment: goawayEvery > 0 ? ["PUSHRELAY_FAKES_GOAWAY_EVERY": "\(goawayEvery)"] : [:]))
         progress("stack up in \(stack.directory)")
         let report = try await ChaosRun(stack: stack, settings: settings, log: progress).run()
         print(report.table)
