@@ -105,8 +105,12 @@ final class StreamErrorsAfterGoAway: ChannelInboundHandler, RemovableChannelHand
     typealias InboundOut = HTTP2Frame
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        // Frames for dropped streams, and the GOAWAY (2^31-1) swift-nio-http2 or Hummingbird
+        // would send after ours, which may not raise its last-stream-id: neither may end
+        // the connection while streams below it still wait for their answers.
         if error is NIOHTTP2Errors.NoSuchStream || error is NIOHTTP2Errors.StreamClosed
-            || error is NIOHTTP2Errors.StreamIDTooSmall
+            || error is NIOHTTP2Errors.StreamIDTooSmall || error is NIOHTTP2Errors.StreamError
+            || error is NIOHTTP2Errors.RaisedGoawayLastStreamID
         {
             return
         }

@@ -185,8 +185,10 @@ public struct DispatchStage: Sendable {
             }
             decision = decided
         }
-        if decision.claimed && !decision.step.isSent && !decision.step.mayHaveReachedProvider {
-            // Refused, parked or dead: nothing reached the phone, so a later send is not a duplicate.
+        if decision.claimed && !decision.step.isSent && !decision.ambiguous && !decision.step.mayHaveReachedProvider {
+            // Refused, parked or dead: nothing reached the phone, so a later send is not a
+            // duplicate. After an interrupted send (now or before) the claim stays, so every
+            // later send of the pair is marked.
             let released: Bool? = await untilSuccess("release the ledger claim", logger: logger) {
                 try await ledger.release(notificationID: outbound.notificationID, deviceID: outbound.deviceID)
                 return true

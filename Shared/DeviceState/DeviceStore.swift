@@ -356,6 +356,11 @@ public struct DeviceStore: Sendable {
             RedisArgument(Self.feedbackLeaseMs))
         let parts = reply.array
         guard let outcome = parts.first?.int, outcome != 0 else { return false }
+        if outcome == 3 {
+            // Another writer holds the mark: whether its entry gets written is not known
+            // yet. Tried again (the caller retries) until it is released or runs out.
+            throw RedisError(code: .io, message: "the device's feedback entry is being written elsewhere")
+        }
         guard parts.count == 3, let reportedReason = parts[1].string, let atMs = parts[2].string else {
             throw RedisError(code: .protocolError, message: "unexpected reply to the invalidate script")
         }
@@ -372,18 +377,18 @@ public struct DeviceStore: Sendable {
     }
 
     /// How long a feedback writer holds a device's mark before another may take it over.
-    static let feedbackLeaseMs: Int64 = 30_000
+    static let feedbackLeaseMs: Int64 = 10_000
 
     /// KEYS[1] device hash; ARGV stored token field, reason, provider ts (-1 none), now,
-    /// lease, lease ms. Returns {0} (nothing to do), {1, reason, at} (invalidated now) or
+    /// lease, lease ms. Returns {0} (nothing to do), {1, reason, at} (invalidated now),
     /// {2, reason, at} (invalidated earlier; its feedback entry's writer stopped: this one
-    /// writes it).
+    /// writes it) or {3} (a writer holds the mark now).
     static let invalidateScript = """
         local status = redis.call('HGET', KEYS[1], 'status')
         local pending = redis.call('HGET', KEYS[1], 'feedback_pending')
         if status == 'invalid' and pending then
           local since = tonumber(string.match(pending, '^(%d+)') or '0')
-          if tonumber(ARGV[4]) - since < tonumber(ARGV[6]) then return {0} end
+          if tonumber(ARGV[4]) - since < tonumber(ARGV[6]) then return {3} end
           redis.call('HSET', KEYS[1], 'feedback_pending', ARGV[5])
           return {2, redis.call('HGET', KEYS[1], 'reason') or '', redis.call('HGET', KEYS[1], 'invalid_ms') or '0'}
         end

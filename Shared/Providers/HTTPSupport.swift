@@ -41,7 +41,10 @@ func retryAfter(_ headers: HTTPHeaders) -> Duration? {
 /// duplicate it: HTTP/2 REFUSED_STREAM (a stream above the last-stream-id of a GOAWAY
 /// that retired the connection, or one the server refused outright), or a stream the
 /// client could not open because the connection was already going away.
+/// (swift-nio-http2 reports the streams a received GOAWAY drops as CANCEL, which a peer's
+/// reset also gives: those stay ambiguous here.)
 func wasRefusedUnprocessed(_ error: any Error) -> Bool {
+    if let wrapped = error as? NIOHTTP2Errors.StreamError { return wasRefusedUnprocessed(wrapped.baseError) }
     if let closed = error as? NIOHTTP2Errors.StreamClosed { return closed.errorCode == .refusedStream }
     return error is NIOHTTP2Errors.CreatedStreamAfterGoaway
 }

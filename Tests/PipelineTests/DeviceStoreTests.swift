@@ -94,9 +94,17 @@ extension StackTests {
             let changed = try await withThrowingTaskGroup(of: Bool.self) { group in
                 for _ in 0..<16 {
                     group.addTask {
-                        try await devices.invalidate(
-                            deviceID: id, tokenFingerprint: Fingerprint.token("tok-many"), reason: "UNREGISTERED",
-                            providerTimestampMs: nil)
+                        // As the feedback stage does: a report that finds the entry being
+                        // written elsewhere is tried again.
+                        while true {
+                            do {
+                                return try await devices.invalidate(
+                                    deviceID: id, tokenFingerprint: Fingerprint.token("tok-many"),
+                                    reason: "UNREGISTERED", providerTimestampMs: nil)
+                            } catch let error as RedisError where error.isRetriable {
+                                try await Task.sleep(for: .milliseconds(10))
+                            }
+                        }
                     }
                 }
                 return try await group.reduce(into: []) { $0.append($1) }
@@ -106,6 +114,18 @@ extension StackTests {
             #expect(
                 try await devices.redis.command("HGET", RedisArgument(devices.keys.device(id)), "feedback_pending")
                     == .null)
+        }
+
+        @Test func aReportWhileAnotherWriterHoldsTheMarkIsTriedAgainNotDropped() async throws {
+            let devices = try await store()
+            let id = try await devices.register(try registration("tok-busy")).id
+            try await devices.redis.command(
+                "HSET", RedisArgument(devices.keys.device(id)), "status", "invalid", "reason", "UNREGISTERED",
+                "invalid_ms", "1234", "feedback_pending", RedisArgument("\(Wire.nowMillis()) 7"))
+            await #expect(throws: RedisError.self) {
+                try await devices.reportDead(id, token: "tok-busy")
+            }
+            #expect(try await devices.feedback(realm: "realm-a", after: nil, limit: 10).isEmpty)
         }
 
         @Test func anInvalidationWhoseFeedbackWasNotWrittenIsReportedByTheNextReport() async throws {

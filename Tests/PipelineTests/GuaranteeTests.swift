@@ -247,16 +247,18 @@ extension StackTests {
             #expect(report.delivered + report.failed == report.pairsExpected, "every push accounted for")
             // A request whose answer never came is counted and marked when sent again.
             #expect(report.unexplainedDuplicates == 0, "duplicates: \(report.duplicateSamples)")
+            // AsyncHTTPClient fails the requests a GOAWAY cut off (cancelled, I/O on a closed
+            // channel, CANCEL) without saying whether they were processed: they are re-sent
+            // as ambiguous. The fake processed none of them, so none arrives twice.
+            #expect(report.duplicates == 0, "duplicates: \(report.duplicateSamples)")
             withKnownIssue(
                 """
-                AsyncHTTPClient fails many requests of a connection retired by GOAWAY (cancelled, I/O on closed \
-                channel, connection closed before answers at or below the last-stream-id arrive): they are \
-                re-sent and marked, some reach the provider twice, a few exhaust their attempts. The \
-                swift-nio-http2 client is the fix.
+                The requests a GOAWAY cut off go through the retry topics as ambiguous instead of being \
+                re-sent at once, so with this test's four attempts one may exhaust them (dead-lettered, \
+                accounted for). Telling them apart needs the dispatcher's own swift-nio-http2 client.
                 """,
                 isIntermittent: true
             ) {
-                #expect(report.duplicates == 0, "duplicates: \(report.duplicateSamples)")
                 #expect(report.failed == 0)
             }
         }

@@ -190,6 +190,23 @@ import Testing
         #expect(ledger.releases == 1)
     }
 
+    @Test func aTransportFailureKeepsTheClaimSoTheNextSendsAreMarked() async throws {
+        // Written, no answer: the provider may have it.
+        apns.enqueue(.retry(reason: .relay(.transportError), status: nil, retryAfter: nil))
+        #expect(try await handle(try outbound()) == .done)
+        #expect(ledger.releases == 0)
+        #expect(ledgerState == .claimed(atMs: F.now))
+        let parked = try Wire.decode(OutboundRecord.self, from: try #require(publisher.records.soleElement).value)
+        // The next attempt is answered 503: still unknown whether the first one arrived.
+        apns.enqueue(.retry(reason: .apns(.serviceUnavailable), status: 503, retryAfter: nil))
+        #expect(try await handle(parked) == .done)
+        #expect(ledger.releases == 0)
+        // And the one after is sent: marked as a possible duplicate.
+        apns.enqueue(.sent(status: 200, providerMessageID: "apns-id-3"))
+        #expect(try await handle(parked) == .done)
+        #expect(try deliveries().soleElement?.reason == "resent_after_interrupted_send")
+    }
+
     @Test func aRetryableAnswerParksThePushOnTheFirstRetryTopic() async throws {
         apns.enqueue(.retry(reason: .apns(.serviceUnavailable), status: 503, retryAfter: nil))
         #expect(try await handle(try outbound()) == .done)
