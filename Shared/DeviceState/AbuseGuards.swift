@@ -93,12 +93,12 @@ public struct RealmDirectory: Sendable {
     ) async throws -> [RealmRegistration] {
         guard !realms.isEmpty else { return [] }
         let set = RedisArgument(keys.serverRealms(server))
-        let places = try await replies(
+        let places = try await redis.checkedPipeline(
             realms.map {
                 ["EVAL", RedisArgument(Self.reserveScript), "1", set, RedisArgument(maxRealms), RedisArgument($0)]
             })
         let full = places.map { $0.int == -2 }
-        let owners = try await replies(
+        let owners = try await redis.checkedPipeline(
             zip(realms, full).map { realm, full in
                 full
                     ? ["HGET", RedisArgument(keys.realm(realm)), "server_uuid"]
@@ -135,7 +135,7 @@ public struct RealmDirectory: Sendable {
                 givenBack += 1
             }
         }
-        _ = try await replies(setChanges)
+        try await redis.checkedPipeline(setChanges)
         // Places given back may fit realms refused for want of one in this very call.
         let refused = outcomes.indices.filter { outcomes[$0] == .quotaExceeded }
         if givenBack > 0 && !refused.isEmpty {
@@ -143,17 +143,6 @@ public struct RealmDirectory: Sendable {
             for (index, outcome) in zip(refused, again) { outcomes[index] = outcome }
         }
         return outcomes
-    }
-
-    private func replies(_ commands: [[RedisArgument]]) async throws -> [RedisValue] {
-        let replies = try await redis.pipeline(commands)
-        guard replies.count == commands.count else {
-            throw RedisError(code: .protocolError, message: "expected \(commands.count) replies, got \(replies.count)")
-        }
-        for reply in replies {
-            if case .error(let message) = reply { throw RedisError(code: .replyError, message: message) }
-        }
-        return replies
     }
 
     /// KEYS[1] the server's realm set; ARGV max realms, realm uuid. 0: already a member,

@@ -117,11 +117,10 @@ public struct DeviceStore: Sendable {
             id = DeviceID(existing)
             if position != 0 {
                 // Found under an older index form: move it to the current one.
-                try check(
-                    try await redis.pipeline([
-                        ["SET", RedisArgument(index), RedisArgument(id), "NX"],
-                        ["DEL", RedisArgument(indexes[position])],
-                    ]))
+                try await redis.checkedPipeline([
+                    ["SET", RedisArgument(index), RedisArgument(id), "NX"],
+                    ["DEL", RedisArgument(indexes[position])],
+                ])
             }
             // The same phone now signed in as another user: it leaves the old user's fan-out.
             if let userID = r.userID,
@@ -173,7 +172,7 @@ public struct DeviceStore: Sendable {
                 "HSET", RedisArgument(keys.deviceKeys(id)), RedisArgument(keyID), RedisArgument("\(sealed)|\(nowMs)"),
             ])
         }
-        try check(try await redis.pipeline(commands))
+        try await redis.checkedPipeline(commands)
         if r.pushKey != nil { try await pruneKeys(id, nowMs: nowMs) }
         return (id, created)
     }
@@ -243,8 +242,7 @@ public struct DeviceStore: Sendable {
             commands.append(["HGETALL", RedisArgument(keys.device(id))])
             commands.append(["HGETALL", RedisArgument(keys.deviceKeys(id))])
         }
-        let replies = try await redis.pipeline(commands)
-        try check(replies)
+        let replies = try await redis.checkedPipeline(commands)
         var result: [DeviceID: (record: DeviceRecord, storedToken: String)] = [:]
         for (i, id) in ids.enumerated() {
             let fields = replies[2 * i].hash
@@ -329,8 +327,7 @@ public struct DeviceStore: Sendable {
                 RedisArgument(device.id),
             ])
         }
-        let replies = try await redis.pipeline(commands)
-        try check(replies)
+        let replies = try await redis.checkedPipeline(commands)
         return (replies.first?.int ?? 0) > 0
     }
 
@@ -423,12 +420,6 @@ public struct DeviceStore: Sendable {
             return FeedbackEntry(
                 cursor: id, deviceID: device, reason: fields["reason"] ?? "",
                 atMs: fields["at_ms"].flatMap { Int64($0) } ?? 0)
-        }
-    }
-
-    private func check(_ replies: [RedisValue]) throws {
-        for reply in replies {
-            if case .error(let message) = reply { throw RedisError(code: .replyError, message: message) }
         }
     }
 }

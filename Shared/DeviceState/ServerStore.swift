@@ -82,7 +82,7 @@ public struct ServerStore: Sendable {
         if let newAPIKey { fields += ["api_key_hmac", RedisArgument(pepper.hmacHex(newAPIKey))] }
         var commands = [fields]
         if newAPIKey != nil { commands.append(["HDEL", RedisArgument(key), "api_key_sha256"]) }
-        try check(try await redis.pipeline(commands))
+        try await redis.checkedPipeline(commands)
         return created
     }
 
@@ -176,12 +176,6 @@ public struct ServerStore: Sendable {
         redis.call('HDEL', KEYS[1], 'api_key_sha256')
         return 1
         """
-
-    private func check(_ replies: [RedisValue]) throws {
-        for reply in replies {
-            if case .error(let message) = reply { throw RedisError(code: .replyError, message: message) }
-        }
-    }
 
     /// The owning server of a realm, or nil if the realm is unknown.
     public func realmOwner(_ realm: String) async throws -> String? {

@@ -84,10 +84,9 @@ public struct ZulipLegacyDevices: Sendable {
             "zulip_legacy", RedisArgument("\(server)|\(primary)"),
         ]
         if let appID { fields += ["app_id", RedisArgument(appID)] }
-        try check(
-            try await redis.pipeline([
-                fields, ["HSETNX", RedisArgument(keys.device(id)), "created_ms", RedisArgument(nowMs)],
-            ]))
+        try await redis.checkedPipeline([
+            fields, ["HSETNX", RedisArgument(keys.device(id)), "created_ms", RedisArgument(nowMs)],
+        ])
         var delta: Int64 = created ? 1 : 0
         if let secondary = user.secondary {
             delta -= Int64(try await remove(server: server, userKeys: [secondary], forms: forms))
@@ -132,9 +131,8 @@ public struct ZulipLegacyDevices: Sendable {
     ) {
         let userKeys = user.all
         guard !userKeys.isEmpty else { return ([], [], 0) }
-        let replies = try await redis.pipeline(
+        let replies = try await redis.checkedPipeline(
             userKeys.map { ["HGETALL", RedisArgument(keys.zulipLegacyUser(server: server, user: $0))] })
-        try check(replies)
         var seen: Set<String> = []
         var entries: [ZulipLegacyEntry] = []
         var duplicates: [(userKey: String, field: String, id: DeviceID)] = []
@@ -261,10 +259,4 @@ public struct ZulipLegacyDevices: Sendable {
         for i = 1, #ids do taken[i] = tonumber(ids[i]) end
         return taken
         """
-
-    private func check(_ replies: [RedisValue]) throws {
-        for reply in replies {
-            if case .error(let message) = reply { throw RedisError(code: .replyError, message: message) }
-        }
-    }
 }

@@ -177,9 +177,17 @@ public final class RedisClient: Sendable {
 
     @discardableResult
     public func command(_ arguments: [RedisArgument]) async throws -> RedisValue {
-        let reply = try await pipeline([arguments])[0]
-        if case .error(let message) = reply { throw RedisError(code: .replyError, message: message) }
-        return reply
+        try await checkedPipeline([arguments])[0]
+    }
+
+    /// `pipeline`, with the first error reply thrown as `RedisError.replyError`.
+    @discardableResult
+    public func checkedPipeline(_ commands: [[RedisArgument]]) async throws -> [RedisValue] {
+        let replies = try await pipeline(commands)
+        for reply in replies {
+            if case .error(let message) = reply { throw RedisError(code: .replyError, message: message) }
+        }
+        return replies
     }
 
     /// True when Redis answers PING (in a cluster: a master answers, and the slot map is known).

@@ -133,24 +133,7 @@ private struct ZulipServer {
         ]
     }
 
-    /// `application/x-www-form-urlencoded` as Python's requests writes a dict (`quote_plus`).
-    static func form(_ fields: [(String, String)]) -> [UInt8] {
-        let unreserved = Set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~".utf8)
-        func encode(_ text: String) -> String {
-            var out = ""
-            for byte in text.utf8 {
-                if unreserved.contains(byte) {
-                    out.unicodeScalars.append(Unicode.Scalar(byte))
-                } else if byte == UInt8(ascii: " ") {
-                    out += "+"
-                } else {
-                    out += String(format: "%%%02X", byte)
-                }
-            }
-            return out
-        }
-        return Array(fields.map { "\(encode($0.0))=\(encode($0.1))" }.joined(separator: "&").utf8)
-    }
+    static func form(_ fields: [(String, String)]) -> [UInt8] { formURLEncoded(fields) }
 
     // MARK: Legacy payloads, as Zulip's server builds them (§5.4)
 

@@ -240,23 +240,7 @@ func routerBasic(_ user: String, _ password: String) -> String {
     "Basic " + Data("\(user):\(password)".utf8).base64EncodedString()
 }
 
-func routerForm(_ fields: [(String, String)]) -> [UInt8] {
-    let unreserved = Set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~".utf8)
-    func encode(_ text: String) -> String {
-        var out = ""
-        for byte in text.utf8 {
-            if unreserved.contains(byte) {
-                out.unicodeScalars.append(Unicode.Scalar(byte))
-            } else if byte == UInt8(ascii: " ") {
-                out += "+"
-            } else {
-                out += String(format: "%%%02X", byte)
-            }
-        }
-        return out
-    }
-    return Array(fields.map { "\(encode($0.0))=\(encode($0.1))" }.joined(separator: "&").utf8)
-}
+func routerForm(_ fields: [(String, String)]) -> [UInt8] { formURLEncoded(fields) }
 
 /// Form values that are JSON text (Zulip's analytics upload).
 func routerJSONText(_ value: JSONValue) -> String { String(decoding: Wire.canonical(value), as: UTF8.self) }
