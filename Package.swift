@@ -81,6 +81,10 @@ let package = Package(
                 "PushModels",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "NIOHPACK", package: "swift-nio-http2"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOTLS", package: "swift-nio"),
                 .product(name: "JWTKit", package: "jwt-kit"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Logging", package: "swift-log"),
@@ -247,7 +251,12 @@ let package = Package(
             name: "PushCryptoTests", dependencies: ["PushCrypto", "PushModels"], swiftSettings: strict),
         .testTarget(
             name: "ProvidersTests",
-            dependencies: ["Providers", "PushModels", .product(name: "NIOHTTP1", package: "swift-nio")],
+            dependencies: [
+                "Providers", "PushModels", "FakeProviders", .product(name: "NIOHPACK", package: "swift-nio-http2"),
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            ],
             swiftSettings: strict),
         .testTarget(
             name: "KafkaTests", dependencies: ["Kafka", "KafkaDev", .product(name: "Logging", package: "swift-log")],

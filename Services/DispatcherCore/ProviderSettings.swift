@@ -17,6 +17,7 @@ public struct ProviderSettings: Sendable {
     var fcmServiceAccountFile: String
     var fcmProjectID: String
     var fcmCAFile: String
+    var fcmConnections: Int
 
     public init(reader: SettingsReader) throws {
         apnsURL = try reader.string("pushrelay.apns.url", default: "https://api.push.apple.com")
@@ -29,6 +30,7 @@ public struct ProviderSettings: Sendable {
         fcmServiceAccountFile = try reader.string("pushrelay.fcm.service.account.file", default: "")
         fcmProjectID = try reader.string("pushrelay.fcm.project.id", default: "")
         fcmCAFile = try reader.string("pushrelay.fcm.ca.file", default: "")
+        fcmConnections = try reader.int("pushrelay.fcm.connections", default: 2)
     }
 
     public func makeClients(logger: Logger) throws -> [Provider: any PushProviderClient] {
@@ -50,7 +52,7 @@ public struct ProviderSettings: Sendable {
             clients[.fcm] = try FCMClient(
                 configuration: try FCMConfiguration(
                     baseURL: fcmURL, serviceAccount: account, projectID: fcmProjectID.isEmpty ? nil : fcmProjectID,
-                    caFile: fcmCAFile.isEmpty ? nil : fcmCAFile),
+                    caFile: fcmCAFile.isEmpty ? nil : fcmCAFile, connections: fcmConnections),
                 logger: logger)
         }
         return clients

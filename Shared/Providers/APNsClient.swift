@@ -1,11 +1,9 @@
-import AsyncHTTPClient
 import Foundation
 import JWTKit
 import Logging
 import NIOCore
-import NIOHTTP1
+import NIOHPACK
 import PushModels
-import Synchronization
 
 /// APNs token-auth settings. The same binary talks to Apple or to a fake: only the
 /// base URL, trust roots and key differ.
@@ -18,7 +16,7 @@ public struct APNsConfiguration: Sendable {
     public var privateKeyPEM: String
     /// A CA file to trust instead of the system roots.
     public var caFile: String?
-    /// Separate HTTP/2 connections; streams are multiplexed on each.
+    /// HTTP/2 connections at most; a second opens only when the first has no free stream.
     public var connections: Int
     /// Refresh the provider token after this long (Apple: not more than every 20 min, before 60).
     public var tokenRefreshInterval: Duration
@@ -84,32 +82,26 @@ public actor APNsTokenSigner {
     }
 }
 
-/// Sends to APNs over HTTP/2 with token auth, across several connections.
+/// Sends to APNs over HTTP/2 with token auth: streams multiplexed on as few connections
+/// as the server's stream limit allows (`connections` at most).
 public final class APNsClient: PushProviderClient {
     public let provider = Provider.apns
     private let configuration: APNsConfiguration
-    private let clients: [HTTPClient]
+    private let http: PushHTTP2Client
     private let signer: APNsTokenSigner
-    private let next = Mutex(0)
     private let logger: Logger
 
     public init(configuration: APNsConfiguration, logger: Logger) throws {
         // Fail at startup, not on the first push, if the key is unusable.
         _ = try ES256PrivateKey(pem: configuration.privateKeyPEM)
         self.configuration = configuration
-        self.clients = try (0..<configuration.connections).map { _ in
-            try makeHTTPClient(caFile: configuration.caFile, connectTimeout: .seconds(10))
-        }
+        self.http = try PushHTTP2Client(
+            configuration: .init(
+                baseURL: configuration.baseURL, caFile: configuration.caFile,
+                maxConnections: configuration.connections),
+            logger: logger)
         self.signer = APNsTokenSigner(configuration: configuration)
         self.logger = logger
-    }
-
-    private func client() -> HTTPClient {
-        let index = next.withLock { i in
-            i = (i + 1) % clients.count
-            return i
-        }
-        return clients[index]
     }
 
     public func send(_ record: OutboundRecord) async -> SendResult {
@@ -125,33 +117,31 @@ public final class APNsClient: PushProviderClient {
             logger.error("cannot sign APNs provider token", metadata: ["error": "\(error)"])
             return .failed(reason: .relay(.providerTokenSigning), status: nil)
         }
-        var request = HTTPClientRequest(url: "\(configuration.baseURL)/3/device/\(record.token)")
-        request.method = .POST
-        request.headers.add(name: "authorization", value: "bearer \(bearer)")
-        request.headers.add(name: "apns-topic", value: topic)
-        request.headers.add(name: "apns-push-type", value: record.delivery.apnsPushType.name)
-        request.headers.add(name: "apns-priority", value: String(record.delivery.apnsPriority.value))
+        var headers = HPACKHeaders()
+        headers.reserveCapacity(8)
+        headers.add(name: "authorization", value: "bearer \(bearer)")
+        headers.add(name: "apns-topic", value: topic)
+        headers.add(name: "apns-push-type", value: record.delivery.apnsPushType.name)
+        headers.add(name: "apns-priority", value: String(record.delivery.apnsPriority.value))
         let apnsID = Self.apnsID(record)
-        request.headers.add(name: "apns-id", value: apnsID)
-        if let expiresAt = record.expiresAt { request.headers.add(name: "apns-expiration", value: String(expiresAt)) }
+        headers.add(name: "apns-id", value: apnsID)
+        if let expiresAt = record.expiresAt { headers.add(name: "apns-expiration", value: String(expiresAt)) }
         // Without a realm-chosen collapse id, the per-(notification, device) id: it collapses
         // nothing but a re-send of this very push, which the phone then shows once.
         if let collapse = record.collapseID, collapse.utf8.count <= 64 {
-            request.headers.add(name: "apns-collapse-id", value: collapse)
+            headers.add(name: "apns-collapse-id", value: collapse)
         } else {
-            request.headers.add(name: "apns-collapse-id", value: apnsID)
+            headers.add(name: "apns-collapse-id", value: apnsID)
         }
-        request.headers.add(name: "content-type", value: "application/json")
-        request.body = .bytes(ByteBuffer(bytes: body))
+        headers.add(name: "content-type", value: "application/json")
+        let request = PushRequest(path: "/3/device/\(record.token)", headers: headers, body: ByteBuffer(bytes: body))
         do {
-            let response = try await client().executeResendingRefused(
-                request, timeout: .seconds(configuration.requestTimeout.components.seconds), logger: logger)
-            let status = Int(response.status.code)
+            let response = try await http.execute(request, timeout: configuration.requestTimeout)
+            let status = response.status
             if status == 200 {
                 return .sent(status: status, providerMessageID: response.headers.first(name: "apns-id"))
             }
-            let bytes = try await response.body.collect(upTo: 64 * 1024)
-            let error = try? JSONDecoder().decode(APNsErrorBody.self, from: Data(bytes.readableBytesView))
+            let error = try? JSONDecoder().decode(APNsErrorBody.self, from: Data(response.body.readableBytesView))
             let reason = APNsReason(error?.reason ?? "HTTP\(status)")
             if reason == .expiredProviderToken || reason == .invalidProviderToken { await signer.invalidate() }
             return reason.result(
@@ -181,7 +171,7 @@ public final class APNsClient: PushProviderClient {
     }
 
     public func shutdown() async {
-        for client in clients { try? await client.shutdown() }
+        await http.shutdown()
     }
 }
 

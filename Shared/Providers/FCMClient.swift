@@ -3,7 +3,7 @@ import Foundation
 import JWTKit
 import Logging
 import NIOCore
-import NIOHTTP1
+import NIOHPACK
 import PushModels
 
 /// A Google service-account key file, the fields FCM's OAuth flow needs.
@@ -29,11 +29,13 @@ public struct FCMConfiguration: Sendable {
     public var serviceAccount: ServiceAccount
     public var projectID: String
     public var caFile: String?
+    /// HTTP/2 connections at most; a second opens only when the first has no free stream.
+    public var connections: Int
     public var requestTimeout: Duration
 
     public init(
         baseURL: String, serviceAccount: ServiceAccount, projectID: String? = nil, caFile: String? = nil,
-        requestTimeout: Duration = .seconds(15)
+        connections: Int = 2, requestTimeout: Duration = .seconds(15)
     ) throws {
         self.baseURL = baseURL
         self.serviceAccount = serviceAccount
@@ -42,6 +44,7 @@ public struct FCMConfiguration: Sendable {
         }
         self.projectID = project
         self.caFile = caFile
+        self.connections = max(1, connections)
         self.requestTimeout = requestTimeout
     }
 }
@@ -129,15 +132,22 @@ actor FCMAccessTokens {
 public final class FCMClient: PushProviderClient {
     public let provider = Provider.fcm
     private let configuration: FCMConfiguration
-    private let http: HTTPClient
+    private let http: PushHTTP2Client
+    /// For the OAuth token endpoint only.
+    private let oauthHTTP: HTTPClient
     private let tokens: FCMAccessTokens
     private let logger: Logger
 
     public init(configuration: FCMConfiguration, logger: Logger) throws {
         _ = try Insecure.RSA.PrivateKey(pem: configuration.serviceAccount.privateKey)
         self.configuration = configuration
-        self.http = try makeHTTPClient(caFile: configuration.caFile, connectTimeout: .seconds(10))
-        self.tokens = FCMAccessTokens(configuration: configuration, http: http)
+        self.http = try PushHTTP2Client(
+            configuration: .init(
+                baseURL: configuration.baseURL, caFile: configuration.caFile,
+                maxConnections: configuration.connections),
+            logger: logger)
+        self.oauthHTTP = try makeHTTPClient(caFile: configuration.caFile, connectTimeout: .seconds(10))
+        self.tokens = FCMAccessTokens(configuration: configuration, http: oauthHTTP)
         self.logger = logger
     }
 
@@ -176,23 +186,21 @@ public final class FCMClient: PushProviderClient {
             logger.error("cannot obtain FCM access token", metadata: ["error": "\(error)"])
             return .retry(reason: .relay(.oauthUnavailable), status: nil, retryAfter: .seconds(5))
         }
-        var request = HTTPClientRequest(
-            url: "\(configuration.baseURL)/v1/projects/\(configuration.projectID)/messages:send")
-        request.method = .POST
-        request.headers.add(name: "authorization", value: "Bearer \(bearer)")
-        request.headers.add(name: "content-type", value: "application/json")
-        request.body = .bytes(ByteBuffer(bytes: message))
+        var headers = HPACKHeaders()
+        headers.add(name: "authorization", value: "Bearer \(bearer)")
+        headers.add(name: "content-type", value: "application/json")
+        let request = PushRequest(
+            path: "/v1/projects/\(configuration.projectID)/messages:send", headers: headers,
+            body: ByteBuffer(bytes: message))
         do {
-            let response = try await http.executeResendingRefused(
-                request, timeout: .seconds(configuration.requestTimeout.components.seconds), logger: logger)
-            let status = Int(response.status.code)
-            let body = try await response.body.collect(upTo: 64 * 1024)
+            let response = try await http.execute(request, timeout: configuration.requestTimeout)
+            let status = response.status
+            let body = Data(response.body.readableBytesView)
             if status == 200 {
-                let name = try? JSONDecoder().decode(JSONValue.self, from: Data(body.readableBytesView))["name"]?
-                    .stringValue
+                let name = try? JSONDecoder().decode(JSONValue.self, from: body)["name"]?.stringValue
                 return .sent(status: status, providerMessageID: name)
             }
-            let error = FCMError(json: try? JSONDecoder().decode(JSONValue.self, from: Data(body.readableBytesView)))
+            let error = FCMError(json: try? JSONDecoder().decode(JSONValue.self, from: body))
             if status == 401 && error.code != .known(.thirdPartyAuthError) { await tokens.invalidate() }
             return error.result(status: status, retryAfter: retryAfter(response.headers))
         } catch {
@@ -201,7 +209,8 @@ public final class FCMClient: PushProviderClient {
     }
 
     public func shutdown() async {
-        try? await http.shutdown()
+        await http.shutdown()
+        try? await oauthHTTP.shutdown()
     }
 }
 

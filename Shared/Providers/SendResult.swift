@@ -72,8 +72,12 @@ public enum FCMErrorCode: String, Sendable, Hashable, CaseIterable {
 
 /// Reasons the relay gives itself, with the names records have always carried.
 public enum RelayReason: String, Sendable, Hashable, CaseIterable {
-    /// The request failed below HTTP (connection, TLS, timeout).
+    /// The request was written and no answer came (timeout, connection lost, stream
+    /// reset): the provider may have the push.
     case transportError = "TransportError"
+    /// Nothing reached the provider: no connection (connect, TLS, ALPN), or the request
+    /// was never written whole.
+    case connectionFailed = "ConnectionFailed"
     /// The provider asked us to slow down; the push was parked.
     case rateLimited = "rate_limited"
     /// No client for the record's provider is configured in this dispatcher.

@@ -99,6 +99,7 @@ public enum SettingsCatalog {
         "pushrelay.apns.key.file": .path,
         "pushrelay.apns.ca.file": .path,
         "pushrelay.apns.connections": .int(1...64),
+        "pushrelay.fcm.connections": .int(1...64),
         "pushrelay.fcm.url": .text,
         "pushrelay.fcm.service.account.file": .path,
         "pushrelay.fcm.project.id": .text,

@@ -1,4 +1,4 @@
-import NIOHTTP1
+import NIOHPACK
 import Testing
 
 @testable import Providers
@@ -6,7 +6,7 @@ import Testing
 /// `Retry-After` is a provider's number: read as ASCII digits, capped at a day.
 @Suite struct RetryAfterTests {
     func parsed(_ value: String) -> Duration? {
-        retryAfter(HTTPHeaders([("retry-after", value)]))
+        retryAfter(HPACKHeaders([("retry-after", value)]))
     }
 
     @Test func secondsAreReadAndCapped() {
