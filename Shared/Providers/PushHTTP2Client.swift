@@ -221,7 +221,9 @@ final class PushConnection: Sendable {
     let capacity = Atomic<Int>(100)
     /// False once the connection goes away (GOAWAY, closed, failed): no new requests.
     private let open = Atomic<Bool>(true)
-    private let channel = Mutex<(any Channel)?>(nil)
+    /// The channel once connected; `closed` once `close()` ran (a channel connecting
+    /// after that is closed at once).
+    private let channel = Mutex<(channel: (any Channel)?, closed: Bool)>((nil, false))
 
     var isOpen: Bool { open.load(ordering: .relaxed) }
 
@@ -230,36 +232,52 @@ final class PushConnection: Sendable {
         connectTimeout: Duration, logger: Logger
     ) {
         self.eventLoop = eventLoop
-        self.handler = PushConnectionHandler(eventLoop: eventLoop, logger: logger)
+        let connectMilliseconds = min(max(connectTimeout.components.seconds, 1), 300) * 1000
+        self.handler = PushConnectionHandler(
+            eventLoop: eventLoop, readyTimeout: .milliseconds(connectMilliseconds * 2), logger: logger)
         handler.connection = self
         let handler = self.handler
         let isIPAddress = (try? SocketAddress(ipAddress: origin.host, port: 0)) != nil
         let settings: HTTP2Settings = [
             HTTP2Setting(parameter: .enablePush, value: 0),
             HTTP2Setting(parameter: .maxHeaderListSize, value: 16_384),
-            HTTP2Setting(parameter: .initialWindowSize, value: 65_535),
+            // Above the largest answer read, so an answer over it is seen, not stalled.
+            HTTP2Setting(parameter: .initialWindowSize, value: PushHTTP2Client.maxResponseBody * 2),
         ]
-        let connectMilliseconds = min(max(connectTimeout.components.seconds, 1), 300) * 1000
-        ClientBootstrap(group: eventLoop)
-            .connectTimeout(.milliseconds(connectMilliseconds))
-            .channelOption(.socketOption(.tcp_nodelay), value: 1)
-            .channelInitializer { channel in
-                channel.eventLoop.makeCompletedFuture {
-                    let tls = try NIOSSLClientHandler(
-                        context: sslContext, serverHostname: isIPAddress ? nil : origin.host)
-                    try channel.pipeline.syncOperations.addHandler(tls)
-                    try channel.pipeline.syncOperations.addHandler(
-                        NIOHTTP2Handler(mode: .client, initialSettings: settings))
-                    try channel.pipeline.syncOperations.addHandler(handler)
+        // The name is resolved first and one address connected, so the handler (which
+        // holds the queued requests) sits on exactly one channel; connecting by name would
+        // run the initializer once per address tried.
+        NIOThreadPool.singleton.runIfActive(eventLoop: eventLoop) {
+            try SocketAddress.makeAddressResolvingHost(origin.host, port: origin.port)
+        }
+        .flatMap { address in
+            ClientBootstrap(group: eventLoop)
+                .connectTimeout(.milliseconds(connectMilliseconds))
+                .channelOption(.socketOption(.tcp_nodelay), value: 1)
+                .channelInitializer { channel in
+                    channel.eventLoop.makeCompletedFuture {
+                        let tls = try NIOSSLClientHandler(
+                            context: sslContext, serverHostname: isIPAddress ? nil : origin.host)
+                        try channel.pipeline.syncOperations.addHandler(tls)
+                        try channel.pipeline.syncOperations.addHandler(
+                            NIOHTTP2Handler(mode: .client, initialSettings: settings))
+                        try channel.pipeline.syncOperations.addHandler(handler)
+                    }
                 }
-            }
-            .connect(host: origin.host, port: origin.port)
-            .whenComplete { [self] result in
-                switch result {
-                case .success(let channel): self.channel.withLock { $0 = channel }
-                case .failure(let error): handler.connectFailed(error)
+                .connect(to: address)
+        }
+        .whenComplete { [self] result in
+            switch result {
+            case .success(let channel):
+                let closed = self.channel.withLock { state -> Bool in
+                    state.channel = channel
+                    return state.closed
                 }
+                if closed { channel.close(promise: nil) }
+            case .failure(let error):
+                handler.connectFailed(error)
             }
+        }
     }
 
     func submit(_ pending: PushConnectionHandler.Pending) {
@@ -271,7 +289,10 @@ final class PushConnection: Sendable {
 
     func close() async {
         goingAway()
-        let channel = self.channel.withLock { $0 }
+        let channel = self.channel.withLock { state -> (any Channel)? in
+            state.closed = true
+            return state.channel
+        }
         try? await channel?.close()
     }
 }
@@ -291,10 +312,12 @@ final class PushConnectionHandler: ChannelDuplexHandler, @unchecked Sendable {
         var continuation: CheckedContinuation<PushResponse, any Error>
     }
 
+    /// A request handed to the connection. Once its frames are written the server may
+    /// have it, whatever happens next, unless the server says otherwise (REFUSED_STREAM,
+    /// a GOAWAY's last-stream-id): a write promise cannot tell, since TLS joins the
+    /// promises of a flush and a partial write fails them all.
     struct Active {
         var pending: Pending
-        /// The request's last frame reached the socket: the server may have it.
-        var written = false
         var status: Int?
         var headers = HPACKHeaders()
         var body: ByteBuffer?
@@ -316,21 +339,37 @@ final class PushConnectionHandler: ChannelDuplexHandler, @unchecked Sendable {
     private var ready = false
     private var negotiated = false
     private var goAwayLastStreamID: HTTP2StreamID?
-    private var finished = false
+    /// Set when the connection is done: what every request still here, or arriving, gets.
+    private var finishedWith: PushTransportError?
+    private let created = NIODeadline.now()
+    private let readyTimeout: TimeAmount
     private var flushScheduled = false
     /// A connection WINDOW_UPDATE is written and not yet flushed.
     private var windowUpdatePending = false
     private var sweep: RepeatedTask?
 
-    init(eventLoop: any EventLoop, logger: Logger) {
+    init(eventLoop: any EventLoop, readyTimeout: TimeAmount, logger: Logger) {
         self.eventLoop = eventLoop
+        self.readyTimeout = readyTimeout
         self.logger = logger
+        // From the start, so queued requests expire even while the name resolves.
+        sweep = eventLoop.scheduleRepeatedTask(initialDelay: .milliseconds(250), delay: .milliseconds(250)) {
+            [self] _ in expire()
+        }
     }
 
     // MARK: requests in
 
     func enqueue(_ pending: Pending) {
-        guard !finished, goAwayLastStreamID == nil else {
+        if let finishedWith {
+            // Never connected: the same failure, not another attempt at once. Connected and
+            // since closed: another connection takes it.
+            settle(
+                pending,
+                .failure(negotiated ? PushTransportError.notSent("connection closed", resendable: true) : finishedWith))
+            return
+        }
+        guard goAwayLastStreamID == nil else {
             settle(pending, .failure(PushTransportError.notSent("connection going away", resendable: true)))
             return
         }
@@ -356,21 +395,19 @@ final class PushConnectionHandler: ChannelDuplexHandler, @unchecked Sendable {
             }
             nextStreamID = streamID.advanced(by: 2)
             active[streamID] = Active(pending: pending)
-            let written = context.eventLoop.makePromise(of: Void.self)
-            written.futureResult.whenSuccess { [self] in active[streamID]?.written = true }
             let hasBody = pending.body.readableBytes > 0
             context.write(
                 wrapOutboundOut(
                     HTTP2Frame(
                         streamID: streamID, payload: .headers(.init(headers: pending.headers, endStream: !hasBody)))),
-                promise: hasBody ? nil : written)
+                promise: nil)
             if hasBody {
                 context.write(
                     wrapOutboundOut(
                         HTTP2Frame(
                             streamID: streamID, payload: .data(.init(data: .byteBuffer(pending.body), endStream: true)))
                     ),
-                    promise: written)
+                    promise: nil)
             }
         }
         scheduleFlush()
@@ -502,8 +539,6 @@ final class PushConnectionHandler: ChannelDuplexHandler, @unchecked Sendable {
         let error: PushTransportError
         if reason == .refusedStream || (goAwayLastStreamID.map { streamID > $0 } ?? false) {
             error = .notSent("stream refused", resendable: true)
-        } else if !stream.written {
-            error = .notSent("stream closed before the request was written", resendable: true)
         } else {
             error = .noAnswer("stream closed without an answer (\(reason.map { "\($0)" } ?? "no code"))")
         }
@@ -512,7 +547,12 @@ final class PushConnectionHandler: ChannelDuplexHandler, @unchecked Sendable {
     }
 
     private func complete(_ streamID: HTTP2StreamID) {
-        guard let stream = active.removeValue(forKey: streamID), let status = stream.status else { return }
+        guard let stream = active.removeValue(forKey: streamID) else { return }
+        guard let status = stream.status else {
+            settle(stream.pending, .failure(PushTransportError.noAnswer("stream ended without an answer")))
+            streamsFreed()
+            return
+        }
         let body = stream.body ?? ByteBuffer()
         settle(stream.pending, .success(PushResponse(status: status, headers: stream.headers, body: body)))
         streamsFreed()
@@ -558,18 +598,20 @@ final class PushConnectionHandler: ChannelDuplexHandler, @unchecked Sendable {
     /// Settles everything left: the queue was never written; a written stream may have
     /// been processed unless the server's GOAWAY said it was not.
     private func finish(because error: PushTransportError) {
-        guard !finished else { return }
-        finished = true
+        guard finishedWith == nil else { return }
+        // Requests that arrive later (submitted before the pool saw this) get the same answer:
+        // after a failed connect, not another connection attempt at once.
+        finishedWith = error
         connection?.goingAway()
         sweep?.cancel()
         while let pending = queue.popFirst() { settle(pending, .failure(error)) }
         let streams = active
         active = [:]
         for (streamID, stream) in streams {
-            if stream.written && !(goAwayLastStreamID.map { streamID > $0 } ?? false) {
-                settle(stream.pending, .failure(PushTransportError.noAnswer("connection closed before the answer")))
+            if goAwayLastStreamID.map({ streamID > $0 }) ?? false {
+                settle(stream.pending, .failure(PushTransportError.notSent("above GOAWAY", resendable: true)))
             } else {
-                settle(stream.pending, .failure(PushTransportError.notSent("connection closed", resendable: true)))
+                settle(stream.pending, .failure(PushTransportError.noAnswer("connection closed before the answer")))
             }
         }
     }
@@ -578,9 +620,6 @@ final class PushConnectionHandler: ChannelDuplexHandler, @unchecked Sendable {
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
-        sweep = context.eventLoop.scheduleRepeatedTask(initialDelay: .milliseconds(250), delay: .milliseconds(250)) {
-            [self] _ in expire()
-        }
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
@@ -608,20 +647,27 @@ final class PushConnectionHandler: ChannelDuplexHandler, @unchecked Sendable {
     /// queued request was never sent.
     private func expire() {
         let now = NIODeadline.now()
+        if !ready && now - created > readyTimeout {
+            // No TLS, h2 or SETTINGS in time: a stalled server; nothing was written.
+            finish(
+                because: .notSent(
+                    "no HTTP/2 session within \(readyTimeout.nanoseconds / 1_000_000) ms", resendable: false))
+            context?.close(promise: nil)
+            return
+        }
         let late = active.filter { $0.value.pending.deadline <= now }.map(\.key)
-        if let context {
+        if let context, !late.isEmpty {
+            // The connection may be half-open: no new streams on it (first, so no request
+            // comes to it while the late ones are settled); it closes once the streams it
+            // has are answered or timed out.
+            retire(context: context, reason: "a stream timed out on this connection")
             for streamID in late {
-                let written = active[streamID]?.written ?? false
                 logger.warning(
                     "provider did not answer in time",
                     metadata: [
-                        "stream_id": "\(streamID)", "written": "\(written)",
-                        "goaway_last_stream_id": "\(goAwayLastStreamID.map { "\($0)" } ?? "none")",
-                        "open_streams": "\(active.count)",
+                        "stream_id": "\(streamID)", "open_streams": "\(active.count)",
                     ])
-                reset(
-                    streamID, context: context,
-                    failure: written ? .noAnswer("timed out") : .notSent("timed out before written", resendable: false))
+                reset(streamID, context: context, failure: .noAnswer("timed out"))
             }
         }
         while let first = queue.first, first.deadline <= now {

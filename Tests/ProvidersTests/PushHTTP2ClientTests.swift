@@ -296,7 +296,13 @@ final class ScriptedFrames: ChannelInboundHandler, @unchecked Sendable {
             _ = try await client.execute(request(1), timeout: .seconds(5))
             Issue.record("a request whose connection closed must fail")
         } catch let error as PushTransportError {
-            guard case .noAnswer = error else { Issue.record("closed after writing: ambiguous, got \(error)"); return }
+            guard case .noAnswer = error else {
+                let attempts = server.record.state.withLock { $0.attempts["/p/1"] ?? 0 }
+                Issue.record(
+                    "closed after writing: ambiguous, got \(error) after \(attempts) attempts, resends \(client.unprocessedResends)"
+                )
+                return
+            }
         }
         // The client opens a new connection for the next request.
         #expect(try await client.execute(request(2), timeout: .seconds(5)).status == 200)
@@ -308,11 +314,40 @@ final class ScriptedFrames: ChannelInboundHandler, @unchecked Sendable {
         let big = String(repeating: "x", count: 70_000)
         let server = try await ScriptedHTTP2Server { _, _ in .answer(status: 400, body: big) }
         let client = try client(server)
-        await #expect(throws: PushTransportError.self) {
-            _ = try await client.execute(request(0), timeout: .seconds(5))
+        let started = ContinuousClock.now
+        do {
+            _ = try await client.execute(request(0), timeout: .seconds(10))
+            Issue.record("an answer over 64 KiB must be refused")
+        } catch let error as PushTransportError {
+            guard case .noAnswer(let why) = error, why.contains("64 KiB") else {
+                Issue.record("got \(error)")
+                return
+            }
         }
+        #expect(ContinuousClock.now - started < .seconds(5), "refused as it arrives, not by the timeout")
         await client.shutdown()
         await server.stop()
+    }
+
+    @Test func aSilentServerIsLeftAfterTheConnectTimeout() async throws {
+        // A TCP listener that never speaks TLS: the handshake stalls.
+        let silent = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .bind(host: "127.0.0.1", port: 0).get()
+        let client = try PushHTTP2Client(
+            configuration: .init(
+                baseURL: "https://127.0.0.1:\(silent.localAddress?.port ?? 1)", caFile: nil, maxConnections: 1,
+                connectTimeout: .seconds(1)),
+            logger: logger)
+        let started = ContinuousClock.now
+        do {
+            _ = try await client.execute(request(0), timeout: .seconds(30))
+            Issue.record("nothing answers there")
+        } catch let error as PushTransportError {
+            guard case .notSent(_, resendable: false) = error else { Issue.record("got \(error)"); return }
+        }
+        #expect(ContinuousClock.now - started < .seconds(10), "given up after twice the connect timeout")
+        await client.shutdown()
+        try await silent.close()
     }
 
     @Test func noConnectionMeansNotSent() async throws {
