@@ -244,40 +244,40 @@ final class PushConnection: Sendable {
             // Above the largest answer read, so an answer over it is seen, not stalled.
             HTTP2Setting(parameter: .initialWindowSize, value: PushHTTP2Client.maxResponseBody * 2),
         ]
-        // The name is resolved first and one address connected, so the handler (which
-        // holds the queued requests) sits on exactly one channel; connecting by name would
-        // run the initializer once per address tried.
-        NIOThreadPool.singleton.runIfActive(eventLoop: eventLoop) {
-            try SocketAddress.makeAddressResolvingHost(origin.host, port: origin.port)
-        }
-        .flatMap { address in
-            ClientBootstrap(group: eventLoop)
-                .connectTimeout(.milliseconds(connectMilliseconds))
-                .channelOption(.socketOption(.tcp_nodelay), value: 1)
-                .channelInitializer { channel in
-                    channel.eventLoop.makeCompletedFuture {
-                        let tls = try NIOSSLClientHandler(
-                            context: sslContext, serverHostname: isIPAddress ? nil : origin.host)
-                        try channel.pipeline.syncOperations.addHandler(tls)
-                        try channel.pipeline.syncOperations.addHandler(
-                            NIOHTTP2Handler(mode: .client, initialSettings: settings))
-                        try channel.pipeline.syncOperations.addHandler(handler)
-                    }
+        // Happy eyeballs over every address of the name; the handlers go on the channel
+        // that connected, never on the attempts that lost (the handler holds the queued
+        // requests, and a losing attempt's close would end them).
+        ClientBootstrap(group: eventLoop)
+            .connectTimeout(.milliseconds(connectMilliseconds))
+            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .connect(host: origin.host, port: origin.port)
+            .flatMap { channel -> EventLoopFuture<any Channel> in
+                // On the channel's event loop: the pool's loop is the bootstrap's only one.
+                do {
+                    let tls = try NIOSSLClientHandler(
+                        context: sslContext, serverHostname: isIPAddress ? nil : origin.host)
+                    try channel.pipeline.syncOperations.addHandler(tls)
+                    try channel.pipeline.syncOperations.addHandler(
+                        NIOHTTP2Handler(mode: .client, initialSettings: settings))
+                    try channel.pipeline.syncOperations.addHandler(handler)
+                    return channel.eventLoop.makeSucceededFuture(channel)
+                } catch {
+                    channel.close(promise: nil)
+                    return channel.eventLoop.makeFailedFuture(error)
                 }
-                .connect(to: address)
-        }
-        .whenComplete { [self] result in
-            switch result {
-            case .success(let channel):
-                let closed = self.channel.withLock { state -> Bool in
-                    state.channel = channel
-                    return state.closed
-                }
-                if closed { channel.close(promise: nil) }
-            case .failure(let error):
-                handler.connectFailed(error)
             }
-        }
+            .whenComplete { [self] result in
+                switch result {
+                case .success(let channel):
+                    let closed = self.channel.withLock { state -> Bool in
+                        state.channel = channel
+                        return state.closed
+                    }
+                    if closed { channel.close(promise: nil) }
+                case .failure(let error):
+                    handler.connectFailed(error)
+                }
+            }
     }
 
     func submit(_ pending: PushConnectionHandler.Pending) {

@@ -232,6 +232,20 @@ final class ScriptedFrames: ChannelInboundHandler, @unchecked Sendable {
         await server.stop()
     }
 
+    @Test func aNameIsConnectedByAnyOfItsAddresses() async throws {
+        // `localhost` may resolve to ::1 before 127.0.0.1; the server listens on the latter
+        // only, so an attempt that loses must not take the queued requests with it.
+        let server = try await ScriptedHTTP2Server { _, _ in .answer(status: 200, body: "ok") }
+        let client = try PushHTTP2Client(
+            configuration: .init(baseURL: "https://localhost:\(server.port)", caFile: server.caFile, maxConnections: 1),
+            logger: logger)
+        let results = await sendAll(client, count: 20)
+        #expect(results.allSatisfy { (try? $0.get().status) == 200 }, "\(results.filter { (try? $0.get()) == nil })")
+        #expect(server.record.state.withLock { $0.connections } == 1)
+        await client.shutdown()
+        await server.stop()
+    }
+
     @Test func aSecondConnectionOpensOnlyWhenTheStreamsRunOut() async throws {
         let server = try await ScriptedHTTP2Server(maxConcurrentStreams: 10) { _, _ in .answer(status: 200, body: "ok")
         }
