@@ -51,16 +51,11 @@ public final class LocalRedisCluster: Sendable {
         for port in ports {
             try await Stack.waitFor("redis on \(port)") { Stack.redisAnswers(port: port) }
         }
-        let create = Process()
-        create.executableURL = URL(fileURLWithPath: cli)
-        create.arguments =
-            ["--cluster", "create"] + ports.map { "127.0.0.1:\($0)" } + ["--cluster-replicas", "0", "--cluster-yes"]
         let log = "\(directory)/cluster-create.log"
-        _ = FileManager.default.createFile(atPath: log, contents: nil)
-        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
-        create.standardOutput = handle
-        create.standardError = handle
-        try create.run()
+        let create = try Stack.launch(
+            cli,
+            ["--cluster", "create"] + ports.map { "127.0.0.1:\($0)" } + ["--cluster-replicas", "0", "--cluster-yes"],
+            environment: [:], log: log)
         create.waitUntilExit()
         guard create.terminationStatus == 0 else {
             cluster.stop()

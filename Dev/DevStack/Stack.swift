@@ -277,10 +277,16 @@ public final class Stack: Sendable {
         self.bouncerPublicKey = bouncerPublicKey
     }
 
+    /// Where the stack's Redis is: its port, and the cluster's settings when it is one.
+    var redisEnvironment: [String: String] {
+        var env = ["PUSHRELAY_REDIS_PORT": "\(redisPort)"]
+        if let redisCluster { env.merge(redisCluster.environment) { _, new in new } }
+        return env
+    }
+
     public func environment(for service: Service) -> [String: String] {
         var env: [String: String] = [
             "PUSHRELAY_KAFKA_BROKERS": kafkaBrokers,
-            "PUSHRELAY_REDIS_PORT": "\(redisPort)",
             "PUSHRELAY_HTTP_PORT": "\(ports[service] ?? 0)",
             "PUSHRELAY_PIPELINE_KEYS_FILE": "\(directory)/pipeline-keys",
             "PUSHRELAY_BOUNCER_KEYS_FILE": "\(directory)/bouncer-keys",
@@ -288,7 +294,7 @@ public final class Stack: Sendable {
             "PUSHRELAY_APIKEY_PEPPER_FILE": "\(directory)/apikey-pepper",
         ]
         if service == .ingest { env["PUSHRELAY_OPS_PORT"] = "\(ingestOpsPort)" }
-        if let redisCluster { env.merge(redisCluster.environment) { _, new in new } }
+        env.merge(redisEnvironment) { _, new in new }
         env.merge(options.environment) { _, new in new }
         if service == .dispatcher { env.merge(dispatcherEnvironment) { _, new in new } }
         return env
@@ -541,7 +547,7 @@ extension Stack {
         process.arguments = arguments
         var env = ProcessInfo.processInfo.environment
         env["PUSHRELAY_KAFKA_BROKERS"] = kafkaBrokers
-        env["PUSHRELAY_REDIS_PORT"] = "\(redisPort)"
+        env.merge(redisEnvironment) { _, new in new }
         process.environment = env
         let out = Pipe()
         let err = Pipe()

@@ -140,7 +140,8 @@ public struct DispatchStage: Sendable {
         /// back (a transport failure). Its ledger claim stays, so the next send of the pair
         /// is counted and marked as the re-send of an interrupted send.
         var mayHaveReachedProvider: Bool {
-            let transport = ProviderReason.relay(.transportError).name
+            // By name: a record read back from a topic carries the reason as a string.
+            let transport = RelayReason.transportError.rawValue
             switch self {
             case .retry(let next, _, _): return next.lastError == transport
             case .dead(_, let result, _): return result.reasonName == transport

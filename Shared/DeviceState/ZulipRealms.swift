@@ -76,8 +76,6 @@ extension RealmDirectory {
             ])
         }
         guard !commands.isEmpty else { return }
-        for reply in try await redis.pipeline(commands) {
-            if case .error(let message) = reply { throw RedisError(code: .replyError, message: message) }
-        }
+        try await redis.checkedPipeline(commands)
     }
 }

@@ -117,24 +117,22 @@ public final class APNsClient: PushProviderClient {
             logger.error("cannot sign APNs provider token", metadata: ["error": "\(error)"])
             return .failed(reason: .relay(.providerTokenSigning), status: nil)
         }
-        var headers = HPACKHeaders()
-        headers.reserveCapacity(8)
-        headers.add(name: "authorization", value: "bearer \(bearer)")
-        headers.add(name: "apns-topic", value: topic)
-        headers.add(name: "apns-push-type", value: record.delivery.apnsPushType.name)
-        headers.add(name: "apns-priority", value: String(record.delivery.apnsPriority.value))
+        var request = http.request(path: "/3/device/\(record.token)", body: ByteBuffer(bytes: body))
+        request.headers.add(name: "authorization", value: "bearer \(bearer)")
+        request.headers.add(name: "apns-topic", value: topic)
+        request.headers.add(name: "apns-push-type", value: record.delivery.apnsPushType.name)
+        request.headers.add(name: "apns-priority", value: String(record.delivery.apnsPriority.value))
         let apnsID = Self.apnsID(record)
-        headers.add(name: "apns-id", value: apnsID)
-        if let expiresAt = record.expiresAt { headers.add(name: "apns-expiration", value: String(expiresAt)) }
+        request.headers.add(name: "apns-id", value: apnsID)
+        if let expiresAt = record.expiresAt { request.headers.add(name: "apns-expiration", value: String(expiresAt)) }
         // Without a realm-chosen collapse id, the per-(notification, device) id: it collapses
         // nothing but a re-send of this very push, which the phone then shows once.
         if let collapse = record.collapseID, collapse.utf8.count <= 64 {
-            headers.add(name: "apns-collapse-id", value: collapse)
+            request.headers.add(name: "apns-collapse-id", value: collapse)
         } else {
-            headers.add(name: "apns-collapse-id", value: apnsID)
+            request.headers.add(name: "apns-collapse-id", value: apnsID)
         }
-        headers.add(name: "content-type", value: "application/json")
-        let request = PushRequest(path: "/3/device/\(record.token)", headers: headers, body: ByteBuffer(bytes: body))
+        request.headers.add(name: "content-type", value: "application/json")
         do {
             let response = try await http.execute(request, timeout: configuration.requestTimeout)
             let status = response.status

@@ -186,12 +186,10 @@ public final class FCMClient: PushProviderClient {
             logger.error("cannot obtain FCM access token", metadata: ["error": "\(error)"])
             return .retry(reason: .relay(.oauthUnavailable), status: nil, retryAfter: .seconds(5))
         }
-        var headers = HPACKHeaders()
-        headers.add(name: "authorization", value: "Bearer \(bearer)")
-        headers.add(name: "content-type", value: "application/json")
-        let request = PushRequest(
-            path: "/v1/projects/\(configuration.projectID)/messages:send", headers: headers,
-            body: ByteBuffer(bytes: message))
+        var request = http.request(
+            path: "/v1/projects/\(configuration.projectID)/messages:send", body: ByteBuffer(bytes: message))
+        request.headers.add(name: "authorization", value: "Bearer \(bearer)")
+        request.headers.add(name: "content-type", value: "application/json")
         do {
             let response = try await http.execute(request, timeout: configuration.requestTimeout)
             let status = response.status

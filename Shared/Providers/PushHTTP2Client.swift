@@ -8,18 +8,13 @@ import NIOSSL
 import NIOTLS
 import Synchronization
 
-/// One request to a push provider: a POST to `path` on the client's origin.
+/// One request to a push provider, made by `PushHTTP2Client.request(path:body:)`: a POST
+/// on the client's origin.
 public struct PushRequest: Sendable {
-    public var path: String
-    /// Regular headers only, names in lower case; the client adds the pseudo-headers.
+    /// The whole header block: the pseudo-headers first, then the caller's regular
+    /// headers (names in lower case), sent as they are.
     public var headers: HPACKHeaders
     public var body: ByteBuffer
-
-    public init(path: String, headers: HPACKHeaders, body: ByteBuffer) {
-        self.path = path
-        self.headers = headers
-        self.body = body
-    }
 }
 
 /// A provider's answer.
@@ -138,14 +133,19 @@ public final class PushHTTP2Client: Sendable {
         }
     }
 
-    private func executeOnce(_ request: PushRequest, timeout: Duration) async throws -> PushResponse {
+    /// A POST to `path` on this client's origin, its pseudo-headers in place: add the
+    /// regular headers to `headers`.
+    public func request(path: String, body: ByteBuffer) -> PushRequest {
         var headers = HPACKHeaders()
-        headers.reserveCapacity(request.headers.count + 4)
+        headers.reserveCapacity(12)
         headers.add(name: ":method", value: "POST")
         headers.add(name: ":scheme", value: "https")
         headers.add(name: ":authority", value: origin.authority)
-        headers.add(name: ":path", value: origin.pathPrefix + request.path)
-        for (name, value, _) in request.headers { headers.add(name: name, value: value) }
+        headers.add(name: ":path", value: origin.pathPrefix + path)
+        return PushRequest(headers: headers, body: body)
+    }
+
+    private func executeOnce(_ request: PushRequest, timeout: Duration) async throws -> PushResponse {
         // Any Duration may be configured: at least 1 ms, at most an hour.
         let (seconds, attoseconds) = timeout.components
         let milliseconds = min(max(seconds, 0), 3600) * 1000 + max(attoseconds, 0) / 1_000_000_000_000_000
@@ -156,7 +156,7 @@ public final class PushHTTP2Client: Sendable {
         return try await withCheckedThrowingContinuation { continuation in
             connection.submit(
                 PushConnectionHandler.Pending(
-                    headers: headers, body: request.body, deadline: deadline, continuation: continuation))
+                    headers: request.headers, body: request.body, deadline: deadline, continuation: continuation))
         }
     }
 
@@ -196,9 +196,6 @@ public final class PushHTTP2Client: Sendable {
     /// Requests sent again because the server had not processed them (refused streams,
     /// streams above a GOAWAY's last-stream-id).
     public var unprocessedResends: Int { resent.load(ordering: .relaxed) }
-
-    /// Open connections, for tests and stats.
-    var openConnections: Int { pool.withLock { $0.connections.filter(\.isOpen).count } }
 
     public func shutdown() async {
         let connections = pool.withLock { pool -> [PushConnection] in
@@ -473,7 +470,6 @@ final class PushConnectionHandler: ChannelDuplexHandler, @unchecked Sendable {
             streamsFreed()
         case .goAway(let lastStreamID, let code, _):
             goAwayLastStreamID = min(goAwayLastStreamID ?? lastStreamID, lastStreamID)
-            connection?.goingAway()
             logger.debug("provider sent GOAWAY", metadata: ["last_stream_id": "\(lastStreamID)", "code": "\(code)"])
             // Streams above the last-stream-id were not processed (RFC 9113 §6.8): another
             // connection takes them at once, as it takes the queued requests.
@@ -481,10 +477,7 @@ final class PushConnectionHandler: ChannelDuplexHandler, @unchecked Sendable {
                 active[streamID] = nil
                 settle(stream.pending, .failure(PushTransportError.notSent("above GOAWAY", resendable: true)))
             }
-            while let pending = queue.popFirst() {
-                settle(pending, .failure(PushTransportError.notSent("connection going away", resendable: true)))
-            }
-            closeIfIdle(context: context)
+            retire(context: context, reason: "connection going away")
         case .settings(.settings(let settings)):
             for setting in settings where setting.parameter == .maxConcurrentStreams {
                 maxStreams = max(0, min(setting.value, 10_000))

@@ -284,17 +284,26 @@ final class RedisCluster: Sendable {
                 throw RedisError(code: .connect, message: "no master is known for some slots")
             }
             let answers: [(node: RedisNodeAddress, indexes: [Int], replies: [RedisValue])]
+            func commands(_ indexes: [Int]) -> [[[UInt8]]] {
+                indexes.flatMap { index -> [[[UInt8]]] in
+                    parts[index].asking == nil
+                        ? [parts[index].command] : [[Array("ASKING".utf8)], parts[index].command]
+                }
+            }
             do {
-                answers = try await withThrowingTaskGroup(of: (RedisNodeAddress, [Int], [RedisValue]).self) { group in
-                    for (node, indexes) in routes {
-                        let commands = indexes.flatMap { index -> [[[UInt8]]] in
-                            parts[index].asking == nil
-                                ? [parts[index].command] : [[Array("ASKING".utf8)], parts[index].command]
+                if routes.count == 1, let (node, indexes) = routes.first {
+                    // One master (every single-key command): no task group needed.
+                    answers = [(node, indexes, try await pool(node).pipeline(commands(indexes)))]
+                } else {
+                    answers = try await withThrowingTaskGroup(of: (RedisNodeAddress, [Int], [RedisValue]).self) {
+                        group in
+                        for (node, indexes) in routes {
+                            let commands = commands(indexes)
+                            let pool = pool(node)
+                            group.addTask { (node, indexes, try await pool.pipeline(commands)) }
                         }
-                        let pool = pool(node)
-                        group.addTask { (node, indexes, try await pool.pipeline(commands)) }
+                        return try await group.reduce(into: []) { $0.append(($1.0, $1.1, $1.2)) }
                     }
-                    return try await group.reduce(into: []) { $0.append(($1.0, $1.1, $1.2)) }
                 }
             } catch {
                 // A node went away (a failover, a resharding): learn the new map for the

@@ -63,8 +63,13 @@ final class RedisConnection: @unchecked Sendable {
                     count += state.waiting[taken].commands.count
                     taken += 1
                 }
-                let batch = Array(state.waiting.prefix(taken))
-                state.waiting.removeFirst(taken)
+                var batch: [Waiting] = []
+                if taken == state.waiting.count {
+                    swap(&batch, &state.waiting)  // the usual case: every caller fits
+                } else {
+                    batch = Array(state.waiting.prefix(taken))
+                    state.waiting.removeFirst(taken)
+                }
                 if batch.isEmpty { state.draining = false }
                 return batch
             }

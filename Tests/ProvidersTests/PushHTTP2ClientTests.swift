@@ -194,8 +194,10 @@ final class ScriptedFrames: ChannelInboundHandler, @unchecked Sendable {
             logger: logger)
     }
 
-    func request(_ n: Int, body: String = "{}") -> PushRequest {
-        PushRequest(path: "/p/\(n)", headers: ["content-type": "application/json"], body: ByteBuffer(string: body))
+    func request(_ n: Int, body: String = "{}", on client: PushHTTP2Client) -> PushRequest {
+        var request = client.request(path: "/p/\(n)", body: ByteBuffer(string: body))
+        request.headers.add(name: "content-type", value: "application/json")
+        return request
     }
 
     /// Sends `count` requests at once; the outcome of each.
@@ -206,7 +208,9 @@ final class ScriptedFrames: ChannelInboundHandler, @unchecked Sendable {
             for n in 0..<count {
                 group.addTask {
                     do {
-                        return (n, .success(try await client.execute(request(n, body: body), timeout: timeout)))
+                        return (
+                            n, .success(try await client.execute(request(n, body: body, on: client), timeout: timeout))
+                        )
                     } catch let error as PushTransportError {
                         return (n, .failure(error))
                     } catch {
@@ -251,7 +255,7 @@ final class ScriptedFrames: ChannelInboundHandler, @unchecked Sendable {
         }
         let client = try client(server, connections: 3)
         // One request first, so the server's SETTINGS are known before the burst.
-        _ = try await client.execute(request(-1), timeout: .seconds(10))
+        _ = try await client.execute(request(-1, on: client), timeout: .seconds(10))
         let results = await sendAll(client, count: 300)
         #expect(results.allSatisfy { (try? $0.get().status) == 200 })
         let (connections, concurrent) = server.record.state.withLock { ($0.connections, $0.maxConcurrentSeen) }
@@ -299,7 +303,7 @@ final class ScriptedFrames: ChannelInboundHandler, @unchecked Sendable {
         }
         let client = try client(server)
         do {
-            _ = try await client.execute(request(0), timeout: .milliseconds(600))
+            _ = try await client.execute(request(0, on: client), timeout: .milliseconds(600))
             Issue.record("an unanswered request must fail")
         } catch let error as PushTransportError {
             guard case .noAnswer = error else {
@@ -307,7 +311,7 @@ final class ScriptedFrames: ChannelInboundHandler, @unchecked Sendable {
             }
         }
         do {
-            _ = try await client.execute(request(1), timeout: .seconds(5))
+            _ = try await client.execute(request(1, on: client), timeout: .seconds(5))
             Issue.record("a request whose connection closed must fail")
         } catch let error as PushTransportError {
             guard case .noAnswer = error else {
@@ -319,7 +323,7 @@ final class ScriptedFrames: ChannelInboundHandler, @unchecked Sendable {
             }
         }
         // The client opens a new connection for the next request.
-        #expect(try await client.execute(request(2), timeout: .seconds(5)).status == 200)
+        #expect(try await client.execute(request(2, on: client), timeout: .seconds(5)).status == 200)
         await client.shutdown()
         await server.stop()
     }
@@ -330,7 +334,7 @@ final class ScriptedFrames: ChannelInboundHandler, @unchecked Sendable {
         let client = try client(server)
         let started = ContinuousClock.now
         do {
-            _ = try await client.execute(request(0), timeout: .seconds(10))
+            _ = try await client.execute(request(0, on: client), timeout: .seconds(10))
             Issue.record("an answer over 64 KiB must be refused")
         } catch let error as PushTransportError {
             guard case .noAnswer(let why) = error, why.contains("64 KiB") else {
@@ -354,7 +358,7 @@ final class ScriptedFrames: ChannelInboundHandler, @unchecked Sendable {
             logger: logger)
         let started = ContinuousClock.now
         do {
-            _ = try await client.execute(request(0), timeout: .seconds(30))
+            _ = try await client.execute(request(0, on: client), timeout: .seconds(30))
             Issue.record("nothing answers there")
         } catch let error as PushTransportError {
             guard case .notSent(_, resendable: false) = error else { Issue.record("got \(error)"); return }
@@ -373,7 +377,7 @@ final class ScriptedFrames: ChannelInboundHandler, @unchecked Sendable {
         let client = try PushHTTP2Client(
             configuration: .init(baseURL: "https://127.0.0.1:\(port)", caFile: nil, maxConnections: 1), logger: logger)
         do {
-            _ = try await client.execute(request(0), timeout: .seconds(5))
+            _ = try await client.execute(request(0, on: client), timeout: .seconds(5))
             Issue.record("nothing listens there")
         } catch let error as PushTransportError {
             guard case .notSent(_, resendable: false) = error else { Issue.record("got \(error)"); return }

@@ -155,14 +155,13 @@ struct Replay: AsyncParsableCommand {
         var skip: Set<String> = []
         let pairs = selected.compactMap(Redrive.pair)
         if !force && !pairs.isEmpty {
-            let redis = RedisClient(
-                configuration: RedisConfiguration(
-                    host: redisHost ?? settings.redis.host, port: redisPort ?? settings.redis.port,
-                    connections: 1, timeout: settings.redis.timeout, cluster: settings.redis.cluster,
-                    seeds: settings.redis.seeds))
+            var configuration = settings.redis
+            configuration.host = redisHost ?? configuration.host
+            configuration.port = redisPort ?? configuration.port
+            configuration.connections = 1
             let ledger = RedisDeliveryLedger(
-                redis: redis,
-                keys: RedisKeys(prefix: redisPrefix ?? settings.redisPrefix, hashTags: settings.redis.cluster),
+                redis: RedisClient(configuration: configuration),
+                keys: RedisKeys(prefix: redisPrefix ?? settings.redisPrefix, hashTags: configuration.cluster),
                 ttl: .seconds(1))
             for chunk in stride(from: 0, to: pairs.count, by: 500) {
                 skip.formUnion(try await ledger.sentPairs(Array(pairs[chunk..<min(chunk + 500, pairs.count)])))
