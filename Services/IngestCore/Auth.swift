@@ -12,6 +12,12 @@ import Synchronization
 /// HTTP Basic `server_uuid:api_key`, checked in constant time against the stored
 /// HMAC, then the per-server rate limit (shared by all ingest instances via Redis).
 ///
+/// A busy server costs no Redis round trip per request: a verified key is cached here,
+/// and the rate limit is taken from a lease of the server's window (`QuotaLeases`).
+/// Each lease renewal reads the server's stored key and deactivation again, so a key
+/// rotated or a server deactivated through any instance stops working on every
+/// instance within a second.
+///
 /// Failed authentications are counted per client address: past `maxFailures` in a
 /// window, that address gets 429 until the window ends, whatever it sends. Every
 /// failure is answered alike (malformed header, unknown server, wrong key).
@@ -28,19 +34,29 @@ public final class ServerAuthenticator: Sendable {
         var clientIPHeader: String
     }
 
+    /// A key that passed the check: the stored HMAC it passed against, and when.
+    struct Verified: Sendable {
+        var credential: String
+        var verifiedAt: ContinuousClock.Instant
+        var expires: ContinuousClock.Instant
+    }
+
     let servers: ServerStore
     let counter: WindowCounter
     let keys: RedisKeys
     let settings: Settings
-    /// Recently verified credentials (hash of uuid:key → expiry), so a busy server
-    /// does not cost a Redis round trip per request for its key.
-    private let verified = Mutex<[String: ContinuousClock.Instant]>([:])
+    /// Recently verified credentials, by a hash of uuid:key.
+    private let verified = Mutex<[String: Verified]>([:])
+    private let leases: Mutex<QuotaLeases>
+    /// Lease renewals under way, by server: concurrent requests wait for the same one.
+    private let renewals = Mutex<[String: Task<Void, any Error>]>([:])
 
     init(servers: ServerStore, counter: WindowCounter, keys: RedisKeys, settings: Settings) {
         self.servers = servers
         self.counter = counter
         self.keys = keys
         self.settings = settings
+        self.leases = Mutex(QuotaLeases(limit: settings.rateLimit))
     }
 
     /// The address limits are keyed on: the proxy's header when configured, else the
@@ -73,60 +89,127 @@ public final class ServerAuthenticator: Sendable {
     func authenticate(_ request: Request, context: IngestContext, api: API) async throws -> String {
         let credentials = Self.credentials(request)
         let failure = Self.failure(request, api: api, uuid: credentials?.uuid)
-        let cacheKey = credentials.map { Fingerprint.sha256Hex("\($0.uuid):\($0.key)") }
-        let now = ContinuousClock.now
-        let cached =
-            cacheKey.map { key in
+        guard let credentials else {
+            _ = try await verify(nil, request: request, context: context, failure: failure)
+            throw failure
+        }
+        let cacheKey = Fingerprint.sha256Hex("\(credentials.uuid):\(credentials.key)")
+        var key = cachedKey(cacheKey)
+        // At most twice: a key cached before a rotation is checked once more, and a key
+        // that changes again between its check and the lease is refused.
+        for _ in 0..<2 {
+            if key == nil {
+                key = try await verify(credentials, request: request, context: context, failure: failure)
                 verified.withLock { cache in
-                    guard let expiry = cache[key], expiry > now else { return false }
-                    // A server in use stays verified: its entry slides with each request.
-                    cache[key] = now + .seconds(30)
-                    return true
+                    if cache.count > 10_000 { cache.removeAll() }
+                    cache[cacheKey] = key
                 }
-            } ?? false
-        if !cached {
-            let client = clientAddress(request, context: context)
-            let nowMs = Wire.nowMillis()
-            let counterKey = keys.authFailures(
-                client: client, window: WindowCounter.window(nowMs: nowMs, seconds: settings.failureWindowSeconds))
-            let attempts = try await counter.increment(counterKey, windowSeconds: settings.failureWindowSeconds)
-            if attempts > Int64(settings.maxFailures) {
-                throw Self.lockedOut(nowMs: nowMs, windowSeconds: settings.failureWindowSeconds)
             }
-            let check: ServerCredentialCheck
-            if let credentials {
-                check = try await servers.check(uuid: credentials.uuid, apiKey: credentials.key)
-            } else {
-                check = .invalid
-            }
-            guard let cacheKey, check == .valid else {
-                if check == .deactivated {
-                    // The right key: not a guess.
-                    try await counter.decrement(counterKey)
-                    throw Self.deactivated
-                }
-                RelayMetrics.authFailures.increment()
-                throw failure
-            }
+            guard let current = key else { break }
+            if try await admit(server: credentials.uuid, key: current) { return credentials.uuid }
+            verified.withLock { _ = $0.removeValue(forKey: cacheKey) }
+            key = nil
+        }
+        RelayMetrics.authFailures.increment()
+        throw failure
+    }
+
+    /// A cached verification of a key, kept while the key is in use.
+    private func cachedKey(_ cacheKey: String) -> Verified? {
+        let now = ContinuousClock.now
+        return verified.withLock { cache in
+            guard var entry = cache[cacheKey], entry.expires > now else { return nil }
+            // A server in use stays verified: its entry slides with each request.
+            entry.expires = now + .seconds(30)
+            cache[cacheKey] = entry
+            return entry
+        }
+    }
+
+    /// Checks credentials against Redis, counting the attempt against the client address.
+    private func verify(
+        _ credentials: (uuid: String, key: String)?, request: Request, context: IngestContext, failure: APIError
+    ) async throws -> Verified {
+        let client = clientAddress(request, context: context)
+        let nowMs = Wire.nowMillis()
+        let counterKey = keys.authFailures(
+            client: client, window: WindowCounter.window(nowMs: nowMs, seconds: settings.failureWindowSeconds))
+        let attempts = try await counter.increment(counterKey, windowSeconds: settings.failureWindowSeconds)
+        if attempts > Int64(settings.maxFailures) {
+            throw Self.lockedOut(nowMs: nowMs, windowSeconds: settings.failureWindowSeconds)
+        }
+        let verifiedAt = ContinuousClock.now
+        guard let credentials else {
+            RelayMetrics.authFailures.increment()
+            throw failure
+        }
+        let (check, credential) = try await servers.verify(uuid: credentials.uuid, apiKey: credentials.key)
+        switch check {
+        case .valid:
             try await counter.decrement(counterKey)
-            verified.withLock { cache in
-                if cache.count > 10_000 { cache.removeAll() }
-                cache[cacheKey] = now + .seconds(30)
+            return Verified(credential: credential, verifiedAt: verifiedAt, expires: verifiedAt + .seconds(30))
+        case .deactivated:
+            // The right key: not a guess.
+            try await counter.decrement(counterKey)
+            throw Self.deactivated
+        case .invalid:
+            RelayMetrics.authFailures.increment()
+            throw failure
+        }
+    }
+
+    /// Takes one request of the server's rate limit for a verified key: true when
+    /// admitted, false when the key changed since it was verified. Throws the answers
+    /// to a limited or deactivated server.
+    private func admit(server: String, key: Verified) async throws -> Bool {
+        // Renewals are bounded: each asks for twice what the last lease served.
+        for _ in 0..<16 {
+            let nowMs = Wire.nowMillis()
+            let window = WindowCounter.window(nowMs: nowMs, seconds: settings.rateWindowSeconds)
+            let now = ContinuousClock.now
+            switch leases.withLock({
+                $0.take(
+                    server: server, credential: key.credential, verifiedAt: key.verifiedAt, window: window, now: now)
+            }) {
+            case .admitted: return true
+            case .credentialChanged: return false
+            case .deactivated:
+                verified.withLock { $0.removeAll() }
+                throw Self.deactivated
+            case .limited: throw rateLimited(nowMs: nowMs)
+            case .renew: try await renewLease(server: server, window: window)
             }
         }
-        guard let credentials else { throw failure }
-        switch try await servers.rateLimit(
-            server: credentials.uuid, limit: settings.rateLimit, windowSeconds: settings.rateWindowSeconds)
-        {
-        case .admitted: break
-        case .deactivated: throw Self.deactivated
-        case .limited(let retryAfter):
-            throw APIError(
-                status: .tooManyRequests, code: "RATE_LIMIT_HIT",
-                message: "API usage exceeded rate limit; retry in \(retryAfter) s",
-                headers: [.retryAfter: "\(retryAfter)"], data: ["retry-after": .double(Double(retryAfter))])
+        // Other requests of the same server took every renewal: answered as limited.
+        throw rateLimited(nowMs: Wire.nowMillis())
+    }
+
+    private func rateLimited(nowMs: Int64) -> APIError {
+        let retryAfter = WindowCounter.secondsLeft(nowMs: nowMs, seconds: settings.rateWindowSeconds)
+        return APIError(
+            status: .tooManyRequests, code: "RATE_LIMIT_HIT",
+            message: "API usage exceeded rate limit; retry in \(retryAfter) s",
+            headers: [.retryAfter: "\(retryAfter)"], data: ["retry-after": .double(Double(retryAfter))])
+    }
+
+    /// Renews `server`'s lease, or waits for the renewal already under way.
+    private func renewLease(server: String, window: Int64) async throws {
+        let task = renewals.withLock { pending in
+            if let task = pending[server] { return task }
+            let (want, returning) = leases.withLock { $0.renewal(server: server, window: window) }
+            let task = Task { [self] in
+                // Removed once done; the lock is held until the task is in the table.
+                defer { _ = renewals.withLock { $0.removeValue(forKey: server) } }
+                let takenAt = ContinuousClock.now
+                let lease = try await servers.leaseQuota(
+                    server: server, want: want, returning: returning, limit: settings.rateLimit,
+                    windowSeconds: settings.rateWindowSeconds)
+                leases.withLock { $0.install(server: server, lease, takenAt: takenAt) }
+            }
+            pending[server] = task
+            return task
         }
-        return credentials.uuid
+        try await task.value
     }
 
     /// A deactivated server's answer (Zulip's words, on both APIs).
@@ -203,8 +286,10 @@ public final class ServerAuthenticator: Sendable {
     }
 
     /// Forgets every cached credential (the cache is keyed by a hash of uuid and key,
-    /// so one server's entries cannot be picked out); called when a key changes.
+    /// so one server's entries cannot be picked out) and every lease; called when a key
+    /// changes or a server is deactivated on this instance.
     func forgetAll() {
         verified.withLock { $0.removeAll() }
+        leases.withLock { $0.removeAll() }
     }
 }

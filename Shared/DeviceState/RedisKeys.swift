@@ -17,7 +17,7 @@ import PushModels
 /// | `{p}user:{realm}:{user_id}` | set | device ids of the user |
 /// | `{p}tok:{realm}:{provider}:{hmac(token)}:{push_account_id}` | string | device id (same token + account → same device); keyed with the storage key, one digest per storage key id; the first form, unkeyed SHA-256, is still found and moved on registration |
 /// | `{p}fb:{realm}` | stream | invalidations: `device_id`, `reason`, `at_ms`; entry id = feedback cursor |
-/// | `{p}rl:{server}:{window}` | string | requests in the current rate-limit window (expires) |
+/// | `{p}rl:{server}:{window}` | string | requests of the rate-limit window leased to ingest instances so far (expires) |
 /// | `{p}af:{client address}:{window}` | string | failed authentications from one address in a window (expires) |
 /// | `{p}sr:{client address}:{window}` | string | server registrations from one address in a window (expires) |
 /// | `{p}server:{uuid}:realms` | set | realm uuids the server registered (realm quota) |
@@ -29,7 +29,8 @@ import PushModels
 /// one command or one pipeline touches together share a slot — a server's hash, its
 /// counters, rate-limit window and idempotency records (`{server}`); a device's hash and
 /// its push keys (`{id}`); one notification's ledger entries (`{notification}`). Every
-/// script touches one key. On one Redis the keys keep the names they always had.
+/// script touches one key, except the rate-limit lease, whose two keys (window counter and
+/// server hash) share the server's tag. On one Redis the keys keep the names they always had.
 public struct RedisKeys: Sendable {
     public let prefix: String
     public let hashTags: Bool

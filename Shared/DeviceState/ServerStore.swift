@@ -96,6 +96,13 @@ public struct ServerStore: Sendable {
     /// The key check of `authenticate`, telling a deactivated server apart (only to the
     /// holder of its key).
     public func check(uuid: String, apiKey: String) async throws -> ServerCredentialCheck {
+        try await verify(uuid: uuid, apiKey: apiKey).check
+    }
+
+    /// The key check, and the stored `api_key_hmac` it passed against, which
+    /// `leaseQuota` reads back so a key cached as verified stops working once it changes.
+    public func verify(uuid: String, apiKey: String) async throws -> (check: ServerCredentialCheck, credential: String)
+    {
         let key = keys.server(uuid)
         let stored = try await redis.command(
             "HMGET", RedisArgument(key), "api_key_hmac", "api_key_sha256", "deactivated_ms"
@@ -104,17 +111,18 @@ public struct ServerStore: Sendable {
         // Computed whatever is stored, so an unknown server costs the same as a wrong key.
         let hmac = pepper.hmacHex(apiKey)
         if let current = stored.first?.string {
-            guard pepper.verify(apiKey, hmacHex: current) else { return .invalid }
-            return deactivated ? .deactivated : .valid
+            guard pepper.verify(apiKey, hmacHex: current) else { return (.invalid, "") }
+            return (deactivated ? .deactivated : .valid, current)
         }
         guard stored.count >= 2, let legacy = stored[1].string, let legacyBytes = Fingerprint.bytes(fromHex: legacy),
             constantTimeEquals(Fingerprint.sha256(Array(apiKey.utf8)), legacyBytes)
-        else { return .invalid }
-        // Only if the old hash is still the one checked: a concurrent rotation wins.
+        else { return (.invalid, "") }
+        // Only if the old hash is still the one checked: a concurrent rotation wins (and
+        // the credential returned then differs from the stored one).
         try await redis.command(
             "EVAL", RedisArgument(Self.upgradeScript), "1", RedisArgument(key), RedisArgument(legacy),
             RedisArgument(hmac))
-        return deactivated ? .deactivated : .valid
+        return (deactivated ? .deactivated : .valid, hmac)
     }
 
     /// Deactivates a server (Zulip's `remotes/server/deactivate`): its requests are
@@ -182,36 +190,57 @@ public struct ServerStore: Sendable {
         try await redis.command("HGET", RedisArgument(keys.realm(realm)), "server_uuid").string
     }
 
-    /// Whether a request of an authenticated server may go ahead.
-    public enum Admission: Sendable, Equatable {
-        case admitted
-        /// Over the rate limit: the seconds to wait.
-        case limited(retryAfter: Int)
-        /// The server deactivated itself since its key was last checked (on any instance).
-        case deactivated
+    /// A share of one rate-limit window of a server, taken by one ingest instance, and
+    /// the server's record as it is now, read in the same round trip.
+    public struct QuotaLease: Sendable, Equatable {
+        /// Requests granted to the caller in `window` (0: the window's quota is used up).
+        public var granted: Int
+        public var window: Int64
+        /// The stored `api_key_hmac` (empty when there is none).
+        public var credential: String
+        /// The server deactivated itself.
+        public var deactivated: Bool
+
+        public init(granted: Int, window: Int64, credential: String, deactivated: Bool) {
+            self.granted = granted
+            self.window = window
+            self.credential = credential
+            self.deactivated = deactivated
+        }
     }
 
-    /// Fixed-window rate limit shared by every ingest instance, and a look at the
-    /// server's `deactivated_ms`, in the same round trip: a key cached as verified on one
-    /// instance stops working as soon as the server is deactivated through another.
-    public func rateLimit(server: String, limit: Int, windowSeconds: Int, nowMs: Int64 = Wire.nowMillis()) async throws
-        -> Admission
-    {
-        // Settings are validated at start; a window below a second is still never a division by zero.
-        let windowSeconds = max(1, windowSeconds)
-        let window = nowMs / 1000 / Int64(windowSeconds)
-        let key = keys.rateLimit(server: server, window: window)
-        let replies = try await redis.pipeline([
-            ["INCR", RedisArgument(key)],
-            ["EXPIRE", RedisArgument(key), RedisArgument(windowSeconds * 2)],
-            ["HGET", RedisArgument(keys.server(server)), "deactivated_ms"],
-        ])
-        guard replies.count == 3 else {
-            throw RedisError(code: .protocolError, message: "expected 3 replies, got \(replies.count)")
+    /// Takes up to `want` requests of the server's fixed-window rate limit (shared by
+    /// every ingest instance), after giving back `returning` requests leased earlier in
+    /// the same window and not used. The grants of a window never add up to more than
+    /// `limit`. The same round trip reads the server's key and `deactivated_ms`, so a key
+    /// cached as verified on one instance stops working once it is rotated or the server
+    /// deactivated through another.
+    public func leaseQuota(
+        server: String, want: Int, returning: Int, limit: Int, windowSeconds: Int, nowMs: Int64 = Wire.nowMillis()
+    ) async throws -> QuotaLease {
+        let window = WindowCounter.window(nowMs: nowMs, seconds: windowSeconds)
+        let reply = try await redis.command(
+            "EVAL", RedisArgument(Self.leaseScript), "2", RedisArgument(keys.rateLimit(server: server, window: window)),
+            RedisArgument(keys.server(server)), RedisArgument(max(0, want)), RedisArgument(max(0, returning)),
+            RedisArgument(max(0, limit)), RedisArgument(max(1, windowSeconds).saturatingMultiply(2))
+        ).array
+        guard reply.count == 3, let granted = reply[0].int else {
+            throw RedisError(code: .protocolError, message: "unexpected quota lease reply")
         }
-        if !(replies[2].string ?? "").isEmpty { return .deactivated }
-        let count = replies[0].int ?? 0
-        guard count > limit else { return .admitted }
-        return .limited(retryAfter: WindowCounter.secondsLeft(nowMs: nowMs, seconds: windowSeconds))
+        return QuotaLease(
+            granted: Int(clamping: max(0, granted)), window: window, credential: reply[1].string ?? "",
+            deactivated: !(reply[2].string ?? "").isEmpty)
     }
+
+    /// KEYS[1] the window's counter, KEYS[2] the server hash (one slot: both carry the
+    /// server's hash tag); ARGV want, returned, limit, expiry seconds.
+    /// Returns {granted, api_key_hmac or '', deactivated_ms or ''}.
+    static let leaseScript = """
+        local used = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+        used = math.max(0, used - tonumber(ARGV[2]))
+        local granted = math.max(0, math.min(tonumber(ARGV[1]), tonumber(ARGV[3]) - used))
+        redis.call('SET', KEYS[1], used + granted, 'EX', ARGV[4])
+        local server = redis.call('HMGET', KEYS[2], 'api_key_hmac', 'deactivated_ms')
+        return {granted, server[1] or '', server[2] or ''}
+        """
 }

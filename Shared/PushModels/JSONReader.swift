@@ -139,7 +139,9 @@ struct JSONReader {
             if b < 0x20 { throw fail("control character in a string") }
             i += 1
         }
-        var out = Array(bytes[start..<i])
+        var out: [UInt8] = []
+        out.reserveCapacity(i - start + 64)
+        out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[start..<i]))
         while i < bytes.count {
             let b = bytes[i]
             if b == UInt8(ascii: "\"") {
@@ -149,8 +151,13 @@ struct JSONReader {
             }
             if b < 0x20 { throw fail("control character in a string") }
             if b != UInt8(ascii: "\\") {
-                out.append(b)
-                i += 1
+                // The run up to the next quote, backslash or control character, copied whole.
+                let run = i
+                while i < bytes.count, bytes[i] >= 0x20, bytes[i] != UInt8(ascii: "\""), bytes[i] != UInt8(ascii: "\\")
+                {
+                    i += 1
+                }
+                out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[run..<i]))
                 continue
             }
             i += 1

@@ -165,7 +165,7 @@ where Known.RawValue == String {
 }
 
 /// Delivery settings derived from the notification type, the same for every provider.
-public struct DeliveryClass: Sendable, Equatable, Codable {
+public struct DeliveryClass: WireObject, Equatable {
     /// APNs `apns-priority`: 10 alerts now, 5 is the power-conserving priority background pushes require.
     public var apnsPriority: APNsPriority
     /// APNs `apns-push-type`.
@@ -173,16 +173,22 @@ public struct DeliveryClass: Sendable, Equatable, Codable {
     /// FCM `android.priority`.
     public var fcmPriority: Named<FCMPriority>
 
-    enum CodingKeys: String, CodingKey {
-        case apnsPriority = "apns_priority"
-        case apnsPushType = "apns_push_type"
-        case fcmPriority = "fcm_priority"
-    }
-
     public init(apnsPriority: APNsPriority, apnsPushType: Named<APNsPushType>, fcmPriority: Named<FCMPriority>) {
         self.apnsPriority = apnsPriority
         self.apnsPushType = apnsPushType
         self.fcmPriority = fcmPriority
+    }
+
+    public init(fields: WireFields) throws {
+        apnsPriority = APNsPriority(try fields.int("apns_priority"))
+        apnsPushType = Named(try fields.string("apns_push_type"))
+        fcmPriority = Named(try fields.string("fcm_priority"))
+    }
+
+    public func write(to object: inout JSONObjectWriter) {
+        object.field("apns_priority", apnsPriority.value)
+        object.field("apns_push_type", apnsPushType.name)
+        object.field("fcm_priority", fcmPriority.name)
     }
 
     public init(_ type: NotificationType) {

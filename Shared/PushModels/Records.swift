@@ -7,7 +7,7 @@
 
 /// Ciphertext sealed with a pipeline key that only the stages hold (ingest, encryptor,
 /// dispatcher).
-public struct SealedBlob: Sendable, Codable, Equatable {
+public struct SealedBlob: WireObject, Equatable {
     /// How a blob is sealed. Extensible, so a record sealed by a newer relay still
     /// decodes here and merely fails to open.
     public struct Algorithm: RawRepresentable, Sendable, Codable, Hashable {
@@ -27,34 +27,33 @@ public struct SealedBlob: Sendable, Codable, Equatable {
     /// base64 of the sealed bytes, framed as `alg` says.
     public var box: String
 
-    enum CodingKeys: String, CodingKey {
-        case keyID = "key_id"
-        case alg, box
-    }
-
     public init(keyID: String, alg: Algorithm? = nil, box: String) {
         self.keyID = keyID
         self.alg = alg
         self.box = box
     }
+
+    public init(fields: WireFields) throws {
+        keyID = try fields.string("key_id")
+        alg = try fields.string(ifPresent: "alg").map(Algorithm.init(rawValue:))
+        box = try fields.string("box")
+    }
+
+    public func write(to object: inout JSONObjectWriter) {
+        object.field("alg", alg?.rawValue)
+        object.field("box", box)
+        object.field("key_id", keyID)
+    }
 }
 
 /// One item of a pass-through (bouncer API) notify: a payload the realm already encrypted.
-public struct PassThroughItem: Sendable, Codable, Equatable {
+public struct PassThroughItem: WireObject, Equatable {
     public var deviceID: DeviceID
     public var apnsPriority: APNsPriority?
     public var apnsPushType: Named<APNsPushType>?
     public var fcmPriority: Named<FCMPriority>?
     /// The provider body as the realm sent it (APNs body, or the FCM data before stringification).
     public var payload: JSONValue
-
-    enum CodingKeys: String, CodingKey {
-        case deviceID = "device_id"
-        case apnsPriority = "apns_priority"
-        case apnsPushType = "apns_push_type"
-        case fcmPriority = "fcm_priority"
-        case payload
-    }
 
     public init(
         deviceID: DeviceID, apnsPriority: APNsPriority? = nil, apnsPushType: Named<APNsPushType>? = nil,
@@ -65,6 +64,22 @@ public struct PassThroughItem: Sendable, Codable, Equatable {
         self.apnsPushType = apnsPushType
         self.fcmPriority = fcmPriority
         self.payload = payload
+    }
+
+    public init(fields: WireFields) throws {
+        deviceID = DeviceID(try fields.int64("device_id"))
+        apnsPriority = try fields.int(ifPresent: "apns_priority").map { APNsPriority($0) }
+        apnsPushType = try fields.string(ifPresent: "apns_push_type").map { Named($0) }
+        fcmPriority = try fields.string(ifPresent: "fcm_priority").map { Named($0) }
+        payload = try fields.value("payload")
+    }
+
+    public func write(to object: inout JSONObjectWriter) {
+        object.field("apns_priority", apnsPriority?.value)
+        object.field("apns_push_type", apnsPushType?.name)
+        object.field("device_id", deviceID.rawValue)
+        object.field("fcm_priority", fcmPriority?.name)
+        object.field("payload", payload)
     }
 }
 
@@ -87,10 +102,10 @@ public enum PushRequest: Sendable, Equatable {
 /// `push.requests`: what ingest accepted, keyed by realm and user so one user's
 /// notifications stay in order. On the wire: a flat JSON object, `kind` naming which of
 /// the other fields are present (unchanged since schema 1).
-public struct PushRequestRecord: Sendable, Codable, Equatable {
+public struct PushRequestRecord: WireObject, Equatable {
     public static let currentSchema = 1
 
-    public enum Kind: String, Sendable, Codable {
+    public enum Kind: String, Sendable {
         case native
         case passThrough = "pass_through"
         case legacy
@@ -103,19 +118,6 @@ public struct PushRequestRecord: Sendable, Codable, Equatable {
     /// When ingest accepted it (ms since the epoch), for latency and expiry.
     public var acceptedAtMs: Int64
     public var request: PushRequest
-
-    enum CodingKeys: String, CodingKey {
-        case schema, kind, items
-        case legacyUser = "legacy_user"
-        case notificationID = "notification_id"
-        case serverUUID = "server_uuid"
-        case realmUUID = "realm_uuid"
-        case userID = "user_id"
-        case deviceIDs = "device_ids"
-        case notificationType = "notification_type"
-        case sealedPayload = "sealed_payload"
-        case acceptedAtMs = "accepted_at_ms"
-    }
 
     public init(
         notificationID: NotificationID, serverUUID: ServerID, realmUUID: RealmID, acceptedAtMs: Int64,
@@ -139,50 +141,57 @@ public struct PushRequestRecord: Sendable, Codable, Equatable {
 
     /// A record whose kind lacks a field it needs does not decode: it is counted and
     /// skipped as unreadable, never half-handled.
-    public init(from decoder: any Decoder) throws {
-        let c = try decoder.container(keyedBy: CodingKeys.self)
-        schema = try c.decode(Int.self, forKey: .schema)
-        notificationID = try c.decode(NotificationID.self, forKey: .notificationID)
-        serverUUID = try c.decode(ServerID.self, forKey: .serverUUID)
-        realmUUID = try c.decode(RealmID.self, forKey: .realmUUID)
-        acceptedAtMs = try c.decode(Int64.self, forKey: .acceptedAtMs)
-        switch try c.decode(Kind.self, forKey: .kind) {
+    public init(fields: WireFields) throws {
+        schema = try fields.int("schema")
+        notificationID = NotificationID(try fields.string("notification_id"))
+        serverUUID = ServerID(try fields.string("server_uuid"))
+        realmUUID = RealmID(try fields.string("realm_uuid"))
+        acceptedAtMs = try fields.int64("accepted_at_ms")
+        switch try fields.named("kind") as Kind {
         case .native:
             request = .native(
-                userID: try c.decode(Int64.self, forKey: .userID),
-                deviceIDs: try c.decodeIfPresent([DeviceID].self, forKey: .deviceIDs),
-                type: try c.decodeIfPresent(NotificationType.self, forKey: .notificationType) ?? .message,
-                sealedPayload: try c.decode(SealedBlob.self, forKey: .sealedPayload))
+                userID: try fields.int64("user_id"),
+                deviceIDs: try fields.int64s(ifPresent: "device_ids")?.map { DeviceID($0) },
+                type: try fields.named(ifPresent: "notification_type") ?? .message,
+                sealedPayload: try fields.object("sealed_payload"))
         case .passThrough:
-            request = .passThrough(items: try c.decode([PassThroughItem].self, forKey: .items))
+            request = .passThrough(items: try fields.objects("items"))
         case .legacy:
             request = .legacy(
-                user: try c.decode(String.self, forKey: .legacyUser),
-                deviceIDs: try c.decode([DeviceID].self, forKey: .deviceIDs),
-                sealedPayload: try c.decode(SealedBlob.self, forKey: .sealedPayload))
+                user: try fields.string("legacy_user"), deviceIDs: try fields.int64s("device_ids").map { DeviceID($0) },
+                sealedPayload: try fields.object("sealed_payload"))
         }
     }
 
-    public func encode(to encoder: any Encoder) throws {
-        var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encode(schema, forKey: .schema)
-        try c.encode(kind, forKey: .kind)
-        try c.encode(notificationID, forKey: .notificationID)
-        try c.encode(serverUUID, forKey: .serverUUID)
-        try c.encode(realmUUID, forKey: .realmUUID)
-        try c.encode(acceptedAtMs, forKey: .acceptedAtMs)
+    public func write(to object: inout JSONObjectWriter) {
+        object.field("accepted_at_ms", acceptedAtMs)
         switch request {
         case .native(let userID, let deviceIDs, let type, let sealed):
-            try c.encode(userID, forKey: .userID)
-            try c.encodeIfPresent(deviceIDs, forKey: .deviceIDs)
-            try c.encode(type, forKey: .notificationType)
-            try c.encode(sealed, forKey: .sealedPayload)
+            object.field("device_ids", deviceIDs?.map(\.rawValue))
+            object.field("kind", kind)
+            object.field("notification_id", notificationID.rawValue)
+            object.field("notification_type", type)
+            object.field("realm_uuid", realmUUID.rawValue)
+            object.field("schema", schema)
+            object.field("sealed_payload", sealed)
+            object.field("server_uuid", serverUUID.rawValue)
+            object.field("user_id", userID)
         case .passThrough(let items):
-            try c.encode(items, forKey: .items)
+            object.field("items", items)
+            object.field("kind", kind)
+            object.field("notification_id", notificationID.rawValue)
+            object.field("realm_uuid", realmUUID.rawValue)
+            object.field("schema", schema)
+            object.field("server_uuid", serverUUID.rawValue)
         case .legacy(let user, let deviceIDs, let sealed):
-            try c.encode(user, forKey: .legacyUser)
-            try c.encode(deviceIDs, forKey: .deviceIDs)
-            try c.encode(sealed, forKey: .sealedPayload)
+            object.field("device_ids", deviceIDs.map(\.rawValue))
+            object.field("kind", kind)
+            object.field("legacy_user", user)
+            object.field("notification_id", notificationID.rawValue)
+            object.field("realm_uuid", realmUUID.rawValue)
+            object.field("schema", schema)
+            object.field("sealed_payload", sealed)
+            object.field("server_uuid", serverUUID.rawValue)
         }
     }
 
@@ -250,7 +259,7 @@ public struct ZulipLegacyPayload: Sendable, Codable, Equatable {
 /// bytes to send, in the JSON string `body_json`, instead of a JSON object in `body`.
 /// Older records decode with those absent (a schema ≤ 4 `body` object is written out
 /// canonically once, as the encryptor of that time would have sent it).
-public struct OutboundRecord: Sendable, Codable, Equatable {
+public struct OutboundRecord: WireObject, Equatable {
     public static let currentSchema = 5
 
     public var schema: Int
@@ -290,23 +299,6 @@ public struct OutboundRecord: Sendable, Codable, Equatable {
     /// On a retry topic: not to be sent before this time (ms since the epoch).
     public var notBeforeMs: Int64?
 
-    enum CodingKeys: String, CodingKey {
-        case schema, provider, token, delivery, body, attempts
-        case bodyJSON = "body_json"
-        case sealedToken = "sealed_token"
-        case sealedBody = "sealed_body"
-        case lastError = "last_error"
-        case notBeforeMs = "not_before_ms"
-        case notificationID = "notification_id"
-        case deviceID = "device_id"
-        case realmUUID = "realm_uuid"
-        case appID = "app_id"
-        case expiresAt = "expires_at"
-        case collapseID = "collapse_id"
-        case acceptedAtMs = "accepted_at_ms"
-        case registeredAtMs = "registered_at_ms"
-    }
-
     public init(
         notificationID: NotificationID, deviceID: DeviceID, realmUUID: RealmID, provider: Provider, token: String,
         appID: String?, delivery: DeliveryClass, body: JSONValue, expiresAt: Int64? = nil,
@@ -330,67 +322,55 @@ public struct OutboundRecord: Sendable, Codable, Equatable {
         self.registeredAtMs = registeredAtMs
     }
 
-    public init(from decoder: any Decoder) throws {
-        let c = try decoder.container(keyedBy: CodingKeys.self)
-        schema = try c.decode(Int.self, forKey: .schema)
-        notificationID = try c.decode(NotificationID.self, forKey: .notificationID)
-        deviceID = try c.decode(DeviceID.self, forKey: .deviceID)
-        realmUUID = try c.decode(RealmID.self, forKey: .realmUUID)
-        provider = try c.decode(Provider.self, forKey: .provider)
-        sealedToken = try c.decodeIfPresent(SealedBlob.self, forKey: .sealedToken)
+    public init(fields: WireFields) throws {
+        schema = try fields.int("schema")
+        notificationID = NotificationID(try fields.string("notification_id"))
+        deviceID = DeviceID(try fields.int64("device_id"))
+        realmUUID = RealmID(try fields.string("realm_uuid"))
+        provider = try fields.named("provider")
+        sealedToken = try fields.object(ifPresent: "sealed_token")
         // A record carries the token in one form or the other.
-        if sealedToken == nil {
-            token = try c.decode(String.self, forKey: .token)
-        } else {
-            token = try c.decodeIfPresent(String.self, forKey: .token) ?? ""
-        }
-        appID = try c.decodeIfPresent(String.self, forKey: .appID)
-        delivery = try c.decode(DeliveryClass.self, forKey: .delivery)
-        sealedBody = try c.decodeIfPresent(SealedBlob.self, forKey: .sealedBody)
+        token = sealedToken == nil ? try fields.string("token") : try fields.string(ifPresent: "token") ?? ""
+        appID = try fields.string(ifPresent: "app_id")
+        delivery = try fields.object("delivery")
+        sealedBody = try fields.object(ifPresent: "sealed_body")
         if sealedBody != nil {
             body = []
-        } else if let text = try c.decodeIfPresent(String.self, forKey: .bodyJSON) {
+        } else if let text = try fields.string(ifPresent: "body_json") {
             body = Array(text.utf8)
         } else {
-            body = Wire.canonical(try c.decode(JSONValue.self, forKey: .body))
+            body = Wire.canonical(try fields.value("body"))
         }
-        expiresAt = try c.decodeIfPresent(Int64.self, forKey: .expiresAt)
-        collapseID = try c.decodeIfPresent(String.self, forKey: .collapseID)
-        acceptedAtMs = try c.decode(Int64.self, forKey: .acceptedAtMs)
-        registeredAtMs = try c.decodeIfPresent(Int64.self, forKey: .registeredAtMs)
-        attempts = try c.decodeIfPresent(Int.self, forKey: .attempts)
-        lastError = try c.decodeIfPresent(String.self, forKey: .lastError)
-        notBeforeMs = try c.decodeIfPresent(Int64.self, forKey: .notBeforeMs)
+        expiresAt = try fields.int64(ifPresent: "expires_at")
+        collapseID = try fields.string(ifPresent: "collapse_id")
+        acceptedAtMs = try fields.int64("accepted_at_ms")
+        registeredAtMs = try fields.int64(ifPresent: "registered_at_ms")
+        attempts = try fields.int(ifPresent: "attempts")
+        lastError = try fields.string(ifPresent: "last_error")
+        notBeforeMs = try fields.int64(ifPresent: "not_before_ms")
     }
 
-    /// The clear token is written only when the record has no sealed one.
-    public func encode(to encoder: any Encoder) throws {
-        var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encode(schema, forKey: .schema)
-        try c.encode(notificationID, forKey: .notificationID)
-        try c.encode(deviceID, forKey: .deviceID)
-        try c.encode(realmUUID, forKey: .realmUUID)
-        try c.encode(provider, forKey: .provider)
-        if let sealedToken {
-            try c.encode(sealedToken, forKey: .sealedToken)
-        } else {
-            try c.encode(token, forKey: .token)
-        }
-        try c.encodeIfPresent(appID, forKey: .appID)
-        try c.encode(delivery, forKey: .delivery)
-        // A sealed body is never written in the clear.
-        if let sealedBody {
-            try c.encode(sealedBody, forKey: .sealedBody)
-        } else {
-            try c.encode(String(decoding: body, as: UTF8.self), forKey: .bodyJSON)
-        }
-        try c.encodeIfPresent(expiresAt, forKey: .expiresAt)
-        try c.encodeIfPresent(collapseID, forKey: .collapseID)
-        try c.encode(acceptedAtMs, forKey: .acceptedAtMs)
-        try c.encodeIfPresent(registeredAtMs, forKey: .registeredAtMs)
-        try c.encodeIfPresent(attempts, forKey: .attempts)
-        try c.encodeIfPresent(lastError, forKey: .lastError)
-        try c.encodeIfPresent(notBeforeMs, forKey: .notBeforeMs)
+    /// The clear token is written only when the record has no sealed one, the body only
+    /// when it is not sealed.
+    public func write(to object: inout JSONObjectWriter) {
+        object.field("accepted_at_ms", acceptedAtMs)
+        object.field("app_id", appID)
+        object.field("attempts", attempts)
+        if sealedBody == nil { object.field("body_json", utf8: body) }
+        object.field("collapse_id", collapseID)
+        object.field("delivery", delivery)
+        object.field("device_id", deviceID.rawValue)
+        object.field("expires_at", expiresAt)
+        object.field("last_error", lastError)
+        object.field("not_before_ms", notBeforeMs)
+        object.field("notification_id", notificationID.rawValue)
+        object.field("provider", provider)
+        object.field("realm_uuid", realmUUID.rawValue)
+        object.field("registered_at_ms", registeredAtMs)
+        object.field("schema", schema)
+        object.field("sealed_body", sealedBody)
+        object.field("sealed_token", sealedToken)
+        if sealedToken == nil { object.field("token", token) }
     }
 
     /// Partition key: one device's pushes stay in order.
@@ -405,10 +385,10 @@ public struct OutboundRecord: Sendable, Codable, Equatable {
 
 /// `push.deadletter`: a push the relay gave up on, with its last error, so an operator
 /// can inspect it and re-drive it once the cause is fixed.
-public struct DeadLetterRecord: Sendable, Codable, Equatable {
+public struct DeadLetterRecord: WireObject, Equatable {
     public static let currentSchema = 1
 
-    public enum Cause: String, Sendable, Codable {
+    public enum Cause: String, Sendable {
         /// Retryable errors until the attempts ran out.
         case attemptsExhausted = "attempts_exhausted"
         /// Its expiry passed before it could be sent.
@@ -427,13 +407,6 @@ public struct DeadLetterRecord: Sendable, Codable, Equatable {
     /// sealed (only records from before tokens were sealed carry it in the clear).
     public var record: OutboundRecord
 
-    enum CodingKeys: String, CodingKey {
-        case schema, cause, attempts, record
-        case lastError = "last_error"
-        case httpStatus = "http_status"
-        case deadAtMs = "dead_at_ms"
-    }
-
     public init(
         cause: Cause, lastError: String?, httpStatus: Int?, attempts: Int, deadAtMs: Int64, record: OutboundRecord
     ) {
@@ -445,10 +418,30 @@ public struct DeadLetterRecord: Sendable, Codable, Equatable {
         self.deadAtMs = deadAtMs
         self.record = record
     }
+
+    public init(fields: WireFields) throws {
+        schema = try fields.int("schema")
+        cause = try fields.named("cause")
+        lastError = try fields.string(ifPresent: "last_error")
+        httpStatus = try fields.int(ifPresent: "http_status")
+        attempts = try fields.int("attempts")
+        deadAtMs = try fields.int64("dead_at_ms")
+        record = try fields.object("record")
+    }
+
+    public func write(to object: inout JSONObjectWriter) {
+        object.field("attempts", attempts)
+        object.field("cause", cause)
+        object.field("dead_at_ms", deadAtMs)
+        object.field("http_status", httpStatus)
+        object.field("last_error", lastError)
+        object.field("record", record)
+        object.field("schema", schema)
+    }
 }
 
 /// `push.feedback`: a provider said a token is dead.
-public struct FeedbackRecord: Sendable, Codable, Equatable {
+public struct FeedbackRecord: WireObject, Equatable {
     public static let currentSchema = 1
 
     public var schema: Int
@@ -464,16 +457,6 @@ public struct FeedbackRecord: Sendable, Codable, Equatable {
     public var notificationID: NotificationID
     public var observedAtMs: Int64
 
-    enum CodingKeys: String, CodingKey {
-        case schema, provider, reason
-        case deviceID = "device_id"
-        case realmUUID = "realm_uuid"
-        case tokenFingerprint = "token_fingerprint"
-        case providerTimestampMs = "provider_timestamp_ms"
-        case notificationID = "notification_id"
-        case observedAtMs = "observed_at_ms"
-    }
-
     public init(
         deviceID: DeviceID, realmUUID: RealmID, provider: Provider, tokenFingerprint: String, reason: String,
         providerTimestampMs: Int64?, notificationID: NotificationID, observedAtMs: Int64
@@ -487,6 +470,30 @@ public struct FeedbackRecord: Sendable, Codable, Equatable {
         self.providerTimestampMs = providerTimestampMs
         self.notificationID = notificationID
         self.observedAtMs = observedAtMs
+    }
+
+    public init(fields: WireFields) throws {
+        schema = try fields.int("schema")
+        deviceID = DeviceID(try fields.int64("device_id"))
+        realmUUID = RealmID(try fields.string("realm_uuid"))
+        provider = try fields.named("provider")
+        tokenFingerprint = try fields.string("token_fingerprint")
+        reason = try fields.string("reason")
+        providerTimestampMs = try fields.int64(ifPresent: "provider_timestamp_ms")
+        notificationID = NotificationID(try fields.string("notification_id"))
+        observedAtMs = try fields.int64("observed_at_ms")
+    }
+
+    public func write(to object: inout JSONObjectWriter) {
+        object.field("device_id", deviceID.rawValue)
+        object.field("notification_id", notificationID.rawValue)
+        object.field("observed_at_ms", observedAtMs)
+        object.field("provider", provider)
+        object.field("provider_timestamp_ms", providerTimestampMs)
+        object.field("realm_uuid", realmUUID.rawValue)
+        object.field("reason", reason)
+        object.field("schema", schema)
+        object.field("token_fingerprint", tokenFingerprint)
     }
 }
 
@@ -502,7 +509,7 @@ public enum DeliveryOutcome: String, Sendable, Codable, CaseIterable {
 }
 
 /// `push.deliveries`: one record per final outcome, for accounting and incident analysis.
-public struct DeliveryRecord: Sendable, Codable, Equatable {
+public struct DeliveryRecord: WireObject, Equatable {
     public static let currentSchema = 1
 
     public var schema: Int
@@ -519,17 +526,6 @@ public struct DeliveryRecord: Sendable, Codable, Equatable {
     public var completedAtMs: Int64
     /// The provider's id for the push (APNs `apns-id`, FCM message name).
     public var providerMessageID: String?
-
-    enum CodingKeys: String, CodingKey {
-        case schema, provider, outcome, reason, attempts
-        case notificationID = "notification_id"
-        case realmUUID = "realm_uuid"
-        case deviceID = "device_id"
-        case httpStatus = "http_status"
-        case acceptedAtMs = "accepted_at_ms"
-        case completedAtMs = "completed_at_ms"
-        case providerMessageID = "provider_message_id"
-    }
 
     public init(
         notificationID: NotificationID, realmUUID: RealmID, deviceID: DeviceID?, provider: Provider?,
@@ -549,6 +545,36 @@ public struct DeliveryRecord: Sendable, Codable, Equatable {
         self.acceptedAtMs = acceptedAtMs
         self.completedAtMs = completedAtMs
         self.providerMessageID = providerMessageID
+    }
+
+    public init(fields: WireFields) throws {
+        schema = try fields.int("schema")
+        notificationID = NotificationID(try fields.string("notification_id"))
+        realmUUID = RealmID(try fields.string("realm_uuid"))
+        deviceID = try fields.int64(ifPresent: "device_id").map { DeviceID($0) }
+        provider = try fields.named(ifPresent: "provider")
+        outcome = try fields.named("outcome")
+        reason = try fields.string(ifPresent: "reason")
+        httpStatus = try fields.int(ifPresent: "http_status")
+        attempts = try fields.int("attempts")
+        acceptedAtMs = try fields.int64("accepted_at_ms")
+        completedAtMs = try fields.int64("completed_at_ms")
+        providerMessageID = try fields.string(ifPresent: "provider_message_id")
+    }
+
+    public func write(to object: inout JSONObjectWriter) {
+        object.field("accepted_at_ms", acceptedAtMs)
+        object.field("attempts", attempts)
+        object.field("completed_at_ms", completedAtMs)
+        object.field("device_id", deviceID?.rawValue)
+        object.field("http_status", httpStatus)
+        object.field("notification_id", notificationID.rawValue)
+        object.field("outcome", outcome)
+        object.field("provider", provider)
+        object.field("provider_message_id", providerMessageID)
+        object.field("realm_uuid", realmUUID.rawValue)
+        object.field("reason", reason)
+        object.field("schema", schema)
     }
 }
 

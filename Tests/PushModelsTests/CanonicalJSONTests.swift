@@ -72,28 +72,136 @@ import Testing
     }
 }
 
-/// `Wire.encode` (through JSONValue) writes exactly what JSONEncoder writes for records.
+/// Records are written and read field by field (`WireObject`): their wire form is pinned
+/// here byte for byte (the form every earlier release wrote), and is canonical (sorted
+/// keys, compact), so tools that rewrite a value canonically leave it unchanged.
 @Suite struct RecordEncodingTests {
-    @Test func recordsEncodeByteForByteLikeJSONEncoder() throws {
+    static func outbound() -> OutboundRecord {
         var outbound = OutboundRecord(
             notificationID: "n", deviceID: 12, realmUUID: "r", provider: .apns, token: "aa", appID: "org.zulip.Zulip",
             delivery: DeliveryClass(.message),
             body: ["aps": ["alert": ["title": "t/x"]], "n": .double(1.25), "list": [1, .null]],
             expiresAt: 99, collapseID: nil, acceptedAtMs: 5, registeredAtMs: nil)
         outbound.attempts = 2
-        let request = PushRequestRecord(
-            notificationID: "n", serverUUID: "s", realmUUID: "r", acceptedAtMs: 1,
-            request: .passThrough(items: [PassThroughItem(deviceID: 1, apnsPriority: 10, payload: ["x": "é\n"])]))
-        let dead = DeadLetterRecord(
-            cause: .expired, lastError: nil, httpStatus: 410, attempts: 1, deadAtMs: 3, record: outbound)
-        let delivery = DeliveryRecord(
-            notificationID: "n", realmUUID: "r", deviceID: nil, provider: .fcm, outcome: .alreadySent, reason: "x",
-            attempts: 0, acceptedAtMs: 1, completedAtMs: 2)
-        let encoder = Wire.encoder()
-        #expect(try Wire.encode(outbound) == Array(encoder.encode(outbound)))
-        #expect(try Wire.encode(request) == Array(encoder.encode(request)))
-        #expect(try Wire.encode(dead) == Array(encoder.encode(dead)))
-        #expect(try Wire.encode(delivery) == Array(encoder.encode(delivery)))
-        #expect(try Wire.decode(DeadLetterRecord.self, from: Wire.encode(dead)) == dead)
+        return outbound
+    }
+
+    static let outboundJSON =
+        #"{"accepted_at_ms":5,"app_id":"org.zulip.Zulip","attempts":2,"body_json":"{\"aps\":{\"alert\":{\"title\":\"t/x\"}},\"list\":[1,null],\"n\":1.25}","delivery":{"apns_priority":10,"apns_push_type":"alert","fcm_priority":"high"},"device_id":12,"expires_at":99,"notification_id":"n","provider":"apns","realm_uuid":"r","schema":5,"token":"aa"}"#
+
+    /// The record's bytes are `json`; they read back as the record, and are canonical.
+    func expectWireForm<R: WireObject & Equatable>(
+        _ record: R, _ json: String, sourceLocation: SourceLocation = #_sourceLocation
+    ) throws {
+        let bytes = try Wire.encode(record)
+        #expect(String(decoding: bytes, as: UTF8.self) == json, sourceLocation: sourceLocation)
+        #expect(try Wire.decode(R.self, from: bytes) == record, sourceLocation: sourceLocation)
+        #expect(Wire.canonical(try Wire.decode(JSONValue.self, from: bytes)) == bytes, sourceLocation: sourceLocation)
+        // Through Codable (JSONEncoder, JSONDecoder) the same bytes and the same record.
+        #expect(Array(try Wire.encoder().encode(record)) == bytes, sourceLocation: sourceLocation)
+        #expect(try JSONDecoder().decode(R.self, from: Data(bytes)) == record, sourceLocation: sourceLocation)
+    }
+
+    @Test func everyRecordKeepsItsWireForm() throws {
+        let outbound = Self.outbound()
+        try expectWireForm(outbound, Self.outboundJSON)
+
+        var sealed = outbound
+        sealed.sealedToken = SealedBlob(keyID: "p1", alg: .xchacha20poly1305, box: "QUJD")
+        sealed.sealedBody = SealedBlob(keyID: "p1", box: "REVG")
+        sealed.body = []
+        sealed.token = ""
+        sealed.collapseID = "c"
+        sealed.registeredAtMs = 4
+        sealed.lastError = "Unavailable"
+        sealed.notBeforeMs = 6
+        sealed.attempts = nil
+        try expectWireForm(
+            sealed,
+            #"{"accepted_at_ms":5,"app_id":"org.zulip.Zulip","collapse_id":"c","delivery":{"apns_priority":10,"apns_push_type":"alert","fcm_priority":"high"},"device_id":12,"expires_at":99,"last_error":"Unavailable","not_before_ms":6,"notification_id":"n","provider":"apns","realm_uuid":"r","registered_at_ms":4,"schema":5,"sealed_body":{"box":"REVG","key_id":"p1"},"sealed_token":{"alg":"xchacha20poly1305","box":"QUJD","key_id":"p1"}}"#
+        )
+
+        try expectWireForm(
+            PushRequestRecord(
+                notificationID: "n", serverUUID: "s", realmUUID: "r", acceptedAtMs: 1,
+                request: .passThrough(items: [
+                    PassThroughItem(deviceID: 1, apnsPriority: 10, payload: ["x": "é\n"]),
+                    PassThroughItem(
+                        deviceID: 2, apnsPushType: "background", fcmPriority: "normal", payload: .null),
+                ])),
+            #"{"accepted_at_ms":1,"items":[{"apns_priority":10,"device_id":1,"payload":{"x":"é\n"}},{"apns_push_type":"background","device_id":2,"fcm_priority":"normal","payload":null}],"kind":"pass_through","notification_id":"n","realm_uuid":"r","schema":1,"server_uuid":"s"}"#
+        )
+        try expectWireForm(
+            PushRequestRecord(
+                notificationID: "n", serverUUID: "s", realmUUID: "r", acceptedAtMs: -1,
+                request: .native(
+                    userID: 7, deviceIDs: [3, 4], type: .remove, sealedPayload: SealedBlob(keyID: "k", box: "Qg=="))),
+            #"{"accepted_at_ms":-1,"device_ids":[3,4],"kind":"native","notification_id":"n","notification_type":"remove","realm_uuid":"r","schema":1,"sealed_payload":{"box":"Qg==","key_id":"k"},"server_uuid":"s","user_id":7}"#
+        )
+        try expectWireForm(
+            PushRequestRecord(
+                notificationID: "n", serverUUID: "s", realmUUID: "r", acceptedAtMs: 1,
+                request: .native(
+                    userID: Int64.min, deviceIDs: nil, type: .message, sealedPayload: SealedBlob(keyID: "k", box: "B"))),
+            #"{"accepted_at_ms":1,"kind":"native","notification_id":"n","notification_type":"message","realm_uuid":"r","schema":1,"sealed_payload":{"box":"B","key_id":"k"},"server_uuid":"s","user_id":-9223372036854775808}"#
+        )
+        try expectWireForm(
+            PushRequestRecord(
+                notificationID: "n", serverUUID: "s", realmUUID: "r", acceptedAtMs: 1,
+                request: .legacy(user: "uuid:u\"1", deviceIDs: [], sealedPayload: SealedBlob(keyID: "k", box: "B"))),
+            #"{"accepted_at_ms":1,"device_ids":[],"kind":"legacy","legacy_user":"uuid:u\"1","notification_id":"n","realm_uuid":"r","schema":1,"sealed_payload":{"box":"B","key_id":"k"},"server_uuid":"s"}"#
+        )
+        try expectWireForm(
+            DeadLetterRecord(
+                cause: .expired, lastError: nil, httpStatus: 410, attempts: 1, deadAtMs: 3, record: outbound),
+            #"{"attempts":1,"cause":"expired","dead_at_ms":3,"http_status":410,"record":"# + Self.outboundJSON
+                + #","schema":1}"#)
+        try expectWireForm(
+            DeliveryRecord(
+                notificationID: "n", realmUUID: "r", deviceID: nil, provider: .fcm, outcome: .alreadySent, reason: "x",
+                attempts: 0, acceptedAtMs: 1, completedAtMs: 2),
+            #"{"accepted_at_ms":1,"attempts":0,"completed_at_ms":2,"notification_id":"n","outcome":"already_sent","provider":"fcm","realm_uuid":"r","reason":"x","schema":1}"#
+        )
+        try expectWireForm(
+            DeliveryRecord(
+                notificationID: "n", realmUUID: "r", deviceID: 9, provider: nil, outcome: .sent, reason: nil,
+                httpStatus: 200, attempts: 1, acceptedAtMs: 1, completedAtMs: 2, providerMessageID: "m"),
+            #"{"accepted_at_ms":1,"attempts":1,"completed_at_ms":2,"device_id":9,"http_status":200,"notification_id":"n","outcome":"sent","provider_message_id":"m","realm_uuid":"r","schema":1}"#
+        )
+        try expectWireForm(
+            FeedbackRecord(
+                deviceID: 9, realmUUID: "r", provider: .apns, tokenFingerprint: "ab12", reason: "Unregistered",
+                providerTimestampMs: 77, notificationID: "n", observedAtMs: 78),
+            #"{"device_id":9,"notification_id":"n","observed_at_ms":78,"provider":"apns","provider_timestamp_ms":77,"realm_uuid":"r","reason":"Unregistered","schema":1,"token_fingerprint":"ab12"}"#
+        )
+    }
+
+    @Test func recordsReadOlderFormsAndRefuseBadFields() throws {
+        // Schema ≤ 4: the body as an object, written out canonically once.
+        let old =
+            #"{"accepted_at_ms":5,"body":{"z":1,"a":"b"},"delivery":{"apns_priority":5,"apns_push_type":"background","fcm_priority":"normal"},"device_id":12,"notification_id":"n","provider":"fcm","realm_uuid":"r","schema":2,"token":"t","app_id":null}"#
+        let record = try Wire.decode(OutboundRecord.self, from: Array(old.utf8))
+        #expect(record.body == Array(#"{"a":"b","z":1}"#.utf8))
+        #expect(record.appID == nil)
+        #expect(record.delivery == DeliveryClass(.remove))
+
+        let good = Array(Self.outboundJSON.utf8)
+        _ = try Wire.decode(OutboundRecord.self, from: good)
+        for (from, to) in [
+            (#""device_id":12"#, #""device_id":"12""#),  // wrong type
+            (#""device_id":12"#, #""device_id":1.5"#),  // not an integer
+            (#""provider":"apns""#, #""provider":"mqtt""#),  // unknown name
+            (#","token":"aa""#, ""),  // neither token nor sealed token
+            (#""schema":5,"#, ""),  // required field absent
+            (#""accepted_at_ms":5"#, #""accepted_at_ms":null"#),  // required field null
+        ] {
+            let bad = Self.outboundJSON.replacingOccurrences(of: from, with: to)
+            #expect(bad != Self.outboundJSON)
+            #expect(throws: DecodingError.self, "\(to)") { try Wire.decode(OutboundRecord.self, from: Array(bad.utf8)) }
+        }
+        #expect(throws: DecodingError.self) {
+            try Wire.decode(PushRequestRecord.self, from: Array(#"{"kind":"native"}"#.utf8))
+        }
+        #expect(throws: DecodingError.self) { try Wire.decode(DeliveryRecord.self, from: Array("[]".utf8)) }
     }
 }

@@ -45,13 +45,14 @@ final class RouterRecordingPublisher: RecordPublisher {
 /// One ingest router with its own secrets (in a temp directory), its own Redis key prefix,
 /// and a recording publisher.
 struct RouterFixture: Sendable {
-    let api: IngestAPI
+    private(set) var api: IngestAPI
     let publisher: RouterRecordingPublisher
     let prefix: String
     let redis: RedisClient
     let pipelineKeys: PipelineKeyring
     let storageKeys: StorageKeyring
     let bouncerPublicKey: String
+    let configuration: IngestConfiguration
 
     /// `settings` are extra `pushrelay.*` settings (values as text, as the environment gives them).
     static func make(_ settings: [String: String] = [:]) async throws -> RouterFixture {
@@ -97,7 +98,17 @@ struct RouterFixture: Sendable {
             api: api, publisher: publisher, prefix: configuration.common.redisPrefix, redis: redis,
             pipelineKeys: try PipelineKeyring(fileContents: pipelineLine),
             storageKeys: try StorageKeyring(fileContents: storageLine),
-            bouncerPublicKey: try BouncerKeyring(fileContents: bouncerLine).publicKeysBase64[0])
+            bouncerPublicKey: try BouncerKeyring(fileContents: bouncerLine).publicKeysBase64[0],
+            configuration: configuration)
+    }
+
+    /// A second ingest instance on the same settings, Redis and publisher.
+    func twin() -> RouterFixture {
+        var twin = self
+        twin.api = IngestAPI(
+            configuration: configuration, redis: redis, publisher: publisher,
+            logger: Logger(label: "ingest-router-tests-twin"))
+        return twin
     }
 
     /// The body limit the fixtures run with (`pushrelay.http.max.body.bytes`).
