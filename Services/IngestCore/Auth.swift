@@ -162,8 +162,9 @@ public final class ServerAuthenticator: Sendable {
     /// admitted, false when the key changed since it was verified. Throws the answers
     /// to a limited or deactivated server.
     private func admit(server: String, key: Verified) async throws -> Bool {
-        // Renewals are bounded: each asks for twice what the last lease served.
-        for _ in 0..<16 {
+        // Each renewal admits at least one request of the window (or says it is used up),
+        // so waiting requests get through one by one; bounded all the same.
+        for _ in 0..<64 {
             let nowMs = Wire.nowMillis()
             let window = WindowCounter.window(nowMs: nowMs, seconds: settings.rateWindowSeconds)
             let now = ContinuousClock.now
@@ -177,7 +178,7 @@ public final class ServerAuthenticator: Sendable {
                 verified.withLock { $0.removeAll() }
                 throw Self.deactivated
             case .limited: throw rateLimited(nowMs: nowMs)
-            case .renew: try await renewLease(server: server, window: window)
+            case .renew: try await renewLease(server: server, window: window, nowMs: nowMs)
             }
         }
         // Other requests of the same server took every renewal: answered as limited.
@@ -193,7 +194,9 @@ public final class ServerAuthenticator: Sendable {
     }
 
     /// Renews `server`'s lease, or waits for the renewal already under way.
-    private func renewLease(server: String, window: Int64) async throws {
+    /// `nowMs` is the moment `window` was taken from: the lease is asked for that window,
+    /// so requests given back always go to the window they were granted in.
+    private func renewLease(server: String, window: Int64, nowMs: Int64) async throws {
         let task = renewals.withLock { pending in
             if let task = pending[server] { return task }
             let (want, returning) = leases.withLock { $0.renewal(server: server, window: window) }
@@ -203,8 +206,8 @@ public final class ServerAuthenticator: Sendable {
                 let takenAt = ContinuousClock.now
                 let lease = try await servers.leaseQuota(
                     server: server, want: want, returning: returning, limit: settings.rateLimit,
-                    windowSeconds: settings.rateWindowSeconds)
-                leases.withLock { $0.install(server: server, lease, takenAt: takenAt) }
+                    windowSeconds: settings.rateWindowSeconds, nowMs: nowMs)
+                leases.withLock { $0.install(server: server, lease, takenAt: takenAt, now: .now) }
             }
             pending[server] = task
             return task

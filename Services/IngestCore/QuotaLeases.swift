@@ -23,6 +23,8 @@ struct QuotaLeases: Sendable {
         var deactivated: Bool
         /// When the renewal was sent: a key verified after this is newer than the lease.
         var takenAt: ContinuousClock.Instant
+        /// `validity` after the answer arrived, so a slow Redis never installs a lease
+        /// that has already lapsed.
         var validUntil: ContinuousClock.Instant
     }
 
@@ -84,7 +86,8 @@ struct QuotaLeases: Sendable {
 
     /// Keeps what Redis granted.
     mutating func install(
-        server: String, _ granted: ServerStore.QuotaLease, takenAt: ContinuousClock.Instant
+        server: String, _ granted: ServerStore.QuotaLease, takenAt: ContinuousClock.Instant,
+        now: ContinuousClock.Instant
     ) {
         if leases.count >= 10_000 && leases[server] == nil {
             // Bounded: leases are cheap to take again.
@@ -92,7 +95,7 @@ struct QuotaLeases: Sendable {
         }
         leases[server] = Lease(
             window: granted.window, size: granted.granted, left: granted.granted, credential: granted.credential,
-            deactivated: granted.deactivated, takenAt: takenAt, validUntil: takenAt + validity)
+            deactivated: granted.deactivated, takenAt: takenAt, validUntil: max(takenAt, now) + validity)
     }
 
     /// Forgets every lease (a key changed or a server deactivated on this instance).

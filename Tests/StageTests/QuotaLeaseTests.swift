@@ -30,7 +30,7 @@ import Testing
             let (want, returning) = book.renewal(server: "s", window: 7)
             #expect(returning == 0, "a lease used up has nothing to give back")
             wants.append(want)
-            book.install(server: "s", Self.granted(want), takenAt: now)
+            book.install(server: "s", Self.granted(want), takenAt: now, now: now)
             granted += want
             while book.take(server: "s", credential: "k1", verifiedAt: now, window: 7, now: now) == .admitted {
                 granted -= 1
@@ -40,7 +40,7 @@ import Testing
         #expect(granted == 0, "every request granted was taken once")
 
         // A lease that served 3 of its 100 before it lapsed: the 97 go back, the next asks for 6.
-        book.install(server: "s", Self.granted(100), takenAt: now)
+        book.install(server: "s", Self.granted(100), takenAt: now, now: now)
         for _ in 0..<3 {
             #expect(book.take(server: "s", credential: "k1", verifiedAt: now, window: 7, now: now) == .admitted)
         }
@@ -53,9 +53,18 @@ import Testing
         #expect(book.renewal(server: "s", window: 7).returning == 0)
     }
 
+    @Test func aLeaseThatArrivesLateStillHoldsForItsValidity() {
+        var book = QuotaLeases(limit: 3200)
+        let now = Self.start
+        // Sent 2 s ago (a slow Redis): valid for a second from its arrival all the same.
+        book.install(server: "s", Self.granted(1), takenAt: now - .seconds(2), now: now)
+        #expect(
+            book.take(server: "s", credential: "k1", verifiedAt: now - .seconds(3), window: 7, now: now) == .admitted)
+    }
+
     @Test func leftoversOfAnEarlierWindowAreNotGivenBack() {
         var book = QuotaLeases(limit: 3200)
-        book.install(server: "s", Self.granted(50, window: 7), takenAt: Self.start)
+        book.install(server: "s", Self.granted(50, window: 7), takenAt: Self.start, now: Self.start)
         #expect(book.take(server: "s", credential: "k1", verifiedAt: Self.start, window: 8, now: Self.start) == .renew)
         #expect(book.renewal(server: "s", window: 8).returning == 0)
     }
@@ -64,10 +73,10 @@ import Testing
         var book = QuotaLeases(limit: 3)
         #expect(book.maxLease == 1, "small limits stay exact")
         let now = Self.start
-        book.install(server: "s", Self.granted(0), takenAt: now)
+        book.install(server: "s", Self.granted(0), takenAt: now, now: now)
         #expect(book.take(server: "s", credential: "k1", verifiedAt: now, window: 7, now: now) == .limited)
 
-        book.install(server: "s", Self.granted(1, credential: "k2"), takenAt: now)
+        book.install(server: "s", Self.granted(1, credential: "k2"), takenAt: now, now: now)
         // Verified before the lease was taken: the key changed since.
         #expect(
             book.take(server: "s", credential: "k1", verifiedAt: now - .seconds(1), window: 7, now: now)
@@ -78,7 +87,7 @@ import Testing
                 == .renew)
         #expect(book.take(server: "s", credential: "k2", verifiedAt: now, window: 7, now: now) == .admitted)
 
-        book.install(server: "s", Self.granted(1, deactivated: true), takenAt: now)
+        book.install(server: "s", Self.granted(1, deactivated: true), takenAt: now, now: now)
         #expect(book.take(server: "s", credential: "k1", verifiedAt: now, window: 7, now: now) == .deactivated)
         book.removeAll()
         #expect(book.take(server: "s", credential: "k1", verifiedAt: now, window: 7, now: now) == .renew)
