@@ -175,7 +175,6 @@ public final class ServerAuthenticator: Sendable {
             case .admitted: return true
             case .credentialChanged: return false
             case .deactivated:
-                verified.withLock { $0.removeAll() }
                 throw Self.deactivated
             case .limited: throw rateLimited(nowMs: nowMs)
             case .renew: try await renewLease(server: server, window: window, nowMs: nowMs)
