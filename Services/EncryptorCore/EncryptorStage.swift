@@ -18,10 +18,14 @@ public struct EncryptorConfiguration: Sendable {
     public var storageKeys: StorageKeyring
     /// APNs expiration / FCM ttl from acceptance (`PUSHRELAY_NOTIFICATION_TTL_SECONDS`).
     public var ttlSeconds: Int64
+    /// Requests handled together at most (`PUSHRELAY_ENCRYPTOR_BATCH`): what one fetch
+    /// returned, up to this many, costs one Redis round trip and one produce wait.
+    public var maxBatch: Int
 
     public init(reader: SettingsReader) throws {
         common = try CommonSettings(service: "encryptor", defaultPort: 8081, reader: reader)
-        consumer = try common.consumer(stage: "encryptor", topic: common.topics.requests, defaultConcurrency: 64)
+        consumer = try common.consumer(stage: "encryptor", topic: common.topics.requests, defaultConcurrency: 256)
+        maxBatch = try reader.int("pushrelay.encryptor.batch", default: 64)
         pipelineKeys = try reader.pipelineKeyring()
         storageKeys = try reader.storageKeyring()
         ttlSeconds = Int64(try reader.int("pushrelay.notification.ttl.seconds", default: 86400))
@@ -48,7 +52,8 @@ public enum Encryptor {
         try await runServices(
             [
                 KafkaProducerService(producer: producer), app,
-                KafkaConsumerService(consumer: consumer, handler: stage.handle),
+                KafkaConsumerService(
+                    consumer: consumer, maxBatch: configuration.maxBatch, batchHandler: stage.handleBatch),
             ],
             shutdownTimeout: settings.shutdownTimeout, logger: logger)
     }
@@ -81,15 +86,69 @@ public struct EncryptorStage: Sendable {
         guard let request = decodeRecord(PushRequestRecord.self, from: record, logger: logger) else {
             return await accountForMalformed(record)
         }
+        return await handle(request, from: record)
+    }
+
+    /// Handles what one fetch returned. The devices of every request are read in one
+    /// Redis round trip, and every output is published at once and awaited together,
+    /// in record order (so records with one key stay in order). A batch that fails the
+    /// same way every time (one request that cannot be encrypted or published) is
+    /// handled again request by request, which accounts for the one that fails; an
+    /// output published before the failure may go out twice, and the dispatcher's
+    /// ledger sends it once.
+    public func handleBatch(_ records: [KafkaRecord]) async -> [RecordDisposition] {
+        var dispositions = [RecordDisposition](repeating: .done, count: records.count)
+        var requests: [(index: Int, request: PushRequestRecord)] = []
+        for (index, record) in records.enumerated() {
+            if let request = decodeRecord(PushRequestRecord.self, from: record, logger: logger) {
+                requests.append((index, request))
+            } else {
+                dispositions[index] = await accountForMalformed(record)
+            }
+        }
+        guard requests.count > 1 else {
+            for (index, request) in requests { dispositions[index] = await handle(request, from: records[index]) }
+            return dispositions
+        }
+        let decoded = requests
         let start = ContinuousClock.now
-        let replay = record.header(RecordHeader.replay)
-        let outcome = await retrying("encrypt request", logger: logger, isTransient: Self.isTransient) {
-            var messages = try await self.messages(for: request)
-            if let replay {
-                // A re-driven request stays marked, so the dispatcher's dedupe knows it.
-                for i in messages.indices { messages[i].headers.append((RecordHeader.replay, replay)) }
+        let outcome = await retrying(
+            "encrypt a batch of requests", logger: logger, permanentAttempts: 1, isTransient: Self.isTransient
+        ) {
+            let directory = try await PrefetchedDevices.read(for: decoded.map(\.request), from: self.devices)
+            var messages: [KafkaOutgoing] = []
+            for (index, request) in decoded {
+                messages += Self.marked(
+                    try await self.messages(for: request, from: directory), replay: records[index])
             }
             try await publisher.publish(messages)
+            return true
+        }
+        let elapsed = ContinuousClock.now - start
+        for _ in requests { RelayMetrics.stageDuration("encryptor").record(duration: elapsed) }
+        switch outcome {
+        case .succeeded:
+            break
+        case .interrupted:
+            for (index, _) in requests { dispositions[index] = .abandoned }
+        case .failed:
+            for (index, request) in requests { dispositions[index] = await handle(request, from: records[index]) }
+        }
+        return dispositions
+    }
+
+    /// A re-driven request's outputs stay marked, so the dispatcher's dedupe knows them.
+    static func marked(_ messages: [KafkaOutgoing], replay record: KafkaRecord) -> [KafkaOutgoing] {
+        guard let replay = record.header(RecordHeader.replay) else { return messages }
+        var messages = messages
+        for i in messages.indices { messages[i].headers.append((RecordHeader.replay, replay)) }
+        return messages
+    }
+
+    private func handle(_ request: PushRequestRecord, from record: KafkaRecord) async -> RecordDisposition {
+        let start = ContinuousClock.now
+        let outcome = await retrying("encrypt request", logger: logger, isTransient: Self.isTransient) {
+            try await publisher.publish(Self.marked(try await self.messages(for: request), replay: record))
             return true
         }
         RelayMetrics.stageDuration("encryptor").record(duration: ContinuousClock.now - start)
@@ -142,11 +201,17 @@ public struct EncryptorStage: Sendable {
 
     /// The outbound and delivery records one request turns into.
     public func messages(for request: PushRequestRecord) async throws -> [KafkaOutgoing] {
+        try await messages(for: request, from: devices)
+    }
+
+    func messages(for request: PushRequestRecord, from devices: any DeviceDirectory) async throws -> [KafkaOutgoing] {
         switch request.request {
         case .native(let userID, let deviceIDs, let type, let sealed):
-            try await nativeMessages(request, userID: userID, deviceIDs: deviceIDs, type: type, sealed: sealed)
-        case .passThrough(let items): try await passThroughMessages(request, items: items)
-        case .legacy(_, let deviceIDs, let sealed): try await legacyMessages(request, ids: deviceIDs, sealed: sealed)
+            try await nativeMessages(
+                request, userID: userID, deviceIDs: deviceIDs, type: type, sealed: sealed, devices: devices)
+        case .passThrough(let items): try await passThroughMessages(request, items: items, devices: devices)
+        case .legacy(_, let deviceIDs, let sealed):
+            try await legacyMessages(request, ids: deviceIDs, sealed: sealed, devices: devices)
         }
     }
 
@@ -170,7 +235,8 @@ public struct EncryptorStage: Sendable {
     }
 
     private func nativeMessages(
-        _ request: PushRequestRecord, userID: Int64, deviceIDs: [DeviceID]?, type: NotificationType, sealed: SealedBlob
+        _ request: PushRequestRecord, userID: Int64, deviceIDs: [DeviceID]?, type: NotificationType, sealed: SealedBlob,
+        devices: any DeviceDirectory
     ) async throws -> [KafkaOutgoing] {
         let plaintext: [UInt8]
         do {
@@ -220,9 +286,9 @@ public struct EncryptorStage: Sendable {
         return messages
     }
 
-    private func passThroughMessages(_ request: PushRequestRecord, items: [PassThroughItem]) async throws
-        -> [KafkaOutgoing]
-    {
+    private func passThroughMessages(
+        _ request: PushRequestRecord, items: [PassThroughItem], devices: any DeviceDirectory
+    ) async throws -> [KafkaOutgoing] {
         let found = try await devices.devices(items.map(\.deviceID))
         var messages: [KafkaOutgoing] = []
         for item in items {
@@ -257,9 +323,9 @@ public struct EncryptorStage: Sendable {
     /// Zulip's legacy API: the server's own APNs and FCM payloads, readable by the relay,
     /// built into provider bodies as Zulip's bouncer builds them. The bodies travel
     /// sealed on `push.outbound`, like the token.
-    private func legacyMessages(_ request: PushRequestRecord, ids: [DeviceID], sealed: SealedBlob) async throws
-        -> [KafkaOutgoing]
-    {
+    private func legacyMessages(
+        _ request: PushRequestRecord, ids: [DeviceID], sealed: SealedBlob, devices: any DeviceDirectory
+    ) async throws -> [KafkaOutgoing] {
         let payload: ZulipLegacyPayload
         do {
             let plaintext = try pipelineKeys.open(
@@ -322,5 +388,67 @@ public struct EncryptorStage: Sendable {
             provider: device.provider, token: "", appID: device.appID, delivery: delivery, body: body,
             expiresAt: request.acceptedAtMs / 1000 + ttlSeconds, acceptedAtMs: request.acceptedAtMs,
             registeredAtMs: device.registeredAtMs, sealedToken: sealedToken)
+    }
+}
+
+/// The devices of a batch of requests, read in two pipelined round trips at most (the
+/// users' device sets, then every device record). Whatever was not read (past
+/// `maxDevices`) is asked of the directory behind it.
+struct PrefetchedDevices: DeviceDirectory {
+    private struct User: Hashable {
+        var realm: RealmID
+        var userID: Int64
+    }
+
+    /// Device records read for one batch at most; a request past it reads its own.
+    static let maxDevices = 4096
+
+    private let base: any DeviceDirectory
+    private let users: [User: [DeviceID]]
+    private let read: Set<DeviceID>
+    private let found: [DeviceID: DeviceRecord]
+
+    static func read(for requests: [PushRequestRecord], from base: any DeviceDirectory) async throws
+        -> PrefetchedDevices
+    {
+        var wanted: [User] = []
+        var seen: Set<User> = []
+        var ids: Set<DeviceID> = []
+        for request in requests {
+            switch request.request {
+            case .native(let userID, let deviceIDs, _, _):
+                if let deviceIDs {
+                    if ids.count + deviceIDs.count <= maxDevices { ids.formUnion(deviceIDs) }
+                } else if seen.insert(User(realm: request.realmUUID, userID: userID)).inserted {
+                    wanted.append(User(realm: request.realmUUID, userID: userID))
+                }
+            case .passThrough(let items):
+                if ids.count + items.count <= maxDevices { ids.formUnion(items.map(\.deviceID)) }
+            case .legacy(_, let deviceIDs, _):
+                if ids.count + deviceIDs.count <= maxDevices { ids.formUnion(deviceIDs) }
+            }
+        }
+        var users: [User: [DeviceID]] = [:]
+        if !wanted.isEmpty {
+            let lists = try await base.deviceIDs(users: wanted.map { ($0.realm, $0.userID) })
+            for (user, list) in zip(wanted, lists) {
+                users[user] = list
+                if ids.count + list.count <= maxDevices { ids.formUnion(list) }
+            }
+        }
+        let found = ids.isEmpty ? [:] : try await base.devices(Array(ids))
+        return PrefetchedDevices(base: base, users: users, read: ids, found: found)
+    }
+
+    func deviceIDs(realm: RealmID, userID: Int64) async throws -> [DeviceID] {
+        if let ids = users[User(realm: realm, userID: userID)] { return ids }
+        return try await base.deviceIDs(realm: realm, userID: userID)
+    }
+
+    func devices(_ ids: [DeviceID]) async throws -> [DeviceID: DeviceRecord] {
+        let unread = ids.filter { !read.contains($0) }
+        var result = unread.isEmpty ? [:] : try await base.devices(unread)
+        for id in ids { if let device = found[id] { result[id] = device } }
+        return result
     }
 }

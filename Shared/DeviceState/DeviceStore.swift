@@ -304,8 +304,15 @@ public struct DeviceStore: Sendable {
 
     /// The ids of a user's devices (active or not).
     public func deviceIDs(realm: RealmID, userID: Int64) async throws -> [DeviceID] {
-        try await redis.command("SMEMBERS", RedisArgument(keys.userDevices(realm: realm, userID: userID)))
-            .array.compactMap { $0.int.map { DeviceID($0) } }.sorted()
+        try await deviceIDs(users: [(realm, userID)])[0]
+    }
+
+    /// Several users' devices in one round trip, in the order asked.
+    public func deviceIDs(users: [(realm: RealmID, userID: Int64)]) async throws -> [[DeviceID]] {
+        guard !users.isEmpty else { return [] }
+        let replies = try await redis.checkedPipeline(
+            users.map { ["SMEMBERS", RedisArgument(keys.userDevices(realm: $0.realm, userID: $0.userID))] })
+        return replies.map { $0.array.compactMap { $0.int.map { DeviceID($0) } }.sorted() }
     }
 
     /// Forgets a device entirely: its record, keys, user membership and token index.

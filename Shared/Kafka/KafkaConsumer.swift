@@ -204,6 +204,27 @@ public final class KafkaConsumer: Sendable {
     /// record with at most `maxInFlight` at once; then drains, commits and closes.
     /// Throws if the consumer cannot subscribe or hits a fatal error. Call once.
     public func run(handler: @escaping @Sendable (KafkaRecord) async -> RecordDisposition) async throws {
+        try await consume(.single(handler))
+    }
+
+    /// Consumes like `run`, handing the handler what one fetch returned, as one batch of
+    /// at most `maxBatch` records in poll order. The handler returns one disposition per
+    /// record, in the same order, and keeps records with the same key in their order
+    /// (for example by publishing its outputs in record order). Records with a key that
+    /// an earlier batch still holds wait for it, as in `run`. Offsets are committed as in
+    /// `run`: each record's once it is `.done`, up to the lowest unfinished offset.
+    public func runBatches(
+        maxBatch: Int, handler: @escaping @Sendable ([KafkaRecord]) async -> [RecordDisposition]
+    ) async throws {
+        try await consume(.batches(max(1, maxBatch), handler))
+    }
+
+    enum Handler: Sendable {
+        case single(@Sendable (KafkaRecord) async -> RecordDisposition)
+        case batches(Int, @Sendable ([KafkaRecord]) async -> [RecordDisposition])
+    }
+
+    private func consume(_ handler: Handler) async throws {
         guard
             started.withLock({ s in
                 defer { s = true }; return !s
@@ -217,7 +238,7 @@ public final class KafkaConsumer: Sendable {
             _ = shared.handle(.clientFailed(error))
             throw error
         }
-        let (stream, output) = AsyncStream.makeStream(of: KafkaRecord.self)
+        let (stream, output) = AsyncStream.makeStream(of: Polled.self)
         let first = shared.handle(.start(now: .now))
         let shared = self.shared
         // Actions for events fed from outside the poll thread: none of them blocks.
@@ -240,19 +261,65 @@ public final class KafkaConsumer: Sendable {
         await withGracefulShutdownHandler {
             await withTaskCancellationHandler {
                 await withDiscardingTaskGroup { group in
-                    for await record in stream {
-                        // Records with one key (one user, one device) are handled one after another.
-                        let gate = record.key.map { keyOrder.reserve($0) }
-                        group.addTask {
-                            await gate?.wait()
-                            let tp = record.topicPartition
-                            // Once shutdown is requested no handler starts: the record stays uncommitted.
-                            let disposition: RecordDisposition =
-                                shared.handle(.handlerReady(tp, offset: record.offset)) == .runHandler
-                                ? await handler(record) : .abandoned
-                            if let key = record.key { keyOrder.leave(key) }
-                            perform(shared.handle(.handlerFinished(tp, offset: record.offset, disposition)))
+                    switch handler {
+                    case .single(let handler):
+                        for await polled in stream {
+                            guard case .record(let record) = polled else { continue }
+                            // Records with one key (one user, one device) are handled one after another.
+                            let gate = record.key.map { keyOrder.reserve($0) }
+                            group.addTask {
+                                await gate?.wait()
+                                let tp = record.topicPartition
+                                // Once shutdown is requested no handler starts: the record stays uncommitted.
+                                let disposition: RecordDisposition =
+                                    shared.handle(.handlerReady(tp, offset: record.offset)) == .runHandler
+                                    ? await handler(record) : .abandoned
+                                if let key = record.key { keyOrder.leave(key) }
+                                perform(shared.handle(.handlerFinished(tp, offset: record.offset, disposition)))
+                            }
                         }
+                    case .batches(let maxBatch, let handler):
+                        var batch = PendingBatch()
+                        func launch() {
+                            guard !batch.records.isEmpty else { return }
+                            var waiting = batch
+                            batch = PendingBatch()
+                            group.addTask {
+                                // In waves: the records whose earlier same-key records have finished
+                                // go together; a record behind a busy key waits without holding up the rest.
+                                while let wave = await waiting.nextWave() {
+                                    // Once shutdown is requested no handler starts: those records stay uncommitted.
+                                    let runnable = wave.indices.filter {
+                                        let record = wave[$0]
+                                        return shared.handle(
+                                            .handlerReady(record.topicPartition, offset: record.offset))
+                                            == .runHandler
+                                    }
+                                    let answers = runnable.isEmpty ? [] : await handler(runnable.map { wave[$0] })
+                                    for record in wave { if let key = record.key { keyOrder.leave(key) } }
+                                    // A handler that answers too few records leaves the rest uncommitted.
+                                    var dispositions = [RecordDisposition](repeating: .abandoned, count: wave.count)
+                                    for (index, answer) in zip(runnable, answers) { dispositions[index] = answer }
+                                    for (record, disposition) in zip(wave, dispositions) {
+                                        perform(
+                                            shared.handle(
+                                                .handlerFinished(
+                                                    record.topicPartition, offset: record.offset, disposition)))
+                                    }
+                                }
+                            }
+                        }
+                        for await polled in stream {
+                            switch polled {
+                            case .record(let record):
+                                batch.add(record, keyOrder: keyOrder)
+                                if batch.records.count >= maxBatch { launch() }
+                            case .endOfFetch:
+                                launch()
+                            }
+                        }
+                        // Dispatched but not yet launched: they start, see the shutdown and stay uncommitted.
+                        launch()
                     }
                     // After a fatal error nothing more can be committed: stop the handlers.
                     if shared.failure != nil { group.cancelAll() }
@@ -288,15 +355,63 @@ public final class KafkaConsumer: Sendable {
 /// stops services in reverse order, so the consumer drains while they still run.
 public struct KafkaConsumerService: Service {
     public let consumer: KafkaConsumer
-    private let handler: @Sendable (KafkaRecord) async -> RecordDisposition
+    private let handler: KafkaConsumer.Handler
 
     public init(consumer: KafkaConsumer, handler: @escaping @Sendable (KafkaRecord) async -> RecordDisposition) {
         self.consumer = consumer
-        self.handler = handler
+        self.handler = .single(handler)
+    }
+
+    public init(
+        consumer: KafkaConsumer, maxBatch: Int,
+        batchHandler: @escaping @Sendable ([KafkaRecord]) async -> [RecordDisposition]
+    ) {
+        self.consumer = consumer
+        self.handler = .batches(maxBatch, batchHandler)
     }
 
     public func run() async throws {
-        try await consumer.run(handler: handler)
+        switch handler {
+        case .single(let handle): try await consumer.run(handler: handle)
+        case .batches(let maxBatch, let handle): try await consumer.runBatches(maxBatch: maxBatch, handler: handle)
+        }
+    }
+}
+
+/// What the poll thread hands the dispatching task.
+enum Polled: Sendable {
+    case record(KafkaRecord)
+    /// librdkafka had nothing more fetched at hand: the records since the last mark are one fetch.
+    case endOfFetch
+}
+
+/// Records gathered for one batch, each with its place in its key's line.
+struct PendingBatch: Sendable {
+    private(set) var records: [KafkaRecord] = []
+    private var gates: [KeyOrder.Gate?] = []
+
+    mutating func add(_ record: KafkaRecord, keyOrder: KeyOrder) {
+        records.append(record)
+        gates.append(record.key.map { keyOrder.reserve($0) })
+    }
+
+    /// The records that may run now, in poll order: those whose key is free. When none
+    /// is, waits for the oldest one's key first. Nil once every record was taken.
+    mutating func nextWave() async -> [KafkaRecord]? {
+        guard let first = gates.first else { return nil }
+        if let gate = first, !gate.isOpen { await gate.wait() }
+        var wave: [KafkaRecord] = []
+        var rest = PendingBatch()
+        for (record, gate) in zip(records, gates) {
+            if gate?.isOpen ?? true {
+                wave.append(record)
+            } else {
+                rest.records.append(record)
+                rest.gates.append(gate)
+            }
+        }
+        self = rest
+        return wave
     }
 }
 
@@ -309,18 +424,35 @@ private let pollStepMs: Int32 = 100
 /// until it says stop (after close).
 private func pollLoop(
     handle: OpaquePointer, shared: ConsumerShared, first: ConsumerStateMachine.Action,
-    output: AsyncStream<KafkaRecord>.Continuation
+    output: AsyncStream<Polled>.Continuation
 ) {
     let logger = shared.logger
     var action = first
+    // Records were handed over since the last end-of-fetch mark.
+    var unmarked = false
     while true {
         var event: ConsumerStateMachine.Event?
+        switch action {
+        case .poll, .dispatch: break
+        default:
+            // Not polling on: what was handed over is one batch (capacity, a pause, shutdown).
+            if unmarked {
+                output.yield(.endOfFetch)
+                unmarked = false
+            }
+        }
         switch action {
         case .poll:
             // (Heartbeats continue on librdkafka's own threads. rd_kafka_poll must not be
             // called here: the main queue is redirected to the consumer queue.)
-            guard let message = rd_kafka_consumer_poll(handle, pollStepMs)
-            else { break }
+            // After a record, look without waiting first: nothing at hand ends the fetch's batch.
+            var message = rd_kafka_consumer_poll(handle, unmarked ? 0 : pollStepMs)
+            if message == nil && unmarked {
+                output.yield(.endOfFetch)
+                unmarked = false
+                message = rd_kafka_consumer_poll(handle, pollStepMs)
+            }
+            guard let message else { break }
             let record = copyRecord(message)
             rd_kafka_message_destroy(message)
             switch record {
@@ -334,7 +466,8 @@ private func pollLoop(
                 }
             }
         case .dispatch(let record):
-            output.yield(record)
+            output.yield(.record(record))
+            unmarked = true
         case .pause(let record, let dueMs):
             pausePartition(handle, record: record, logger: logger)
             logger.debug(

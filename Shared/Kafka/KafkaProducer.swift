@@ -44,12 +44,75 @@ public struct KafkaDeliveryReport: Sendable, Equatable {
     public var offset: Int64
 }
 
+/// Who waits for a record's delivery report: one sender, or a batch sent in order.
+enum DeliveryWaiter: Sendable {
+    case one(CheckedContinuation<KafkaDeliveryReport, any Error>)
+    case batch(BatchAcknowledgement)
+
+    func resume(with result: Result<KafkaDeliveryReport, any Error>) {
+        switch self {
+        case .one(let continuation): continuation.resume(with: result)
+        case .batch(let batch):
+            if case .failure(let error) = result { batch.finished(error) } else { batch.finished(nil) }
+        }
+    }
+}
+
+/// The acknowledgements of records sent together: `wait` returns once every one is
+/// in, or throws the first failure (after every one is in, so nothing is left behind).
+final class BatchAcknowledgement: Sendable {
+    private enum Outcome {
+        case pending(remaining: Int, failure: (any Error)?, waiter: CheckedContinuation<Void, any Error>?)
+        case finished((any Error)?)
+    }
+
+    private let state: Mutex<Outcome>
+
+    init(count: Int) {
+        state = Mutex(count > 0 ? .pending(remaining: count, failure: nil, waiter: nil) : .finished(nil))
+    }
+
+    /// One record's report (or its failure to be enqueued).
+    func finished(_ error: (any Error)?) {
+        let resume: (CheckedContinuation<Void, any Error>, (any Error)?)? = state.withLock { outcome in
+            guard case .pending(let remaining, let failure, let waiter) = outcome else { return nil }
+            let first = failure ?? error
+            guard remaining <= 1 else {
+                outcome = .pending(remaining: remaining - 1, failure: first, waiter: waiter)
+                return nil
+            }
+            outcome = .finished(first)
+            return waiter.map { ($0, first) }
+        }
+        if let (waiter, failure) = resume {
+            if let failure { waiter.resume(throwing: failure) } else { waiter.resume() }
+        }
+    }
+
+    func wait() async throws {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            let done: (any Error)?? = state.withLock { outcome in
+                switch outcome {
+                case .finished(let failure):
+                    return .some(failure)
+                case .pending(let remaining, let failure, _):
+                    outcome = .pending(remaining: remaining, failure: failure, waiter: continuation)
+                    return .none
+                }
+            }
+            if case .some(let failure) = done {
+                if let failure { continuation.resume(throwing: failure) } else { continuation.resume() }
+            }
+        }
+    }
+}
+
 /// Pending sends, keyed by the id passed to librdkafka as the message opaque.
 /// The delivery-report callback runs on the producer's poll thread and resumes them.
 final class DeliveryRegistry: Sendable {
     private struct State {
         var nextID: UInt = 1
-        var waiting: [UInt: CheckedContinuation<KafkaDeliveryReport, any Error>] = [:]
+        var waiting: [UInt: DeliveryWaiter] = [:]
         var closed = false
     }
 
@@ -57,7 +120,7 @@ final class DeliveryRegistry: Sendable {
 
     /// The id to pass as the message opaque; nil once `failAll` ran (the producer is
     /// shut down, so no delivery report would ever resume the continuation).
-    func register(_ continuation: CheckedContinuation<KafkaDeliveryReport, any Error>) -> UInt? {
+    func register(_ continuation: DeliveryWaiter) -> UInt? {
         state.withLock { s in
             guard !s.closed else { return nil }
             let id = s.nextID
@@ -68,7 +131,7 @@ final class DeliveryRegistry: Sendable {
         }
     }
 
-    func take(_ id: UInt) -> CheckedContinuation<KafkaDeliveryReport, any Error>? {
+    func take(_ id: UInt) -> DeliveryWaiter? {
         state.withLock { $0.waiting.removeValue(forKey: id) }
     }
 
@@ -80,7 +143,7 @@ final class DeliveryRegistry: Sendable {
             s.closed = true
             return all
         }
-        for continuation in all.values { continuation.resume(throwing: error) }
+        for waiter in all.values { waiter.resume(with: .failure(error)) }
     }
 }
 
@@ -91,13 +154,15 @@ private let deliveryReportCallback:
         guard let message, let opaque else { return }
         let registry = Unmanaged<DeliveryRegistry>.fromOpaque(opaque).takeUnretainedValue()
         let id = UInt(bitPattern: message.pointee._private)
-        guard let continuation = registry.take(id) else { return }
+        guard let waiter = registry.take(id) else { return }
         let m = message.pointee
-        if m.err == RD_KAFKA_RESP_ERR_NO_ERROR {
-            let topic = m.rkt.map { String(cString: rd_kafka_topic_name($0)) } ?? ""
-            continuation.resume(returning: KafkaDeliveryReport(topic: topic, partition: m.partition, offset: m.offset))
+        if m.err != RD_KAFKA_RESP_ERR_NO_ERROR {
+            waiter.resume(with: .failure(KafkaError.from(m.err)))
+        } else if case .batch(let batch) = waiter {
+            batch.finished(nil)
         } else {
-            continuation.resume(throwing: KafkaError.from(m.err))
+            let topic = m.rkt.map { String(cString: rd_kafka_topic_name($0)) } ?? ""
+            waiter.resume(with: .success(KafkaDeliveryReport(topic: topic, partition: m.partition, offset: m.offset)))
         }
     }
 
@@ -181,14 +246,40 @@ public final class KafkaProducer: Sendable {
         }
     }
 
-    /// Produces several records concurrently and waits for every acknowledgement.
+    /// Produces several records, enqueued in their order (so records with one key keep
+    /// it), and waits for every acknowledgement together. Throws the first failure once
+    /// every record is acknowledged or failed.
     public func sendAll(_ records: [KafkaOutgoing]) async throws {
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            for record in records {
-                group.addTask { try await self.send(record) }
-            }
-            try await group.waitForAll()
+        guard running.isSet else {
+            throw KafkaError(code: .closed, message: "producer is shut down")
         }
+        let acknowledgement = BatchAcknowledgement(count: records.count)
+        for record in records {
+            var backoff: UInt64 = 1_000_000
+            while true {
+                guard let id = registry.register(.batch(acknowledgement)) else {
+                    acknowledgement.finished(KafkaError(code: .closed, message: "producer is shut down"))
+                    break
+                }
+                guard let error = produce(record, opaque: UnsafeMutableRawPointer(bitPattern: id)) else { break }
+                // Not enqueued: no delivery report will come for this id.
+                _ = registry.take(id)
+                guard error.code == .queueFull else {
+                    acknowledgement.finished(error)
+                    break
+                }
+                // The local queue is full: let delivery reports drain it, then try again,
+                // before any later record, so the order holds.
+                do {
+                    try await Task.sleep(nanoseconds: backoff)
+                } catch {
+                    acknowledgement.finished(error)
+                    break
+                }
+                backoff = min(backoff * 2, 100_000_000)
+            }
+        }
+        try await acknowledgement.wait()
     }
 
     private func enqueue(_ record: KafkaOutgoing) async throws -> KafkaDeliveryReport {
@@ -196,13 +287,13 @@ public final class KafkaProducer: Sendable {
             throw KafkaError(code: .closed, message: "producer is shut down")
         }
         return try await withCheckedThrowingContinuation { continuation in
-            guard let id = registry.register(continuation) else {
+            guard let id = registry.register(.one(continuation)) else {
                 continuation.resume(throwing: KafkaError(code: .closed, message: "producer is shut down"))
                 return
             }
             if let error = produce(record, opaque: UnsafeMutableRawPointer(bitPattern: id)) {
                 // Not enqueued: no delivery report will come, so resume here.
-                registry.take(id)?.resume(throwing: error)
+                registry.take(id)?.resume(with: .failure(error))
             }
         }
     }

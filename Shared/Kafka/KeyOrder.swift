@@ -12,6 +12,8 @@ final class KeyOrder: Sendable {
             if open { state.withLock { $0.open = true } }
         }
 
+        var isOpen: Bool { state.withLock { $0.open } }
+
         func wait() async {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 let ready = state.withLock { s in

@@ -29,6 +29,16 @@ public protocol DeviceDirectory: Sendable {
     func deviceIDs(realm: RealmID, userID: Int64) async throws -> [DeviceID]
     /// The records of `ids` that exist, decrypted.
     func devices(_ ids: [DeviceID]) async throws -> [DeviceID: DeviceRecord]
+    /// Several users' devices, in the order asked (`DeviceStore`: one round trip).
+    func deviceIDs(users: [(realm: RealmID, userID: Int64)]) async throws -> [[DeviceID]]
+}
+
+extension DeviceDirectory {
+    public func deviceIDs(users: [(realm: RealmID, userID: Int64)]) async throws -> [[DeviceID]] {
+        var lists: [[DeviceID]] = []
+        for user in users { lists.append(try await deviceIDs(realm: user.realm, userID: user.userID)) }
+        return lists
+    }
 }
 
 /// Which (notification, device) pairs a provider already accepted (`RedisDeliveryLedger`).

@@ -26,6 +26,33 @@ struct KafkaServiceTests {
         while !condition() && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
     }
 
+    /// A one-broker mock cluster with `topic`, and a producer on it.
+    func clusterAndProducer(topic: String, partitions: Int) throws -> (MockCluster, KafkaProducer) {
+        let cluster = try MockCluster(brokers: 1)
+        try cluster.createTopic(topic, partitions: partitions)
+        let producer = try KafkaProducer(
+            configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers), logger: logger)
+        return (cluster, producer)
+    }
+
+    /// The values a new member of `group` handles, once it has seen `count` of them
+    /// (and 300 ms more): what the group had not committed.
+    func uncommittedValues(_ cluster: MockCluster, group: String, topic: String, count: Int) async throws -> [String] {
+        let seen = Mutex<[String]>([])
+        let next = KafkaConsumerService(consumer: try consumer(cluster, group: group, topic: topic)) { record in
+            seen.withLock { $0.append(String(decoding: record.value, as: UTF8.self)) }
+            return .done
+        }
+        try await withThrowingTaskGroup(of: Void.self) { tasks in
+            tasks.addTask { try await next.run() }
+            try await waitUntil { seen.withLock { $0.count } >= count }
+            try await Task.sleep(for: .milliseconds(300))
+            tasks.cancelAll()
+            try await tasks.waitForAll()
+        }
+        return seen.withLock { $0 }
+    }
+
     /// Graceful shutdown: the consumer drains and commits, then the producer flushes and closes.
     @Test func gracefulShutdownCommitsConsumedRecordsAndClosesTheProducer() async throws {
         let cluster = try MockCluster(brokers: 1)
@@ -64,29 +91,14 @@ struct KafkaServiceTests {
         for p in 0..<2 {
             try await later.send(KafkaOutgoing(topic: "svc", key: "marker-\(p)", value: Array("marker".utf8)))
         }
-        let seen = Mutex<[String]>([])
-        let next = KafkaConsumerService(consumer: try consumer(cluster, group: "gs", topic: "svc")) { record in
-            seen.withLock { $0.append(String(decoding: record.value, as: UTF8.self)) }
-            return .done
-        }
-        try await withThrowingTaskGroup(of: Void.self) { tasks in
-            tasks.addTask { try await next.run() }
-            try await waitUntil { seen.withLock { $0.count } >= 2 }
-            try await Task.sleep(for: .milliseconds(300))
-            tasks.cancelAll()
-            try await tasks.waitForAll()
-        }
-        #expect(seen.withLock { $0 } == ["marker", "marker"])
+        #expect(try await uncommittedValues(cluster, group: "gs", topic: "svc", count: 2) == ["marker", "marker"])
         await later.close()
     }
 
     /// Records dispatched but not yet started when shutdown comes are not handled,
     /// and a consumer shuts down promptly although its capacity was full.
     @Test func shutdownWithFullCapacityStartsNoFurtherHandlers() async throws {
-        let cluster = try MockCluster(brokers: 1)
-        try cluster.createTopic("cap", partitions: 1)
-        let producer = try KafkaProducer(
-            configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers), logger: logger)
+        let (cluster, producer) = try clusterAndProducer(topic: "cap", partitions: 1)
         // One key: the records are handled one at a time, in order.
         for i in 0..<20 { try await producer.send(KafkaOutgoing(topic: "cap", key: "same", value: Array("\(i)".utf8))) }
         await producer.close()
@@ -113,5 +125,76 @@ struct KafkaServiceTests {
         }
         #expect(started.withLock { $0 } == [0])
         #expect(ContinuousClock.now - begin < .seconds(30))
+    }
+
+    /// Batches: what one fetch returned, at most `maxBatch` records, with every record
+    /// handled once, each key in order across concurrent batches, and commits as usual.
+    @Test func batchesKeepEachKeyInOrderAndCommitWhatIsDone() async throws {
+        let (cluster, producer) = try clusterAndProducer(topic: "batch", partitions: 2)
+        try await producer.sendAll(
+            (0..<120).map { KafkaOutgoing(topic: "batch", key: "k\($0 % 5)", value: Array("\($0)".utf8)) })
+        let consumer = try KafkaConsumer(
+            configuration: KafkaConsumerConfiguration(
+                connection: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers),
+                groupID: "gb", topics: ["batch"], maxInFlight: 48, commitInterval: .milliseconds(50),
+                drainTimeout: .seconds(2)),
+            logger: logger)
+        let perKey = Mutex<[String: [Int]]>([:])
+        let sizes = Mutex<[Int]>([])
+        let service = KafkaConsumerService(consumer: consumer, maxBatch: 16) { records in
+            sizes.withLock { $0.append(records.count) }
+            // Batches run concurrently; only the key gates keep a key's records in order.
+            try? await Task.sleep(for: .milliseconds(Int.random(in: 1...15)))
+            for record in records {
+                let key = String(decoding: record.key ?? [], as: UTF8.self)
+                let value = Int(String(decoding: record.value, as: UTF8.self)) ?? -1
+                perKey.withLock { $0[key, default: []].append(value) }
+            }
+            return records.map { _ in .done }
+        }
+        try await withThrowingTaskGroup(of: Void.self) { tasks in
+            tasks.addTask { try await service.run() }
+            try await waitUntil { sizes.withLock { $0.reduce(0, +) } >= 120 }
+            try await Task.sleep(for: .milliseconds(300))
+            tasks.cancelAll()
+            try await tasks.waitForAll()
+        }
+        let handled = perKey.withLock { $0 }
+        #expect(handled.values.reduce(0) { $0 + $1.count } == 120, "each record once")
+        for k in 0..<5 {
+            #expect(handled["k\(k)"] == Array(stride(from: k, to: 120, by: 5)), "key k\(k) in order")
+        }
+        let batchSizes = sizes.withLock { $0 }
+        #expect(batchSizes.allSatisfy { $0 >= 1 && $0 <= 16 })
+        #expect(batchSizes.contains { $0 > 1 }, "records fetched together are handled together: \(batchSizes)")
+
+        // Everything was committed: the group's next member sees only the new record.
+        try await producer.send(KafkaOutgoing(topic: "batch", key: "k0", value: Array("marker".utf8)))
+        #expect(try await uncommittedValues(cluster, group: "gb", topic: "batch", count: 1) == ["marker"])
+        await producer.close()
+    }
+
+    /// A batch handler that answers `.abandoned` (or too few records) leaves those
+    /// records uncommitted: the group's next member gets them again.
+    @Test func recordsABatchDidNotFinishStayUncommitted() async throws {
+        let (cluster, producer) = try clusterAndProducer(topic: "half", partitions: 1)
+        try await producer.sendAll((0..<6).map { KafkaOutgoing(topic: "half", value: Array("\($0)".utf8)) })
+        let answered = Mutex(0)
+        let first = KafkaConsumerService(
+            consumer: try consumer(cluster, group: "gh", topic: "half"), maxBatch: 64
+        ) { records in
+            answered.withLock { $0 += records.count }
+            // Done up to the record "2"; nothing said for the rest.
+            return records.prefix { Int(String(decoding: $0.value, as: UTF8.self)) ?? 0 <= 2 }.map { _ in .done }
+        }
+        try await withThrowingTaskGroup(of: Void.self) { tasks in
+            tasks.addTask { try await first.run() }
+            try await waitUntil { answered.withLock { $0 } >= 6 }
+            try await Task.sleep(for: .milliseconds(300))
+            tasks.cancelAll()
+            try await tasks.waitForAll()
+        }
+        #expect(try await uncommittedValues(cluster, group: "gh", topic: "half", count: 3) == ["3", "4", "5"])
+        await producer.close()
     }
 }

@@ -462,4 +462,58 @@ import Testing
         #expect(fresh.headerTexts(RecordHeader.notificationID) == ["n-fresh"])
         #expect(fresh.headerTexts(RecordHeader.replay).isEmpty)
     }
+
+    // MARK: Batches
+
+    /// User 10's two phones, user 20's phone (device 3), and a batch: user 10 by user
+    /// id, user 20 by device id, user 10 again, and an undecodable record.
+    func batchOfRequests() throws -> [KafkaRecord] {
+        addUserDevices()
+        directory.add(F.device(3, provider: .fcm, userID: 20, key: (13, fcmKey)))
+        return [
+            try F.consumed(try nativeRequest(id: "n-a"), topic: F.topics.requests),
+            try F.consumed(try nativeRequest(id: "n-b", userID: 20, deviceIDs: [3]), topic: F.topics.requests),
+            F.consumedBytes(Array("{".utf8), topic: F.topics.requests),
+            try F.consumed(
+                try nativeRequest(id: "n-c"), topic: F.topics.requests,
+                headers: [F.header(RecordHeader.replay, "force")]),
+        ]
+    }
+
+    @Test func aBatchReadsItsDevicesTogetherAndPublishesOnceInRecordOrder() async throws {
+        let records = try batchOfRequests()
+        let dispositions = await stage().handleBatch(records)
+        #expect(dispositions == [.done, .done, .done, .done])
+        #expect(directory.calls == 2, "user 10's set, then every device record at once")
+        #expect(publisher.batches.count == 1, "one publish for the whole batch")
+        let pushes = try outbound()
+        #expect(pushes.map(\.notificationID) == ["n-a", "n-a", "n-b", "n-c", "n-c"])
+        #expect(pushes.map(\.deviceID) == [1, 2, 3, 1, 2])
+        // Each push opens on its own device, as when the records are handled one by one.
+        let keysByDevice: [DeviceID: PushKey] = [1: apnsKey, 2: fcmKey, 3: fcmKey]
+        for push in pushes {
+            let data = try #require(try F.body(of: push)?["encrypted_data"]?.stringValue)
+            let opened = try F.deviceOpens(data, with: try #require(keysByDevice[push.deviceID]))
+            #expect(opened == Wire.canonical(Self.payload))
+        }
+        // Only the re-driven request's pushes are marked.
+        let marked = publisher.records(on: F.topics.outbound).map { $0.headerTexts(RecordHeader.replay) }
+        #expect(marked == [[], [], [], ["force"], ["force"]])
+    }
+
+    @Test func aBatchThatFailsTheSameWayIsHandledAgainRequestByRequest() async throws {
+        let records = try batchOfRequests()
+        // The batch's first look-up fails for good once: each request then runs on its own.
+        directory.failNext(1, with: CryptoError(.invalidCiphertext, "a damaged device record"))
+        let dispositions = await stage().handleBatch(records)
+        #expect(dispositions == [.done, .done, .done, .done])
+        #expect(publisher.batches.count == 3, "one publish per request after the fallback")
+        #expect(try outbound().map(\.notificationID) == ["n-a", "n-a", "n-b", "n-c", "n-c"])
+        #expect(try deliveries().isEmpty)
+        // A Redis that is away is waited for, the batch kept whole.
+        publisher.failNext(2)
+        let again = try batchOfRequests()
+        #expect(await stage().handleBatch(again) == [.done, .done, .done, .done])
+        #expect(publisher.batches.count == 4)
+    }
 }
