@@ -30,9 +30,6 @@ public struct DispatcherConfiguration: Sendable {
     public var rate: AdaptiveRateLimiter.Settings
     /// Longest wait for the rate limit on the main topic before the push is parked.
     public var mainRateWait: Duration
-    /// Pushes of one fetch handled together at most on the main topic
-    /// (`PUSHRELAY_DISPATCHER_BATCH`): their outcomes are published in one go.
-    public var maxBatch: Int
 
     public init(reader: SettingsReader) throws {
         common = try CommonSettings(service: "dispatcher", defaultPort: 8082, reader: reader)
@@ -54,7 +51,6 @@ public struct DispatcherConfiguration: Sendable {
             throw SettingsError("PUSHRELAY_DISPATCHER_RATE_FLOOR must not exceed PUSHRELAY_DISPATCHER_RATE_CEILING")
         }
         mainRateWait = try reader.milliseconds("pushrelay.dispatcher.rate.max.wait.ms", default: 200)
-        maxBatch = try reader.int("pushrelay.dispatcher.batch", default: 64)
     }
 }
 
@@ -89,9 +85,7 @@ public enum Dispatcher {
                 ShutdownHook {
                     for client in clients.values { await client.shutdown() }
                 }, app,
-                KafkaConsumerService(consumer: main, maxBatch: configuration.maxBatch) {
-                    await stage.handleBatch($0, maxRateWait: mainWait)
-                },
+                KafkaConsumerService(consumer: main) { await stage.handle($0, maxRateWait: mainWait) },
                 KafkaConsumerService(consumer: retries) { await stage.handle($0, maxRateWait: .seconds(2)) },
             ], shutdownTimeout: settings.shutdownTimeout, logger: logger)
     }
@@ -168,23 +162,6 @@ public struct DispatchStage: Sendable {
     public func handle(_ record: KafkaRecord, maxRateWait: Duration) async -> RecordDisposition {
         guard let messages = await sendAndAccount(record, maxRateWait: maxRateWait) else { return .abandoned }
         return await publishUntilAcknowledged(messages, to: publisher, logger: logger)
-    }
-
-    /// Handles one wave of a fetch (no two records share a device): the pushes go out
-    /// concurrently, their ledger calls share Redis round trips, and every outcome is
-    /// published at once and awaited together. A record interrupted by shutdown stays
-    /// uncommitted; the others are done once the outcomes are acknowledged.
-    public func handleBatch(_ records: [KafkaRecord], maxRateWait: Duration) async -> [RecordDisposition] {
-        let results = await withTaskGroup(of: (Int, [KafkaOutgoing]?).self) { group in
-            for (index, record) in records.enumerated() {
-                group.addTask { (index, await sendAndAccount(record, maxRateWait: maxRateWait)) }
-            }
-            var results = [[KafkaOutgoing]?](repeating: nil, count: records.count)
-            for await (index, messages) in group { results[index] = messages }
-            return results
-        }
-        let published = await publishUntilAcknowledged(results.flatMap { $0 ?? [] }, to: publisher, logger: logger)
-        return results.map { $0 == nil ? .abandoned : published }
     }
 
     /// Sends a record's push when it is time, and returns what must be published for it

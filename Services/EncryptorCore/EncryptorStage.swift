@@ -89,13 +89,13 @@ public struct EncryptorStage: Sendable {
         return await handle(request, from: record)
     }
 
-    /// Handles what one fetch returned. The devices of every request are read in one
-    /// Redis round trip, and every output is published at once and awaited together,
-    /// in record order (so records with one key stay in order). A batch that fails the
-    /// same way every time (one request that cannot be encrypted or published) is
-    /// handled again request by request, which accounts for the one that fails; an
-    /// output published before the failure may go out twice, and the dispatcher's
-    /// ledger sends it once.
+    /// Handles one wave of a fetch (no two records share a key). The devices of every
+    /// request are read in two pipelined Redis round trips, and every output is
+    /// published at once, in record order, and awaited together. A batch that fails
+    /// twice, whatever the error, is handled again request by request, concurrently:
+    /// one request that cannot be encrypted or published, or whose device waits for a
+    /// storage key, then holds up only itself. An output published before the failure
+    /// may go out twice; the dispatcher's ledger sends it once.
     public func handleBatch(_ records: [KafkaRecord]) async -> [RecordDisposition] {
         var dispositions = [RecordDisposition](repeating: .done, count: records.count)
         var requests: [(index: Int, request: PushRequestRecord)] = []
@@ -113,7 +113,7 @@ public struct EncryptorStage: Sendable {
         let decoded = requests
         let start = ContinuousClock.now
         let outcome = await retrying(
-            "encrypt a batch of requests", logger: logger, permanentAttempts: 1, isTransient: Self.isTransient
+            "encrypt a batch of requests", logger: logger, permanentAttempts: 2, isTransient: { _ in false }
         ) {
             let directory = try await PrefetchedDevices.read(for: decoded.map(\.request), from: self.devices)
             var messages: [KafkaOutgoing] = []
@@ -124,15 +124,19 @@ public struct EncryptorStage: Sendable {
             try await publisher.publish(messages)
             return true
         }
-        let elapsed = ContinuousClock.now - start
-        for _ in requests { RelayMetrics.stageDuration("encryptor").record(duration: elapsed) }
         switch outcome {
         case .succeeded:
-            break
+            let elapsed = ContinuousClock.now - start
+            for _ in requests { RelayMetrics.stageDuration("encryptor").record(duration: elapsed) }
         case .interrupted:
             for (index, _) in requests { dispositions[index] = .abandoned }
         case .failed:
-            for (index, request) in requests { dispositions[index] = await handle(request, from: records[index]) }
+            await withTaskGroup(of: (Int, RecordDisposition).self) { group in
+                for (index, request) in decoded {
+                    group.addTask { (index, await handle(request, from: records[index])) }
+                }
+                for await (index, disposition) in group { dispositions[index] = disposition }
+            }
         }
         return dispositions
     }

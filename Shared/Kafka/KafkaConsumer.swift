@@ -396,10 +396,10 @@ struct PendingBatch: Sendable {
     }
 
     /// The records that may run now, in poll order: those whose key is free. When none
-    /// is, waits for the oldest one's key first. Nil once every record was taken.
+    /// is, waits for the oldest one's key. Nil once every record was taken.
     mutating func nextWave() async -> [KafkaRecord]? {
         guard let first = gates.first else { return nil }
-        if let gate = first, !gate.isOpen { await gate.wait() }
+        if !gates.contains(where: { $0?.isOpen ?? true }), let gate = first { await gate.wait() }
         var wave: [KafkaRecord] = []
         var rest = PendingBatch()
         for (record, gate) in zip(records, gates) {

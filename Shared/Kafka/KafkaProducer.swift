@@ -247,24 +247,37 @@ public final class KafkaProducer: Sendable {
     }
 
     /// Produces several records, enqueued in their order (so records with one key keep
-    /// it), and waits for every acknowledgement together. Throws the first failure once
-    /// every record is acknowledged or failed.
+    /// it), and waits for every acknowledgement together. After a record that cannot be
+    /// enqueued, the later ones are not produced. Throws the first failure once every
+    /// enqueued record is acknowledged or failed.
     public func sendAll(_ records: [KafkaOutgoing]) async throws {
         guard running.isSet else {
             throw KafkaError(code: .closed, message: "producer is shut down")
         }
         let acknowledgement = BatchAcknowledgement(count: records.count)
+        var failure: (any Error)?
         for record in records {
+            // After a failure nothing more is produced, so no later record overtakes it.
+            if let failure {
+                acknowledgement.finished(failure)
+                continue
+            }
             var backoff: UInt64 = 1_000_000
             while true {
                 guard let id = registry.register(.batch(acknowledgement)) else {
-                    acknowledgement.finished(KafkaError(code: .closed, message: "producer is shut down"))
+                    failure = KafkaError(code: .closed, message: "producer is shut down")
+                    acknowledgement.finished(failure)
                     break
                 }
                 guard let error = produce(record, opaque: UnsafeMutableRawPointer(bitPattern: id)) else { break }
-                // Not enqueued: no delivery report will come for this id.
-                _ = registry.take(id)
+                // Not enqueued: no delivery report will come for this id. (Nil when a
+                // shutdown's `failAll` took it and answered for it already.)
+                guard registry.take(id) != nil else {
+                    failure = error
+                    break
+                }
                 guard error.code == .queueFull else {
+                    failure = error
                     acknowledgement.finished(error)
                     break
                 }
@@ -273,6 +286,7 @@ public final class KafkaProducer: Sendable {
                 do {
                     try await Task.sleep(nanoseconds: backoff)
                 } catch {
+                    failure = error
                     acknowledgement.finished(error)
                     break
                 }

@@ -85,7 +85,6 @@ public enum SettingsCatalog {
         "pushrelay.encryptor.batch": .int(1...4096),
         "pushrelay.dispatcher.group": .topic,
         "pushrelay.dispatcher.concurrency": .int(1...10_000),
-        "pushrelay.dispatcher.batch": .int(1...4096),
         "pushrelay.feedback.group": .topic,
         "pushrelay.feedback.concurrency": .int(1...10_000),
         "pushrelay.dispatcher.retry.group": .topic,

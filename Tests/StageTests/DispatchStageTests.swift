@@ -414,31 +414,6 @@ import Testing
         #expect(outcome.outcome == .failed && outcome.reason == "malformed_record")
         #expect(publisher.records.count == 1)
     }
-
-    @Test func aBatchSendsEachPushOnceAndPublishesEveryOutcomeTogether() async throws {
-        ledger.seedSent(notificationID: notification, deviceID: 4, atMs: F.now - 60_000, providerMessageID: "earlier")
-        let malformed: JSONValue = [
-            "schema": 5, "notification_id": "n-bad", "realm_uuid": .string(F.realm.rawValue), "device_id": 7,
-            "provider": "carrier_pigeon", "accepted_at_ms": .int(F.now),
-        ]
-        let records = [
-            try F.consumed(try outbound(device: 1), topic: F.topics.outbound),
-            try F.consumed(try outbound(device: 2, provider: .fcm), topic: F.topics.outbound),
-            F.consumedBytes(Wire.canonical(malformed), topic: F.topics.outbound),
-            try F.consumed(try outbound(device: 4), topic: F.topics.outbound),
-            F.consumedBytes(Array("not json".utf8), topic: F.topics.outbound),
-        ]
-        publisher.failNext(1)
-        let dispositions = await stage().handleBatch(records, maxRateWait: .seconds(1))
-        #expect(dispositions == [.done, .done, .done, .done, .done])
-        #expect(apns.sent.map(\.deviceID) == [1] && fcm.sent.map(\.deviceID) == [2], "each push once")
-        #expect(publisher.calls == 2 && publisher.batches.count == 1, "one publish, retried whole")
-        let outcomes = try deliveries()
-        #expect(outcomes.map(\.deviceID) == [1, 2, 7, 4], "in record order")
-        #expect(outcomes.map(\.outcome) == [.sent, .sent, .failed, .alreadySent])
-        #expect(
-            ledger.state(notificationID: notification, deviceID: 2) == .sent(atMs: F.now, providerMessageID: "fcm-1"))
-    }
 }
 
 extension Array {
