@@ -177,6 +177,12 @@ public final class KafkaConsumer: Sendable {
             // directly as per-stage latency on the dev broker; 20 ms costs a few more
             // fetch requests when idle.
             "fetch.wait.max.ms": "20",
+            // How much librdkafka prefetches ahead of the handlers. Its defaults (100,000
+            // records, 64 MiB) turn a consumer's lag into resident memory; a few thousand
+            // records keep the handlers fed at full speed on a local broker.
+            "queued.min.messages": "2000",
+            "queued.max.messages.kbytes": "8192",
+            "fetch.max.bytes": "8388608",
         ]
         settings.merge(configuration.connection.properties) { _, new in new }
         let conf = try makeConf(settings)
