@@ -210,7 +210,19 @@ public final class KafkaConsumer: Sendable {
     /// record with at most `maxInFlight` at once; then drains, commits and closes.
     /// Throws if the consumer cannot subscribe or hits a fatal error. Call once.
     public func run(handler: @escaping @Sendable (KafkaRecord) async -> RecordDisposition) async throws {
-        try await consume(.single(handler))
+        // A batch of one, handled as soon as it is polled.
+        try await runBatches(maxBatch: 1, handler: Self.oneByOne(handler))
+    }
+
+    /// A batch handler that runs `handler` on each record in turn.
+    static func oneByOne(
+        _ handler: @escaping @Sendable (KafkaRecord) async -> RecordDisposition
+    ) -> @Sendable ([KafkaRecord]) async -> [RecordDisposition] {
+        { records in
+            var dispositions: [RecordDisposition] = []
+            for record in records { dispositions.append(await handler(record)) }
+            return dispositions
+        }
     }
 
     /// Consumes like `run`, handing the handler what one fetch returned, as one batch of
@@ -222,15 +234,7 @@ public final class KafkaConsumer: Sendable {
     public func runBatches(
         maxBatch: Int, handler: @escaping @Sendable ([KafkaRecord]) async -> [RecordDisposition]
     ) async throws {
-        try await consume(.batches(max(1, maxBatch), handler))
-    }
-
-    enum Handler: Sendable {
-        case single(@Sendable (KafkaRecord) async -> RecordDisposition)
-        case batches(Int, @Sendable ([KafkaRecord]) async -> [RecordDisposition])
-    }
-
-    private func consume(_ handler: Handler) async throws {
+        let maxBatch = max(1, maxBatch)
         guard
             started.withLock({ s in
                 defer { s = true }; return !s
@@ -267,66 +271,47 @@ public final class KafkaConsumer: Sendable {
         await withGracefulShutdownHandler {
             await withTaskCancellationHandler {
                 await withDiscardingTaskGroup { group in
-                    switch handler {
-                    case .single(let handler):
-                        for await polled in stream {
-                            guard case .record(let record) = polled else { continue }
-                            // Records with one key (one user, one device) are handled one after another.
-                            let gate = record.key.map { keyOrder.reserve($0) }
-                            group.addTask {
-                                await gate?.wait()
-                                let tp = record.topicPartition
-                                // Once shutdown is requested no handler starts: the record stays uncommitted.
-                                let disposition: RecordDisposition =
-                                    shared.handle(.handlerReady(tp, offset: record.offset)) == .runHandler
-                                    ? await handler(record) : .abandoned
-                                if let key = record.key { keyOrder.leave(key) }
-                                perform(shared.handle(.handlerFinished(tp, offset: record.offset, disposition)))
-                            }
-                        }
-                    case .batches(let maxBatch, let handler):
-                        var batch = PendingBatch()
-                        func launch() {
-                            guard !batch.records.isEmpty else { return }
-                            var waiting = batch
-                            batch = PendingBatch()
-                            group.addTask {
-                                // In waves: the records whose earlier same-key records have finished
-                                // go together; a record behind a busy key waits without holding up the rest.
-                                while let wave = await waiting.nextWave() {
-                                    // Once shutdown is requested no handler starts: those records stay uncommitted.
-                                    let runnable = wave.indices.filter {
-                                        let record = wave[$0]
-                                        return shared.handle(
-                                            .handlerReady(record.topicPartition, offset: record.offset))
-                                            == .runHandler
-                                    }
-                                    let answers = runnable.isEmpty ? [] : await handler(runnable.map { wave[$0] })
-                                    for record in wave { if let key = record.key { keyOrder.leave(key) } }
-                                    // A handler that answers too few records leaves the rest uncommitted.
-                                    var dispositions = [RecordDisposition](repeating: .abandoned, count: wave.count)
-                                    for (index, answer) in zip(runnable, answers) { dispositions[index] = answer }
-                                    for (record, disposition) in zip(wave, dispositions) {
-                                        perform(
-                                            shared.handle(
-                                                .handlerFinished(
-                                                    record.topicPartition, offset: record.offset, disposition)))
-                                    }
+                    var batch = PendingBatch()
+                    func launch() {
+                        guard !batch.records.isEmpty else { return }
+                        var waiting = batch
+                        batch = PendingBatch()
+                        group.addTask {
+                            // In waves: the records whose earlier same-key records have finished
+                            // go together; a record behind a busy key waits without holding up the rest.
+                            while let wave = await waiting.nextWave() {
+                                // Once shutdown is requested no handler starts: those records stay uncommitted.
+                                let runnable = wave.indices.filter {
+                                    let record = wave[$0]
+                                    return shared.handle(
+                                        .handlerReady(record.topicPartition, offset: record.offset))
+                                        == .runHandler
+                                }
+                                let answers = runnable.isEmpty ? [] : await handler(runnable.map { wave[$0] })
+                                for record in wave { if let key = record.key { keyOrder.leave(key) } }
+                                // A handler that answers too few records leaves the rest uncommitted.
+                                var dispositions = [RecordDisposition](repeating: .abandoned, count: wave.count)
+                                for (index, answer) in zip(runnable, answers) { dispositions[index] = answer }
+                                for (record, disposition) in zip(wave, dispositions) {
+                                    perform(
+                                        shared.handle(
+                                            .handlerFinished(
+                                                record.topicPartition, offset: record.offset, disposition)))
                                 }
                             }
                         }
-                        for await polled in stream {
-                            switch polled {
-                            case .record(let record):
-                                batch.add(record, keyOrder: keyOrder)
-                                if batch.records.count >= maxBatch { launch() }
-                            case .endOfFetch:
-                                launch()
-                            }
-                        }
-                        // Dispatched but not yet launched: they start, see the shutdown and stay uncommitted.
-                        launch()
                     }
+                    for await polled in stream {
+                        switch polled {
+                        case .record(let record):
+                            batch.add(record, keyOrder: keyOrder)
+                            if batch.records.count >= maxBatch { launch() }
+                        case .endOfFetch:
+                            launch()
+                        }
+                    }
+                    // Dispatched but not yet launched: they start, see the shutdown and stay uncommitted.
+                    launch()
                     // After a fatal error nothing more can be committed: stop the handlers.
                     if shared.failure != nil { group.cancelAll() }
                 }
@@ -361,11 +346,13 @@ public final class KafkaConsumer: Sendable {
 /// stops services in reverse order, so the consumer drains while they still run.
 public struct KafkaConsumerService: Service {
     public let consumer: KafkaConsumer
-    private let handler: KafkaConsumer.Handler
+    private let maxBatch: Int
+    private let handler: @Sendable ([KafkaRecord]) async -> [RecordDisposition]
 
     public init(consumer: KafkaConsumer, handler: @escaping @Sendable (KafkaRecord) async -> RecordDisposition) {
         self.consumer = consumer
-        self.handler = .single(handler)
+        self.maxBatch = 1
+        self.handler = KafkaConsumer.oneByOne(handler)
     }
 
     public init(
@@ -373,14 +360,12 @@ public struct KafkaConsumerService: Service {
         batchHandler: @escaping @Sendable ([KafkaRecord]) async -> [RecordDisposition]
     ) {
         self.consumer = consumer
-        self.handler = .batches(maxBatch, batchHandler)
+        self.maxBatch = maxBatch
+        self.handler = batchHandler
     }
 
     public func run() async throws {
-        switch handler {
-        case .single(let handle): try await consumer.run(handler: handle)
-        case .batches(let maxBatch, let handle): try await consumer.runBatches(maxBatch: maxBatch, handler: handle)
-        }
+        try await consumer.runBatches(maxBatch: maxBatch, handler: handler)
     }
 }
 
