@@ -52,6 +52,9 @@ let package = Package(
         .systemLibrary(
             name: "CSodium", path: "Shared/CSodium", pkgConfig: "libsodium",
             providers: [.apt(["libsodium-dev"])]),
+        .systemLibrary(
+            name: "CLibCrypto", path: "Shared/CLibCrypto", pkgConfig: "libcrypto",
+            providers: [.apt(["libssl-dev"])]),
 
         // Plain Sendable value types: envelopes, ids, payloads and their validation. No I/O.
         .target(name: "PushModels", path: "Shared/PushModels", swiftSettings: strict),
@@ -69,7 +72,9 @@ let package = Package(
             path: "Shared/RedisClient", swiftSettings: strict),
         .target(
             name: "PushCrypto",
-            dependencies: ["CSodium", "PushModels", .product(name: "Crypto", package: "swift-crypto")],
+            dependencies: [
+                "CSodium", "CLibCrypto", "PushModels", .product(name: "Crypto", package: "swift-crypto"),
+            ],
             path: "Shared/PushCrypto", swiftSettings: strict),
         .target(
             name: "DeviceState",
@@ -78,7 +83,7 @@ let package = Package(
         .target(
             name: "Providers",
             dependencies: [
-                "PushModels",
+                "PushModels", "PushCrypto", .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
                 .product(name: "NIOHPACK", package: "swift-nio-http2"),
@@ -197,6 +202,7 @@ let package = Package(
             name: "demo-device",
             dependencies: [
                 "PushCrypto", "PushModels", .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Crypto", package: "swift-crypto"),
             ],
             path: "Tools/DemoDevice", swiftSettings: strict),
 
@@ -256,6 +262,7 @@ let package = Package(
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Hummingbird", package: "hummingbird"),
             ],
             swiftSettings: strict),
         .testTarget(

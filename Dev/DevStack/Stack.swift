@@ -218,12 +218,13 @@ public final class Stack: Sendable {
         let brokers = try String(contentsOfFile: brokersFile, encoding: .utf8)
             .trimmingCharacters(in: .whitespacesAndNewlines)
 
-        let fakePorts = (apns: try freePort(), fcm: try freePort(), control: try freePort())
+        let fakePorts = (apns: try freePort(), fcm: try freePort(), control: try freePort(), push: try freePort())
         let fakes = try launch(
             "\(bin)/provider-fakes", [],
             environment: [
                 "PUSHRELAY_FAKES_DIR": "\(dir)/fakes", "PUSHRELAY_FAKES_APNS_PORT": "\(fakePorts.apns)",
                 "PUSHRELAY_FAKES_FCM_PORT": "\(fakePorts.fcm)", "PUSHRELAY_FAKES_CONTROL_PORT": "\(fakePorts.control)",
+                "PUSHRELAY_FAKES_PUSH_PORT": "\(fakePorts.push)",
             ].merging(options.fakesEnvironment) { _, new in new }, log: "\(dir)/fakes.log")
         try await waitFor("the provider fakes") {
             (try? await HTTP.get("http://127.0.0.1:\(fakePorts.control)/health"))?.status == 200

@@ -22,10 +22,28 @@ public struct FakeCredentials: Sendable {
     public let fcmPrivateKeyID: String
     /// PKCS#8 PEM, as in Google's service-account JSON.
     public let fcmPrivateKeyPEM: String
+    /// The Web Push application server's VAPID key (P-256, PEM).
+    public let vapidPrivateKeyPEM: String
+    /// Huawei Push Kit: the app id (also the OAuth client id) and its secret.
+    public let hmsAppID: String
+    public let hmsClientSecret: String
+    /// WNS: the package SID and its client secret.
+    public let wnsClientID: String
+    public let wnsClientSecret: String
+
+    /// The VAPID public key (65 bytes), the `applicationServerKey` devices subscribe with.
+    public var vapidPublicKey: [UInt8] {
+        (try? P256.Signing.PrivateKey(pemRepresentation: vapidPrivateKeyPEM)).map {
+            Array($0.publicKey.x963Representation)
+        } ?? []
+    }
 
     public var caFile: String { "\(directory)/ca.pem" }
     public var apnsKeyFile: String { "\(directory)/apns-key.p8" }
     public var fcmServiceAccountFile: String { "\(directory)/fcm-service-account.json" }
+    public var vapidKeyFile: String { "\(directory)/vapid-key.pem" }
+    public var hmsClientSecretFile: String { "\(directory)/hms-client-secret" }
+    public var wnsClientSecretFile: String { "\(directory)/wns-client-secret" }
 
     /// Loads the credentials in `directory`, creating any that are missing. The server
     /// certificate names localhost, 127.0.0.1 and `hostnames`; `teamID`/`keyID` pin the
@@ -36,11 +54,18 @@ public struct FakeCredentials: Sendable {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let statePath = "\(directory)/fake-state.json"
         if let data = FileManager.default.contents(atPath: statePath),
-            let stored = try? JSONDecoder().decode(Stored.self, from: data)
+            var stored = try? JSONDecoder().decode(Stored.self, from: data)
         {
+            // A state from before the Web Push, HMS and WNS fakes gains their credentials.
+            if stored.fillMissing() {
+                _ = FileManager.default.createFile(
+                    atPath: statePath, contents: try JSONEncoder().encode(stored),
+                    attributes: [.posixPermissions: 0o600])
+            }
             return FakeCredentials(directory: directory, stored: stored)
         }
         var stored = try Stored.generate(hostnames: hostnames)
+        _ = stored.fillMissing()
         if let teamID { stored.apnsTeamID = teamID }
         if let keyID { stored.apnsKeyID = keyID }
         let data = try JSONEncoder().encode(stored)
@@ -60,6 +85,11 @@ public struct FakeCredentials: Sendable {
         fcmClientEmail = stored.fcmClientEmail
         fcmPrivateKeyID = stored.fcmPrivateKeyID
         fcmPrivateKeyPEM = stored.fcmPrivateKeyPEM
+        vapidPrivateKeyPEM = stored.vapidPrivateKeyPEM ?? ""
+        hmsAppID = stored.hmsAppID ?? ""
+        hmsClientSecret = stored.hmsClientSecret ?? ""
+        wnsClientID = stored.wnsClientID ?? ""
+        wnsClientSecret = stored.wnsClientSecret ?? ""
     }
 
     public func apnsPublicKeyPEM() throws -> String {
@@ -72,9 +102,15 @@ public struct FakeCredentials: Sendable {
 
     /// Writes the files the dispatcher reads, with the fakes' current URLs, and an env
     /// file (`dispatcher.env`) that points a dispatcher at them.
-    public func writeClientFiles(apnsURL: String, fcmURL: String) throws {
+    public func writeClientFiles(
+        apnsURL: String, fcmURL: String, pushURL: String = "https://localhost",
+        endpointHosts: [String] = ["localhost", "127.0.0.1"]
+    ) throws {
         try caPEM.write(toFile: caFile, atomically: true, encoding: .utf8)
         try apnsPrivateKeyPEM.write(toFile: apnsKeyFile, atomically: true, encoding: .utf8)
+        try vapidPrivateKeyPEM.write(toFile: vapidKeyFile, atomically: true, encoding: .utf8)
+        try hmsClientSecret.write(toFile: hmsClientSecretFile, atomically: true, encoding: .utf8)
+        try wnsClientSecret.write(toFile: wnsClientSecretFile, atomically: true, encoding: .utf8)
         let account: [String: String] = [
             "type": "service_account", "project_id": fcmProjectID, "private_key_id": fcmPrivateKeyID,
             "private_key": fcmPrivateKeyPEM, "client_email": fcmClientEmail, "client_id": "100000000000000000000",
@@ -92,6 +128,20 @@ public struct FakeCredentials: Sendable {
             PUSHRELAY_FCM_URL=\(fcmURL)
             PUSHRELAY_FCM_SERVICE_ACCOUNT_FILE=\(fcmServiceAccountFile)
             PUSHRELAY_FCM_CA_FILE=\(caFile)
+            PUSHRELAY_WEBPUSH_VAPID_KEY_FILE=\(vapidKeyFile)
+            PUSHRELAY_WEBPUSH_VAPID_SUBJECT=mailto:operators@pushrelay.invalid
+            PUSHRELAY_PUSH_ENDPOINT_ALLOWED_HOSTS=\(endpointHosts.joined(separator: ","))
+            PUSHRELAY_PUSH_ENDPOINT_CA_FILE=\(caFile)
+            PUSHRELAY_HMS_URL=\(pushURL)
+            PUSHRELAY_HMS_TOKEN_URL=\(pushURL)/oauth2/v3/token
+            PUSHRELAY_HMS_APP_ID=\(hmsAppID)
+            PUSHRELAY_HMS_CLIENT_SECRET_FILE=\(hmsClientSecretFile)
+            PUSHRELAY_HMS_CA_FILE=\(caFile)
+            PUSHRELAY_WNS_TOKEN_URL=\(pushURL)/accesstoken.srf
+            PUSHRELAY_WNS_CLIENT_ID=\(wnsClientID)
+            PUSHRELAY_WNS_CLIENT_SECRET_FILE=\(wnsClientSecretFile)
+            PUSHRELAY_WNS_ALLOWED_HOSTS=\(endpointHosts.joined(separator: ","))
+            PUSHRELAY_WNS_CA_FILE=\(caFile)
 
             """
         try env.write(toFile: "\(directory)/dispatcher.env", atomically: true, encoding: .utf8)
@@ -108,6 +158,35 @@ public struct FakeCredentials: Sendable {
         var fcmClientEmail: String
         var fcmPrivateKeyID: String
         var fcmPrivateKeyPEM: String
+        var vapidPrivateKeyPEM: String?
+        var hmsAppID: String?
+        var hmsClientSecret: String?
+        var wnsClientID: String?
+        var wnsClientSecret: String?
+
+        /// Generates the credentials a stored state lacks; true when it did.
+        mutating func fillMissing() -> Bool {
+            func secret() -> String {
+                (0..<24).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
+            }
+            var changed = false
+            if vapidPrivateKeyPEM == nil {
+                vapidPrivateKeyPEM = P256.Signing.PrivateKey().pemRepresentation
+                changed = true
+            }
+            if hmsAppID == nil || hmsClientSecret == nil {
+                hmsAppID = String(UInt64.random(in: 100_000_000...999_999_999))
+                hmsClientSecret = secret()
+                changed = true
+            }
+            if wnsClientID == nil || wnsClientSecret == nil {
+                wnsClientID =
+                    "ms-app://s-1-15-2-\(UInt32.random(in: 1...UInt32.max))-\(UInt32.random(in: 1...UInt32.max))"
+                wnsClientSecret = secret()
+                changed = true
+            }
+            return changed
+        }
 
         static func generate(hostnames: [String]) throws -> Stored {
             let now = Date()

@@ -7,17 +7,22 @@ import NIOSSL
 import PushModels
 
 /// The fakes as runnable applications: APNs and FCM over HTTP/2 + TLS with the fake
-/// CA's certificate, and a plain-HTTP control API on loopback for tests and the demo.
+/// CA's certificate; Web Push (`/wp/…`), simple push (`/sp/…`), Huawei Push Kit
+/// (`/v1/…`, `/oauth2/v3/token`) and WNS (`/w/…`, `/accesstoken.srf`) on one more TLS
+/// port; and a plain-HTTP control API on loopback for tests and the demo.
 public struct FakeServers: Sendable {
     public struct Ports: Sendable {
         public var apns: Int
         public var fcm: Int
         public var control: Int
+        /// Web Push, simple push, Huawei Push Kit and WNS, told apart by path.
+        public var push: Int
 
-        public init(apns: Int, fcm: Int, control: Int) {
+        public init(apns: Int, fcm: Int, control: Int, push: Int) {
             self.apns = apns
             self.fcm = fcm
             self.control = control
+            self.push = push
         }
     }
 
@@ -31,6 +36,9 @@ public struct FakeServers: Sendable {
 
     public var apnsURL: String { "https://\(publicHost):\(ports.apns)" }
     public var fcmURL: String { "https://\(publicHost):\(ports.fcm)" }
+    public var pushURL: String { "https://\(publicHost):\(ports.push)" }
+    /// A Web Push endpoint on the fake, as a browser's subscription would hold it.
+    public func webPushEndpoint(_ id: String) -> String { "\(pushURL)/wp/\(id)" }
 
     /// `publicHost` is the name clients use (it goes into the URLs written for the dispatcher).
     public init(
@@ -45,7 +53,9 @@ public struct FakeServers: Sendable {
         self.state = FakeState(maxRecorded: maxRecorded)
         self.ports = ports
         self.host = host
-        try credentials.writeClientFiles(apnsURL: apnsURL, fcmURL: fcmURL)
+        try credentials.writeClientFiles(
+            apnsURL: apnsURL, fcmURL: fcmURL, pushURL: pushURL,
+            endpointHosts: Array(Set(["localhost", "127.0.0.1", publicHost])).sorted())
     }
 
     /// The three applications; run them in one ServiceGroup.
@@ -80,11 +90,23 @@ public struct FakeServers: Sendable {
             router: fcmRouter, server: server,
             configuration: .init(address: .hostname(host, port: ports.fcm), serverName: nil), logger: logger)
 
+        let pushRouter = Router(context: BasicRequestContext.self)
+        FakeWebPush(state: state, applicationServerKey: credentials.vapidPublicKey).addRoutes(to: pushRouter)
+        FakeHMS(
+            state: state, appID: credentials.hmsAppID, clientID: credentials.hmsAppID,
+            clientSecret: credentials.hmsClientSecret
+        ).addRoutes(to: pushRouter)
+        FakeWNS(state: state, clientID: credentials.wnsClientID, clientSecret: credentials.wnsClientSecret)
+            .addRoutes(to: pushRouter)
+        let push = Application(
+            router: pushRouter, server: try .http2Upgrade(tlsConfiguration: tls),
+            configuration: .init(address: .hostname(host, port: ports.push), serverName: nil), logger: logger)
+
         let controlRouter = Router(context: BasicRequestContext.self)
         addControlRoutes(to: controlRouter)
         let control = Application(
             router: controlRouter, configuration: .init(address: .hostname(host, port: ports.control)), logger: logger)
-        return [apns, fcm, control]
+        return [apns, fcm, push, control]
     }
 
     @Sendable static func json(_ value: some Encodable) throws -> Response {
@@ -101,7 +123,11 @@ public struct FakeServers: Sendable {
                 "apns_url": apnsURL, "fcm_url": fcmURL, "ca_file": credentials.caFile,
                 "apns_team_id": credentials.apnsTeamID, "apns_key_id": credentials.apnsKeyID,
                 "apns_key_file": credentials.apnsKeyFile, "fcm_service_account_file": credentials.fcmServiceAccountFile,
-                "fcm_project_id": credentials.fcmProjectID,
+                "fcm_project_id": credentials.fcmProjectID, "push_url": pushURL,
+                "webpush_endpoint_prefix": "\(pushURL)/wp/", "simplepush_endpoint_prefix": "\(pushURL)/sp/",
+                "wns_channel_prefix": "\(pushURL)/w/?token=",
+                "vapid_public_key": Base64URL.encode(credentials.vapidPublicKey),
+                "hms_app_id": credentials.hmsAppID,
             ])
         }
         router.get("/stats") { _, _ in try FakeServers.json(state.counts()) }

@@ -19,7 +19,8 @@ struct ProviderFakesMain {
         let ports = FakeServers.Ports(
             apns: try reader.int("pushrelay.fakes.apns.port", default: 8443),
             fcm: try reader.int("pushrelay.fakes.fcm.port", default: 8444),
-            control: try reader.int("pushrelay.fakes.control.port", default: 8445))
+            control: try reader.int("pushrelay.fakes.control.port", default: 8445),
+            push: try reader.int("pushrelay.fakes.push.port", default: 8446))
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)
             handler.logLevel = .info
@@ -37,7 +38,7 @@ struct ProviderFakesMain {
         logger.info(
             "provider fakes ready",
             metadata: [
-                "apns": "\(fakes.apnsURL)", "fcm": "\(fakes.fcmURL)",
+                "apns": "\(fakes.apnsURL)", "fcm": "\(fakes.fcmURL)", "push": "\(fakes.pushURL)",
                 "control": "http://127.0.0.1:\(ports.control)", "dispatcher_env": "\(directory)/dispatcher.env",
             ])
         try await runServices(apps.map { $0 as any Service }, shutdownTimeout: .seconds(10), logger: logger)

@@ -275,19 +275,49 @@ public struct EncryptorStage: Sendable {
                 messages.append(outcome)
                 continue
             }
-            guard let keyID = device.currentKeyID, let key = device.currentKey else {
-                messages.append(try unsent(request, device: id, provider: device.provider, .failed, "no_push_key"))
+            let body: JSONValue
+            switch try Self.body(for: device, plaintext: plaintext, type: type, acceptedAtMs: request.acceptedAtMs) {
+            case .body(let built): body = built
+            case .unsent(let reason):
+                messages.append(try unsent(request, device: id, provider: device.provider, .failed, reason))
                 continue
             }
-            let encrypted = try key.encrypt(plaintext)
-            let body = ProviderBody.encrypted(
-                provider: device.provider, pushKeyID: keyID, encryptedData: encrypted, type: type)
             messages.append(
                 try .outbound(
                     try outbound(request, device: device, delivery: DeliveryClass(type), body: body),
                     topic: topics.outbound))
         }
         return messages
+    }
+
+    enum BuiltBody: Equatable {
+        case body(JSONValue)
+        /// Nothing can be sent to this device; the reason goes on its outcome.
+        case unsent(String)
+    }
+
+    /// The provider body for one device, encrypted by its scheme:
+    /// - Web Push, and simple push with Web Push keys: `aes128gcm` to the subscription;
+    /// - simple push without keys: a wake-up, no content (the `version` number only);
+    /// - a device `secret`: MTProto 2.0, `{"p": …}`;
+    /// - a push key: secretbox, Zulip's `push_key_id` and `encrypted_data`.
+    static func body(for device: DeviceRecord, plaintext: [UInt8], type: NotificationType, acceptedAtMs: Int64) throws
+        -> BuiltBody
+    {
+        if let subscription = DeviceToken.webPushSubscription(provider: device.provider, token: device.token) {
+            guard plaintext.count <= WebPushEncryption.maxPlaintext else { return .unsent("payload_too_large") }
+            return .body(ProviderBody.webPush(try WebPushEncryption.encrypt(plaintext, to: subscription)))
+        }
+        if device.provider == .simplepush { return .body(ProviderBody.wakeUp(version: acceptedAtMs)) }
+        guard let keyID = device.currentKeyID, let key = device.currentKey else { return .unsent("no_push_key") }
+        switch key.scheme {
+        case .mtproto2:
+            return .body(ProviderBody.mtproto(try key.encrypt(plaintext)))
+        case .secretbox, .aes128gcm:
+            return .body(
+                ProviderBody.encrypted(
+                    provider: device.provider, pushKeyID: keyID, encryptedData: try key.encrypt(plaintext), type: type))
+        }
     }
 
     private func passThroughMessages(
@@ -357,6 +387,11 @@ public struct EncryptorStage: Sendable {
             let body: JSONValue
             let delivery: DeliveryClass
             switch device.provider {
+            case .apnsVoIP, .webpush, .simplepush, .hms, .wns:
+                // Zulip's legacy API registers APNs and FCM devices only.
+                messages.append(
+                    try unsent(request, device: id, provider: device.provider, .failed, "provider_mismatch"))
+                continue
             case .apns:
                 let (pushType, priority) = ZulipLegacy.apnsDelivery(payload.apnsPayload)
                 body = ZulipLegacy.apnsBody(payload.apnsPayload)

@@ -75,24 +75,76 @@ extension IngestAPI {
                 bouncerPublicKey: try body.string("bouncer_public_key"))
         } else {
             registration = try tokenAndApp(
-                kind: try body.string("token_kind"), token: try body.string("token"),
+                kind: try Self.nativeTokenKind(body), token: try Self.nativeToken(body),
                 appID: try body.optionalString("ios_app_id"), path: "")
         }
-        let keyText = try body.string("push_key")
-        let key: PushKey
-        do { key = try PushKey(base64: keyText) } catch { throw APIError.invalid(error, code: "INVALID_PUSH_KEY") }
-        let keyID = try body.int("push_key_id")
-        guard let keyID32 = UInt32(exactly: keyID) else {
-            throw APIError.badRequest("push_key_id: must be an unsigned 32-bit integer", field: "push_key_id")
-        }
+        let pushKey = try Self.deviceKey(body, provider: registration.token.provider)
         let account = try body.optionalInt("push_account_id")
         try await ownRealm(realm, server: server)
         let (id, created) = try await registerWithinQuota(
             DeviceRegistration(
                 realmUUID: RealmID(realm), userID: userID, token: registration.token, appID: registration.appID,
-                pushAccountID: account, pushKey: (keyID32, key)),
+                pushAccountID: account, pushKey: pushKey),
             server: server)
         return success(["device_id": .int(id.rawValue), "created": .bool(created)], status: created ? .created : .ok)
+    }
+
+    /// How the device's notifications are encrypted, as the listing shows it.
+    static func encryptionName(_ device: DeviceRecord) -> String {
+        if let scheme = device.currentKey?.scheme { return scheme.rawValue }
+        switch device.provider {
+        case .webpush: return EncryptionScheme.aes128gcm.rawValue
+        case .simplepush:
+            return device.token.hasPrefix("{") ? EncryptionScheme.aes128gcm.rawValue : "none (wake-up only)"
+        default: return "none"
+        }
+    }
+
+    /// The key a device's notifications are encrypted with:
+    /// - `push_key` and `push_key_id` (Zulip's secretbox key) for APNs, FCM, APNs VoIP,
+    ///   Huawei and WNS devices;
+    /// - or, for FCM and APNs VoIP, a Telegram-style `secret` (the 256-byte MTProto auth
+    ///   key, base64 or base64url) instead;
+    /// - none for Web Push and simple push: a message is encrypted to the subscription's
+    ///   own keys, and a wake-up carries no content.
+    static func deviceKey(_ body: RequestFields, provider: Provider) throws -> (id: UInt32, key: PushKey)? {
+        let hasKey = body.has("push_key") || body.has("push_key_id")
+        if provider == .webpush || provider == .simplepush {
+            guard !hasKey, !body.has("secret") else {
+                throw APIError.badRequest(
+                    "push_key, secret: not used for \(provider.rawValue) tokens; messages are encrypted to the subscription's keys",
+                    field: hasKey ? "push_key" : "secret")
+            }
+            return nil
+        }
+        if let secretText = try body.optionalString("secret") {
+            guard provider == .fcm || provider == .apnsVoIP else {
+                throw APIError.badRequest(
+                    "secret: only FCM and APNs VoIP devices encrypt with an MTProto secret", field: "secret")
+            }
+            guard !hasKey else {
+                throw APIError.badRequest("secret: give push_key or secret, not both", field: "secret")
+            }
+            let bytes = Data(base64Encoded: secretText).map(Array.init) ?? Base64URL.decode(secretText)
+            guard let bytes else { throw APIError.badRequest("secret: must be base64 or base64url", field: "secret") }
+            do {
+                let key = try PushKey(mtprotoAuthKey: bytes)
+                return (key.mtprotoKeyID, key)
+            } catch {
+                throw APIError.invalid(error, code: "INVALID_PUSH_KEY")
+            }
+        }
+        let key: PushKey
+        do {
+            key = try PushKey(base64: try body.string("push_key"))
+        } catch let error as PayloadValidationError {
+            throw APIError.invalid(error, code: "INVALID_PUSH_KEY")
+        }
+        let keyID = try body.int("push_key_id")
+        guard let keyID32 = UInt32(exactly: keyID) else {
+            throw APIError.badRequest("push_key_id: must be an unsigned 32-bit integer", field: "push_key_id")
+        }
+        return (keyID32, key)
     }
 
     func deleteDevice(_ request: Request, context: IngestContext, id: String?) async throws -> Response {
@@ -131,6 +183,10 @@ extension IngestAPI {
                 "registered_at_ms": .int(d.registeredAtMs),
                 "push_key_ids": .array(d.keys.keys.sorted().map { .int(Int64($0)) }),
             ]
+            if let number = Provider.telegramTokenTypes.first(where: { $0.value == d.provider })?.key {
+                entry["token_type"] = .int(Int64(number))
+            }
+            entry["encryption"] = .string(Self.encryptionName(d))
             if let app = d.appID { entry["ios_app_id"] = .string(app) }
             if let account = d.pushAccountID { entry["push_account_id"] = .int(account) }
             if let current = d.currentKeyID { entry["current_push_key_id"] = .int(Int64(current)) }
@@ -138,6 +194,15 @@ extension IngestAPI {
             return .object(entry)
         }
         return success(["devices": .array(list)])
+    }
+
+    /// The token as text. A Web Push subscription may also come as the JSON object
+    /// itself rather than as a string holding it.
+    static func nativeToken(_ body: RequestFields) throws -> String {
+        if let object = body.json["token"], object.objectValue != nil {
+            return String(decoding: Wire.canonical(object), as: UTF8.self)
+        }
+        return try body.string("token")
     }
 
     func notify(_ request: Request, context: IngestContext) async throws -> Response {
@@ -149,13 +214,23 @@ extension IngestAPI {
         guard let payloadJSON = body.json["payload"] else {
             throw APIError.badRequest("payload: is required", field: "payload")
         }
-        let notification: ZulipNotification
-        do { notification = try ZulipNotification(validating: payloadJSON) } catch {
+        // Zulip's payload, or Telegram's `{"data": {"loc_key", …}}`.
+        let type: NotificationType
+        let payloadUserID: Int64?
+        let userField: String
+        do {
+            if TelegramNotification.isTelegram(payloadJSON) {
+                let telegram = try TelegramNotification(validating: payloadJSON)
+                (type, payloadUserID, userField) = (telegram.type, telegram.userID, "payload.data.user_id")
+            } else {
+                let zulip = try ZulipNotification(validating: payloadJSON)
+                (type, payloadUserID, userField) = (zulip.type, zulip.userID, "payload.user_id")
+            }
+        } catch {
             throw APIError.invalid(error, code: "INVALID_PAYLOAD")
         }
-        guard notification.userID == userID else {
-            throw APIError.badRequest(
-                "payload.user_id: must equal user_id", code: "INVALID_PAYLOAD", field: "payload.user_id")
+        if let payloadUserID, payloadUserID != userID {
+            throw APIError.badRequest("\(userField): must equal user_id", code: "INVALID_PAYLOAD", field: userField)
         }
         var requestedIDs: [DeviceID]?
         if body.has("device_ids") {
@@ -186,7 +261,7 @@ extension IngestAPI {
         do {
             response = try await acceptNotification(
                 server: server, realm: realm, userID: userID, requestedIDs: requestedIDs,
-                notification: notification, plaintext: plaintext)
+                type: type, plaintext: plaintext)
         } catch {
             try? await idempotency?.abandon(server: server, api: self)
             throw error
@@ -210,7 +285,7 @@ extension IngestAPI {
     /// Resolves the targets, seals and publishes one notification; the answer it gives.
     func acceptNotification(
         server: String, realm realmText: String, userID: Int64, requestedIDs: [DeviceID]?,
-        notification: ZulipNotification, plaintext: [UInt8]
+        type: NotificationType, plaintext: [UInt8]
     ) async throws -> StoredAnswer {
         let realm = RealmID(realmText)
         let userDevices = try await devices.deviceIDs(realm: realm, userID: userID)
@@ -239,7 +314,7 @@ extension IngestAPI {
                     notificationID: notificationID, serverUUID: ServerID(server), realmUUID: realm,
                     acceptedAtMs: Wire.nowMillis(),
                     request: .native(
-                        userID: userID, deviceIDs: requestedIDs, type: notification.type, sealedPayload: sealed)))
+                        userID: userID, deviceIDs: requestedIDs, type: type, sealedPayload: sealed)))
         }
         return StoredAnswer(
             status: 202,

@@ -67,10 +67,12 @@ extension IngestAPI {
     func tokenAndApp(
         kind: String, token: String, appID: String?, path: String, rules: DeviceToken.Rules = .strict
     ) throws -> OpenedRegistration {
-        guard let provider = Provider(rawValue: kind) else {
+        // Zulip's APIs know APNs and FCM; the native API takes every live kind.
+        let supported: [Provider] = rules == .zulip ? [.apns, .fcm] : Provider.allCases
+        guard let provider = Provider(rawValue: kind), supported.contains(provider) else {
             let shown = kind.utf8.count <= 32 && !Syntax.hasControlOrSpace(kind) ? "'\(kind)'" : "given"
             throw APIError.badRequest(
-                "token_kind: unsupported token type \(shown); supported: \(Provider.allCases.map(\.rawValue).joined(separator: ", "))",
+                "token_kind: unsupported token type \(shown); supported: \(supported.map(\.rawValue).joined(separator: ", "))",
                 code: "UNSUPPORTED_TOKEN_TYPE", field: path.isEmpty ? "token_kind" : "\(path).token_kind")
         }
         let deviceToken: DeviceToken
@@ -82,8 +84,15 @@ extension IngestAPI {
                     field: path.isEmpty ? error.field : "\(path).\(error.field)", problem: error.problem),
                 code: "INVALID_TOKEN")
         }
+        if provider == .webpush || provider == .simplepush, let subscription = deviceToken.webPushSubscription,
+            !WebPushEncryption.isValidPublicKey(subscription.p256dh)
+        {
+            throw APIError.badRequest(
+                "token.keys.p256dh: is not a point on P-256", code: "INVALID_TOKEN",
+                field: path.isEmpty ? "token.keys.p256dh" : "\(path).token.keys.p256dh")
+        }
         switch provider {
-        case .apns:
+        case .apns, .apnsVoIP:
             guard let appID else {
                 throw APIError.badRequest("ios_app_id: required for APNs tokens", field: "ios_app_id")
             }
@@ -94,11 +103,45 @@ extension IngestAPI {
                     code: "INVALID_APP_ID", field: "ios_app_id")
             }
             return OpenedRegistration(token: deviceToken, appID: appID)
-        case .fcm:
+        case .fcm, .webpush, .simplepush, .hms, .wns:
             guard appID == nil else {
-                throw APIError.badRequest("ios_app_id: must be null for FCM tokens", field: "ios_app_id")
+                throw APIError.badRequest(
+                    "ios_app_id: must be null for \(provider == .fcm ? "FCM" : provider.rawValue) tokens",
+                    field: "ios_app_id")
             }
             return OpenedRegistration(token: deviceToken, appID: nil)
         }
+    }
+
+    /// The provider a native registration names: `token_kind` by name (or Telegram's
+    /// number as text), or Telegram's numeric `token_type`. Telegram's numbers for
+    /// services that are gone, or are not push services, answer why.
+    static func nativeTokenKind(_ body: RequestFields) throws -> String {
+        let named = try body.optionalString("token_kind")
+        let numbered = try body.optionalInt("token_type").map { Int(clamping: $0) }
+        let number = numbered ?? named.flatMap { Syntax.parseUInt64(Substring($0)) }.flatMap { Int(exactly: $0) }
+        guard let number else {
+            guard let named else {
+                throw APIError.badRequest(
+                    "token_kind: required (or Telegram's numeric token_type)", field: "token_kind")
+            }
+            return named
+        }
+        let field = numbered != nil ? "token_type" : "token_kind"
+        if let why = Provider.unsupportedTelegramTokenTypes[number] {
+            throw APIError.badRequest(
+                "\(field): token type \(number) is not supported: \(why)", code: "UNSUPPORTED_TOKEN_TYPE", field: field)
+        }
+        guard let provider = Provider.telegramTokenTypes[number] else {
+            let known = Provider.telegramTokenTypes.keys.sorted().map(String.init).joined(separator: ", ")
+            throw APIError.badRequest(
+                "\(field): unknown token type \(number); supported: \(known)", code: "UNSUPPORTED_TOKEN_TYPE",
+                field: field)
+        }
+        if numbered != nil, let named, named != provider.rawValue, named != String(number) {
+            throw APIError.badRequest(
+                "token_kind: '\(provider.rawValue)' is token_type \(number), not the kind named", field: "token_kind")
+        }
+        return provider.rawValue
     }
 }

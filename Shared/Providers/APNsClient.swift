@@ -84,12 +84,19 @@ public actor APNsTokenSigner {
 
 /// Sends to APNs over HTTP/2 with token auth: streams multiplexed on as few connections
 /// as the server's stream limit allows (`connections` at most).
+///
+/// One client serves `apns`; `voip()` gives the `apns_voip` client on the same
+/// connections and provider token (VoIP pushes differ only in their headers).
 public final class APNsClient: PushProviderClient {
-    public let provider = Provider.apns
+    public let provider: Provider
     private let configuration: APNsConfiguration
     private let http: PushHTTP2Client
     private let signer: APNsTokenSigner
     private let logger: Logger
+    /// The VoIP client shares the connections; only their owner shuts them down.
+    private let ownsConnections: Bool
+    /// Apple's limit for VoIP payloads; 4096 for the others.
+    static let maxVoIPPayloadBytes = 5120
 
     public init(configuration: APNsConfiguration, logger: Logger) throws {
         // Fail at startup, not on the first push, if the key is unusable.
@@ -102,6 +109,35 @@ public final class APNsClient: PushProviderClient {
             logger: logger)
         self.signer = APNsTokenSigner(configuration: configuration)
         self.logger = logger
+        self.provider = .apns
+        self.ownsConnections = true
+    }
+
+    private init(sharing client: APNsClient, provider: Provider) {
+        self.configuration = client.configuration
+        self.http = client.http
+        self.signer = client.signer
+        self.logger = client.logger
+        self.provider = provider
+        self.ownsConnections = false
+    }
+
+    /// The `apns_voip` client: PushKit pushes on this client's connections.
+    public func voip() -> APNsClient {
+        APNsClient(sharing: self, provider: .apnsVoIP)
+    }
+
+    /// The headers that differ between kinds: (topic, push type, priority, expiration).
+    /// VoIP (Apple's "Sending notification requests to APNs"): topic `<bundle id>.voip`,
+    /// push type `voip`, priority 10, and expiration 0: a call rings now or never.
+    static func kindHeaders(_ record: OutboundRecord, topic: String)
+        -> (topic: String, pushType: String, priority: Int, expiration: Int64?)
+    {
+        if record.provider == .apnsVoIP {
+            let voipTopic = topic.hasSuffix(".voip") ? topic : topic + ".voip"
+            return (voipTopic, APNsPushType.voip.rawValue, 10, 0)
+        }
+        return (topic, record.delivery.apnsPushType.name, record.delivery.apnsPriority.value, record.expiresAt)
     }
 
     public func send(_ record: OutboundRecord) async -> SendResult {
@@ -109,7 +145,8 @@ public final class APNsClient: PushProviderClient {
             return .failed(reason: .apns(.missingTopic), status: nil)
         }
         let body = record.body
-        guard body.count <= 4096 else { return .failed(reason: .apns(.payloadTooLarge), status: nil) }
+        let limit = record.provider == .apnsVoIP ? Self.maxVoIPPayloadBytes : 4096
+        guard body.count <= limit else { return .failed(reason: .apns(.payloadTooLarge), status: nil) }
         let bearer: String
         do {
             bearer = try await signer.token()
@@ -119,12 +156,13 @@ public final class APNsClient: PushProviderClient {
         }
         var request = http.request(path: "/3/device/\(record.token)", body: ByteBuffer(bytes: body))
         request.headers.add(name: "authorization", value: "bearer \(bearer)")
-        request.headers.add(name: "apns-topic", value: topic)
-        request.headers.add(name: "apns-push-type", value: record.delivery.apnsPushType.name)
-        request.headers.add(name: "apns-priority", value: String(record.delivery.apnsPriority.value))
+        let kind = Self.kindHeaders(record, topic: topic)
+        request.headers.add(name: "apns-topic", value: kind.topic)
+        request.headers.add(name: "apns-push-type", value: kind.pushType)
+        request.headers.add(name: "apns-priority", value: String(kind.priority))
         let apnsID = Self.apnsID(record)
         request.headers.add(name: "apns-id", value: apnsID)
-        if let expiresAt = record.expiresAt { request.headers.add(name: "apns-expiration", value: String(expiresAt)) }
+        if let expiration = kind.expiration { request.headers.add(name: "apns-expiration", value: String(expiration)) }
         // Without a realm-chosen collapse id, the per-(notification, device) id: it collapses
         // nothing but a re-send of this very push, which the phone then shows once.
         if let collapse = record.collapseID, collapse.utf8.count <= 64 {
@@ -169,7 +207,7 @@ public final class APNsClient: PushProviderClient {
     }
 
     public func shutdown() async {
-        await http.shutdown()
+        if ownsConnections { await http.shutdown() }
     }
 }
 

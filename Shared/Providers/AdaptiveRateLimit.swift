@@ -79,11 +79,15 @@ public final class AdaptiveRateLimiter: Sendable {
         return Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18
     }
 
-    /// The target a push counts against.
+    /// The target a push counts against: an APNs topic, a provider project, or for
+    /// endpoints devices chose (Web Push, simple push, WNS), the endpoint's origin, so
+    /// one push service that pushes back slows only the pushes to it.
     public static func target(of record: OutboundRecord) -> String {
         switch record.provider {
-        case .apns: "apns:\(record.appID ?? "")"
-        default: record.provider.rawValue
+        case .apns, .apnsVoIP: "\(record.provider.rawValue):\(record.appID ?? "")"
+        case .webpush, .simplepush, .wns:
+            "\(record.provider.rawValue):\(DeviceToken.endpoint(provider: record.provider, token: record.token)?.origin ?? "")"
+        case .fcm, .hms: record.provider.rawValue
         }
     }
 

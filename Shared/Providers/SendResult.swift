@@ -35,6 +35,12 @@ public enum ProviderReason: Sendable, Hashable, CustomStringConvertible {
     case apns(APNsReason)
     /// FCM's `FcmError.errorCode` or `google.rpc` status (docs/protocols.md §3).
     case fcm(Named<FCMErrorCode>)
+    /// A Web Push or simple push service's answer, by HTTP status (`webpush_410`, …).
+    case webPush(String)
+    /// Huawei Push Kit's result code (`80300007`, …).
+    case hms(String)
+    /// WNS's answer (`X-WNS-Error-Description` or the HTTP status).
+    case wns(String)
     /// The relay's own reason: nothing reached the provider, or it did not answer.
     case relay(RelayReason)
     /// A reason this build does not know (for example a record's `last_error`).
@@ -45,6 +51,7 @@ public enum ProviderReason: Sendable, Hashable, CustomStringConvertible {
         switch self {
         case .apns(let reason): reason.name
         case .fcm(let code): code.name
+        case .webPush(let name), .hms(let name), .wns(let name): name
         case .relay(let reason): reason.rawValue
         case .unknown(let name): name
         }
@@ -96,6 +103,17 @@ public enum RelayReason: String, Sendable, Hashable, CaseIterable {
     case tokenUnreadable = "token_unreadable"
     /// The sealed body does not open for this record.
     case bodyUnreadable = "body_unreadable"
+    /// A device-chosen endpoint is not one the relay may call (not https, or it resolves
+    /// to a private, loopback, link-local or multicast address that is not allowed).
+    case endpointRefused = "endpoint_refused"
+    /// A device-chosen endpoint's host does not resolve (retried: DNS may recover).
+    case endpointUnresolvable = "endpoint_unresolvable"
+    /// The endpoint redirected: push services never do, and redirects are not followed.
+    case endpointRedirected = "endpoint_redirected"
+    /// The body is larger than the provider takes.
+    case payloadTooLarge = "payload_too_large"
+    /// The record's body is not what its provider needs (for example not a Web Push body).
+    case invalidBody = "invalid_body"
 }
 
 /// A push provider: one client per platform, all behind this small protocol, so new

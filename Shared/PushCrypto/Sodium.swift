@@ -8,6 +8,8 @@ public struct CryptoError: Error, Sendable, Equatable, CustomStringConvertible {
         case invalidCiphertext
         case authenticationFailed
         case libraryUnavailable
+        /// A key or plaintext of the wrong shape for the scheme: the same every time.
+        case invalidInput
     }
 
     public var code: Code

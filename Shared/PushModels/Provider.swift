@@ -1,8 +1,42 @@
-/// The push service a device token belongs to. Records name it so each stage can
-/// pick the right client; new platforms add a case here and a client in Providers.
+/// The push service a device token belongs to, named as `token_kind` names it. Records
+/// name it so each stage can pick the right client; new platforms add a case here and a
+/// client in Providers.
 public enum Provider: String, Sendable, Codable, CaseIterable {
     case apns
     case fcm
+    /// Apple VoIP pushes (PushKit): push type `voip`, topic `<bundle id>.voip`.
+    case apnsVoIP = "apns_voip"
+    /// Web Push (RFC 8030/8291/8292): the token is the subscription JSON.
+    case webpush
+    /// Simple push / UnifiedPush: a wake-up `PUT version=<n>` to an https endpoint, or an
+    /// encrypted Web Push message when the registration carries Web Push keys.
+    case simplepush
+    /// Huawei Push Kit (HMS Core).
+    case hms
+    /// Windows Push Notification Services: the token is the channel URI.
+    case wns
+
+    /// Telegram's `token_type` numbers (docs/protocols.md §5) for the live services.
+    public static let telegramTokenTypes: [Int: Provider] = [
+        1: .apns, 2: .fcm, 4: .simplepush, 8: .wns, 9: .apnsVoIP, 10: .webpush, 13: .hms,
+    ]
+
+    /// Telegram's other `token_type` numbers, and why the relay cannot deliver to them.
+    public static let unsupportedTelegramTokenTypes: [Int: String] = [
+        3: "MPNS (Microsoft Push Notification Service) was shut down by Microsoft; use WNS (8)",
+        5: "Ubuntu Phone push was discontinued with Ubuntu Touch's push servers",
+        6: "BlackBerry push was discontinued by BlackBerry",
+        7: "an MTProto separate session is not a push service: the client keeps its own connection",
+        11: "MPNS VoIP was shut down by Microsoft with MPNS; use WNS (8)",
+        12: "Tizen push was discontinued by Samsung",
+    ]
+
+    /// Whether the provider is one of Apple's (one token-auth connection logic for both).
+    public var isAPNs: Bool { self == .apns || self == .apnsVoIP }
+
+    /// The token is an https URL (or, for Web Push, a JSON object holding one) that a
+    /// device chose: outbound requests to it go through the relay's endpoint guard.
+    public var hasDeviceChosenEndpoint: Bool { self == .webpush || self == .simplepush || self == .wns }
 }
 
 /// How a payload is encrypted for a device. Records name the scheme next to the
@@ -10,6 +44,11 @@ public enum Provider: String, Sendable, Codable, CaseIterable {
 public enum EncryptionScheme: String, Sendable, Codable {
     /// libsodium `crypto_secretbox_easy` (XSalsa20-Poly1305), key tag byte 0x31.
     case secretbox
+    /// Telegram's MTProto 2.0 push encryption with a 256-byte device `secret`
+    /// (docs/protocols.md §5): AES-256-IGE, `{"p": base64url(...)}`.
+    case mtproto2
+    /// RFC 8291 Web Push message encryption (`aes128gcm`) to the subscription's keys.
+    case aes128gcm
 }
 
 /// A device's push token, with the rules every provider puts on it.
@@ -22,9 +61,13 @@ public struct DeviceToken: Sendable, Hashable {
     public static let apnsHexLengths = 64...200
 
     /// Validates a token for `provider`, by bytes:
-    /// - APNs: 32 to 100 bytes in hexadecimal (either case);
-    /// - FCM: 1 to 4096 of the characters FCM registration tokens use: ASCII letters,
-    ///   digits, `-`, `_`, `:` and `.`.
+    /// - APNs and APNs VoIP: 32 to 100 bytes in hexadecimal (either case), kept lower-case;
+    /// - FCM and Huawei: 1 to 4096 of the characters their tokens use: ASCII letters,
+    ///   digits, `-`, `_`, `:` and `.`;
+    /// - Web Push: the subscription JSON (an https endpoint, a P-256 `p256dh`, a 16-byte
+    ///   `auth`), kept in one canonical spelling;
+    /// - simple push: an https endpoint, or a Web Push subscription;
+    /// - WNS: the https channel URI.
     /// How strictly a token's syntax is judged.
     public enum Rules: Sendable {
         /// The native API's rules, above.
@@ -40,26 +83,59 @@ public struct DeviceToken: Sendable, Hashable {
         guard bytes.count <= Self.maximumLength else {
             throw PayloadValidationError(field: "token", problem: "must be at most \(Self.maximumLength) bytes")
         }
+        var canonical = value
         switch provider {
         case .apns where rules == .zulip:
             guard bytes.allSatisfy(\.isHexDigit) else {
                 throw PayloadValidationError(field: "token", problem: "an APNs token must be hexadecimal digits")
             }
-        case .apns:
+            // APNs accepts either case; keeping one form makes the token index stable.
+            canonical = value.lowercased()
+        case .apns, .apnsVoIP:
             guard Self.apnsHexLengths.contains(bytes.count), bytes.count % 2 == 0, bytes.allSatisfy(\.isHexDigit) else {
                 throw PayloadValidationError(
                     field: "token", problem: "an APNs token must be 64 to 200 hexadecimal digits (32 to 100 bytes)")
             }
-        case .fcm:
+            canonical = value.lowercased()
+        case .fcm, .hms:
             guard bytes.allSatisfy({ $0.isASCIIAlphanumeric || $0 == 0x2d || $0 == 0x5f || $0 == 0x3a || $0 == 0x2e })
             else {
+                let name = provider == .fcm ? "an FCM" : "a Huawei"
                 throw PayloadValidationError(
-                    field: "token", problem: "an FCM token may hold only ASCII letters, digits, '-', '_', ':' and '.'")
+                    field: "token", problem: "\(name) token may hold only ASCII letters, digits, '-', '_', ':' and '.'")
             }
+        case .webpush:
+            canonical = try WebPushSubscription(json: value).canonicalJSON
+        case .simplepush:
+            // An endpoint URL, or a subscription with Web Push keys (UnifiedPush with encryption).
+            if value.hasPrefix("{") {
+                canonical = try WebPushSubscription(json: value).canonicalJSON
+            } else {
+                _ = try PushEndpoint(value, field: "token")
+            }
+        case .wns:
+            _ = try PushEndpoint(value, field: "token")
         }
         self.provider = provider
-        // APNs accepts either case; keeping one form makes the token index stable.
-        self.value = provider == .apns ? value.lowercased() : value
+        self.value = canonical
+    }
+
+    /// The Web Push subscription a `webpush` token, or a `simplepush` token with keys, holds.
+    public var webPushSubscription: WebPushSubscription? {
+        Self.webPushSubscription(provider: provider, token: value)
+    }
+
+    public static func webPushSubscription(provider: Provider, token: String) -> WebPushSubscription? {
+        guard provider == .webpush || (provider == .simplepush && token.hasPrefix("{")) else { return nil }
+        return try? WebPushSubscription(json: token)
+    }
+
+    /// The https endpoint the relay calls for the token: a Web Push or simple push
+    /// endpoint, or a WNS channel URI; nil for other providers and malformed tokens.
+    public static func endpoint(provider: Provider, token: String) -> PushEndpoint? {
+        guard provider.hasDeviceChosenEndpoint else { return nil }
+        if token.hasPrefix("{") { return webPushSubscription(provider: provider, token: token)?.endpoint }
+        return try? PushEndpoint(token, field: "token")
     }
 
     /// A short, non-reversible form for logs and records: never log a full token.

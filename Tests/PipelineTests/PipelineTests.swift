@@ -319,7 +319,7 @@ extension StackTests {
             #expect(badKey.code == "INVALID_PUSH_KEY")
 
             let badKind = try await realm.registerDevice(
-                userID: 5, kind: "wns", token: "t", key: try RealmClient.pushKey(), keyID: 1)
+                userID: 5, kind: "mpns", token: "t", key: try RealmClient.pushKey(), keyID: 1)
             #expect(badKind.code == "UNSUPPORTED_TOKEN_TYPE")
             let badAPNsToken = try await realm.registerDevice(
                 userID: 5, kind: "apns", token: "not-hex", appID: "org.zulip.Zulip", key: try RealmClient.pushKey(),

@@ -609,10 +609,10 @@ import Testing
             expectRouterError(refused, 400, "INVALID_PUSH_KEY", "a push key that is not 33 bytes")
             #expect(refused.json["field"] == "push_key", "\(refused.text)")
             var badKind = body.objectValue ?? [:]
-            badKind["token_kind"] = "wns"
+            badKind["token_kind"] = "mpns"
             expectRouterError(
                 try await client.send(.post, "/v1/devices", auth: server.auth, .json(.object(badKind))), 400,
-                "UNSUPPORTED_TOKEN_TYPE", "token_kind wns")
+                "UNSUPPORTED_TOKEN_TYPE", "token_kind mpns (a service that is gone)")
             var notOwned = body.objectValue ?? [:]
             notOwned["realm_uuid"] = .string(UUID().uuidString.lowercased())
             expectRouterError(

@@ -1,0 +1,376 @@
+import AsyncHTTPClient
+import Foundation
+import Logging
+import NIOCore
+import NIOHPACK
+import PushModels
+
+/// Huawei Push Kit (HMS Core) server API settings.
+///
+/// Huawei's references: "Sending Downlink Messages",
+/// https://developer.huawei.com/consumer/en/doc/HMSCore-References-V5/https-send-api-0000001050986197-V5
+/// (`POST /v1/{appid}/messages:send`, a message body of at most 4096 bytes without the
+/// tokens), and "OAuth 2.0-based Authentication" (client credentials at
+/// `oauth-login.cloud.huawei.com/oauth2/v3/token`, error codes at
+/// https://developer.huawei.com/consumer/en/doc/doccenter-references/api/account-server-error-code/).
+public struct HMSConfiguration: Sendable {
+    public static let defaultBaseURL = "https://push-api.cloud.huawei.com"
+    public static let defaultTokenURL = "https://oauth-login.cloud.huawei.com/oauth2/v3/token"
+
+    /// Push Kit's origin; the send path is appended (`/v1/{appID}/messages:send`).
+    public var baseURL: String
+    /// Huawei's OAuth 2.0 token endpoint.
+    public var tokenURL: String
+    /// The app id in the send path (AppGallery Connect's App ID).
+    public var appID: String
+    /// The OAuth client id (for Push Kit, the App ID again) and its secret (the App secret).
+    public var clientID: String
+    public var clientSecret: String
+    /// Trust roots instead of the system's (the fakes' CA).
+    public var caFile: String?
+    /// The deadline of one send, and of one token request.
+    public var requestTimeout: Duration
+
+    /// Both URLs must be https: the client secret and the access token travel on them.
+    public init(
+        baseURL: String = HMSConfiguration.defaultBaseURL, tokenURL: String = HMSConfiguration.defaultTokenURL,
+        appID: String, clientID: String? = nil, clientSecret: String, caFile: String? = nil,
+        requestTimeout: Duration = .seconds(15)
+    ) throws {
+        var base = baseURL
+        while base.hasSuffix("/") { base.removeLast() }
+        guard isHTTPSURL(base), isHTTPSURL(tokenURL) else {
+            throw ProviderSetupError("HMS base and token URLs must be https URLs with a host")
+        }
+        // The app id goes into the request path as it is.
+        guard Syntax.isZulipAppID(appID) else {
+            throw ProviderSetupError("HMS app id must be ASCII letters, digits, '.' and '-'")
+        }
+        let client = clientID ?? appID
+        guard Syntax.isVisibleASCII(client, maxBytes: 256), !clientSecret.isEmpty else {
+            throw ProviderSetupError("HMS client id and client secret must be set")
+        }
+        self.baseURL = base
+        self.tokenURL = tokenURL
+        self.appID = appID
+        self.clientID = client
+        self.clientSecret = clientSecret
+        self.caFile = caFile
+        self.requestTimeout = requestTimeout
+    }
+}
+
+/// Sends data messages through Push Kit's v1 server API: the record's body bytes are the
+/// message's `data` string, as the app's `onMessageReceived` reads it.
+public final class HMSClient: PushProviderClient {
+    public let provider = Provider.hms
+    /// Huawei's limit on the message body (without the tokens); the data string is held
+    /// to it before anything is sent.
+    static let maxDataBytes = 4096
+    /// Push Kit keeps a message for an offline device at most 15 days.
+    static let maxTTLSeconds: Int64 = 1_296_000
+
+    private let configuration: HMSConfiguration
+    /// One client for the token endpoint and the sends; redirects are not followed.
+    private let http: HTTPClient
+    private let tokens: ClientCredentialsTokens
+    private let logger: Logger
+
+    public init(configuration: HMSConfiguration, logger: Logger) throws {
+        self.configuration = configuration
+        self.http = try makeHTTPClient(caFile: configuration.caFile, connectTimeout: .seconds(10))
+        self.tokens = ClientCredentialsTokens(
+            tokenURL: configuration.tokenURL,
+            form: [
+                ("grant_type", "client_credentials"), ("client_id", configuration.clientID),
+                ("client_secret", configuration.clientSecret),
+            ],
+            http: http, timeout: configuration.requestTimeout)
+        self.logger = logger
+    }
+
+    public func send(_ record: OutboundRecord) async -> SendResult {
+        guard let data = String(validating: record.body, as: UTF8.self) else {
+            return .failed(reason: .relay(.invalidBody), status: nil)
+        }
+        guard record.body.count <= Self.maxDataBytes else {
+            return .failed(reason: .relay(.payloadTooLarge), status: nil)
+        }
+        let bearer: String
+        do {
+            bearer = try await tokens.token()
+        } catch {
+            logger.error("cannot obtain an HMS access token", metadata: ["error": "\(error)"])
+            return .retry(reason: .relay(.oauthUnavailable), status: nil, retryAfter: .seconds(5))
+        }
+        var request = HTTPClientRequest(url: "\(configuration.baseURL)/v1/\(configuration.appID)/messages:send")
+        request.method = .POST
+        request.headers.add(name: "authorization", value: "Bearer \(bearer)")
+        request.headers.add(name: "content-type", value: "application/json; charset=utf-8")
+        request.body = .bytes(ByteBuffer(bytes: Self.message(record, data: data, now: Date())))
+        do {
+            let response = try await http.execute(
+                request, timeout: .milliseconds(configuration.requestTimeout.saturatingMilliseconds))
+            let status = Int(response.status.code)
+            let body = await collectBounded(response.body, limit: 64 * 1024)
+            let answer = HMSAnswer(status: status, body: body)
+            if answer.invalidatesAccessToken { await tokens.invalidate(bearer) }
+            return answer.result(
+                token: record.token, retryAfter: retryAfter(HPACKHeaders(httpHeaders: response.headers)))
+        } catch {
+            return transportFailure(error, token: record.token, logger: logger)
+        }
+    }
+
+    public func shutdown() async {
+        try? await http.shutdown()
+    }
+
+    /// `{"message":{"android":{…},"data":"<body>","token":["<token>"]},"validate_only":false}`.
+    /// `collapse_key` is Huawei's integer (-1 to 100); a collapse id that is not one is left
+    /// out rather than guessed.
+    static func message(_ record: OutboundRecord, data: String, now: Date) -> [UInt8] {
+        var android: [String: JSONValue] = [
+            "urgency": record.delivery.fcmPriority == .known(.high) ? "HIGH" : "NORMAL"
+        ]
+        if let expiresAt = record.expiresAt {
+            let left = expiresAt.saturatingSubtract(Int64(now.timeIntervalSince1970))
+            android["ttl"] = .string("\(min(max(left, 1), maxTTLSeconds))s")
+        }
+        if let key = record.collapseID.flatMap(collapseKey) { android["collapse_key"] = .int(key) }
+        let message: JSONValue = [
+            "validate_only": false,
+            "message": ["android": .object(android), "data": .string(data), "token": [.string(record.token)]],
+        ]
+        return Wire.canonical(message)
+    }
+
+    static func collapseKey(_ text: String) -> Int64? {
+        if text == "-1" { return -1 }
+        guard let value = Syntax.parseUInt64(Substring(text)), value <= 100 else { return nil }
+        return Int64(value)
+    }
+}
+
+/// Push Kit result codes (the `code` string of every answer) that the relay acts on.
+enum HMSResultCode {
+    static let success = "80000000"
+    /// Some tokens failed; `msg` is JSON naming them (`illegal_tokens`, or the newer
+    /// `illegalTokens` grouped by cause).
+    static let partialSuccess = "80100000"
+    /// OAuth authentication error: no, or someone else's, access token.
+    static let oauthAuthenticationError = "80200001"
+    /// OAuth token expired.
+    static let oauthTokenExpired = "80200003"
+    /// All tokens are invalid.
+    static let invalidToken = "80300007"
+    /// Huawei's own OAuth service failed.
+    static let oauthServiceFailed = "80600003"
+    /// System internal error.
+    static let internalError = "81000001"
+}
+
+/// One answer of `messages:send`, read as far as it can be: a body that is not JSON, or
+/// has no `code`, is judged by its HTTP status alone.
+struct HMSAnswer: Equatable {
+    var status: Int
+    var code: String?
+    var msg: String?
+    var requestID: String?
+
+    init(status: Int, code: String? = nil, msg: String? = nil, requestID: String? = nil) {
+        self.status = status
+        self.code = code
+        self.msg = msg
+        self.requestID = requestID
+    }
+
+    init(status: Int, body: [UInt8]) {
+        self.status = status
+        let json = try? Wire.decode(JSONValue.self, from: body)
+        // Huawei writes the code as a string; a number is read the same way.
+        switch json?["code"] {
+        case .string(let text)? where Syntax.isVisibleASCII(text, maxBytes: 32): code = text
+        case .int(let number)?: code = String(number)
+        default: code = nil
+        }
+        msg = json?["msg"]?.stringValue
+        requestID = json?["requestId"]?.stringValue.flatMap { Syntax.isVisibleASCII($0, maxBytes: 128) ? $0 : nil }
+    }
+
+    /// The access token was refused: the next send fetches a new one.
+    var invalidatesAccessToken: Bool {
+        code == HMSResultCode.oauthAuthenticationError || code == HMSResultCode.oauthTokenExpired
+            || (code == nil && status == 401)
+    }
+
+    func result(token: String, retryAfter: Duration?) -> SendResult {
+        let reason = ProviderReason.hms(code ?? "hms_\(status)")
+        switch code {
+        case HMSResultCode.success?:
+            return .sent(status: status, providerMessageID: requestID)
+        case HMSResultCode.partialSuccess?:
+            return partialResult(token: token, reason: reason)
+        case HMSResultCode.invalidToken?:
+            return .invalidToken(reason: reason, status: status, timestampMs: nil)
+        case HMSResultCode.oauthAuthenticationError?, HMSResultCode.oauthTokenExpired?:
+            return .retry(reason: reason, status: status, retryAfter: nil)
+        case HMSResultCode.internalError?, HMSResultCode.oauthServiceFailed?:
+            return .retry(reason: reason, status: status, retryAfter: retryAfter)
+        case nil where status == 200:
+            // Accepted, by the status; the body says nothing more.
+            return .sent(status: status, providerMessageID: nil)
+        case nil where status == 401:
+            return .retry(reason: reason, status: status, retryAfter: nil)
+        default:
+            // Flow control is HTTP 503, whatever the code.
+            if status >= 500 || status == 429 { return .retry(reason: reason, status: status, retryAfter: retryAfter) }
+            return .failed(reason: reason, status: status)
+        }
+    }
+
+    /// Sent to one token, a partial success is that token's fate: named among the illegal
+    /// tokens, it is dead; counted as a failure without a name, the push failed.
+    private func partialResult(token: String, reason: ProviderReason) -> SendResult {
+        let detail = msg.flatMap { try? Wire.decode(JSONValue.self, from: Array($0.utf8)) }
+        var illegal: [String] = detail?["illegal_tokens"]?.arrayValue?.compactMap(\.stringValue) ?? []
+        for (_, group) in detail?["illegalTokens"]?.objectValue ?? [:] {
+            illegal += group.arrayValue?.compactMap(\.stringValue) ?? []
+        }
+        if illegal.contains(token) || (detail == nil && msg?.contains(token) == true) {
+            return .invalidToken(reason: reason, status: status, timestampMs: nil)
+        }
+        if let failures = detail?["failure"]?.intValue, failures == 0 {
+            return .sent(status: status, providerMessageID: requestID)
+        }
+        return .failed(reason: reason, status: status)
+    }
+}
+
+// MARK: - OAuth 2.0 client credentials (Huawei and WNS)
+
+/// An OAuth 2.0 client-credentials grant (RFC 6749 §4.4) as Huawei's and Microsoft's
+/// token endpoints take it: the fields form-encoded in a POST, the access token cached
+/// until shortly before `expires_in` ends, one refresh in flight however many sends wait.
+actor ClientCredentialsTokens {
+    struct Failure: Error, CustomStringConvertible {
+        var description: String
+    }
+
+    /// Lifetimes outside this range are clamped: a provider's number, not trusted as is.
+    static let lifetimes: ClosedRange<Int64> = 1...2_592_000
+    /// Assumed when the endpoint gives no `expires_in`.
+    static let defaultLifetime: Int64 = 300
+
+    private let tokenURL: String
+    private let form: [(String, String)]
+    private let http: HTTPClient
+    private let timeout: Duration
+    private var current: (token: String, refreshAt: ContinuousClock.Instant)?
+    private var refreshing: Task<(token: String, refreshAt: ContinuousClock.Instant), any Error>?
+
+    init(tokenURL: String, form: [(String, String)], http: HTTPClient, timeout: Duration) {
+        self.tokenURL = tokenURL
+        self.form = form
+        self.http = http
+        self.timeout = timeout
+    }
+
+    func token() async throws -> String {
+        if let current, current.refreshAt > .now { return current.token }
+        if let refreshing { return try await refreshing.value.token }
+        let task = Task { try await self.fetch() }
+        refreshing = task
+        defer { refreshing = nil }
+        let fresh = try await task.value
+        current = fresh
+        return fresh.token
+    }
+
+    /// Forgets `token` after the provider refused it (and only that one: an answer to an
+    /// older request must not discard a newer token).
+    func invalidate(_ token: String) {
+        if current?.token == token { current = nil }
+    }
+
+    private func fetch() async throws -> (token: String, refreshAt: ContinuousClock.Instant) {
+        var request = HTTPClientRequest(url: tokenURL)
+        request.method = .POST
+        request.headers.add(name: "content-type", value: "application/x-www-form-urlencoded")
+        request.body = .bytes(ByteBuffer(string: formEncoded(form)))
+        let response = try await http.execute(request, timeout: .milliseconds(timeout.saturatingMilliseconds))
+        let body = await collectBounded(response.body, limit: 64 * 1024)
+        let json = try? Wire.decode(JSONValue.self, from: body)
+        guard response.status.code == 200 else {
+            // `error` is an OAuth code (Microsoft) or a number (Huawei); never the secret.
+            let error: String
+            switch json?["error"] {
+            case .string(let code)? where Syntax.isVisibleASCII(code, maxBytes: 64): error = code
+            case .int(let code)?: error = String(code)
+            default: error = "none"
+            }
+            throw Failure(description: "token endpoint answered \(response.status.code), error \(error)")
+        }
+        guard let token = json?["access_token"]?.stringValue, Syntax.isVisibleASCII(token, maxBytes: 8192) else {
+            throw Failure(description: "token endpoint answered without a usable access_token")
+        }
+        let lifetime = min(
+            max(json?["expires_in"]?.intValue ?? Self.defaultLifetime, Self.lifetimes.lowerBound),
+            Self.lifetimes.upperBound)
+        // Refreshed two minutes early, or half-way through a short lifetime.
+        let early = min(120, lifetime / 2)
+        return (token, ContinuousClock.now + Duration.seconds(lifetime - early))
+    }
+}
+
+/// `application/x-www-form-urlencoded` (only unreserved characters left as they are).
+func formEncoded(_ fields: [(String, String)]) -> String {
+    func encode(_ text: String) -> String {
+        var out = ""
+        for byte in text.utf8 {
+            if byte.isUnreservedURLByte {
+                out.unicodeScalars.append(Unicode.Scalar(byte))
+            } else {
+                out += String(format: "%%%02X", byte)
+            }
+        }
+        return out
+    }
+    return fields.map { "\(encode($0.0))=\(encode($0.1))" }.joined(separator: "&")
+}
+
+extension UInt8 {
+    /// RFC 3986 unreserved: ALPHA / DIGIT / "-" / "." / "_" / "~".
+    fileprivate var isUnreservedURLByte: Bool {
+        (0x30...0x39).contains(self) || (0x41...0x5a).contains(self) || (0x61...0x7a).contains(self)
+            || self == 0x2d || self == 0x2e || self == 0x5f || self == 0x7e
+    }
+}
+
+/// Reads at most `limit` bytes of an answer and leaves the rest unread (the connection is
+/// then closed): no provider answer holds more memory than that. A body that breaks off
+/// is kept as far as it came; the status has already been given.
+func collectBounded(_ body: HTTPClientResponse.Body, limit: Int) async -> [UInt8] {
+    var bytes: [UInt8] = []
+    do {
+        for try await chunk in body {
+            let room = limit - bytes.count
+            if chunk.readableBytes >= room {
+                bytes += chunk.readableBytesView.prefix(room)
+                break
+            }
+            bytes += chunk.readableBytesView
+        }
+    } catch {
+        return bytes
+    }
+    return bytes
+}
+
+/// `https://` with a host.
+func isHTTPSURL(_ text: String) -> Bool {
+    guard text.lowercased().hasPrefix("https://"), let components = URLComponents(string: text),
+        let host = components.host, !host.isEmpty
+    else { return false }
+    return true
+}
