@@ -36,7 +36,9 @@ struct Replay: AsyncParsableCommand {
     @Option(help: "Filter: user id.") var user: Int64?
     @Option(help: "Filter: device id.") var device: Int64?
     @Option(help: "Filter: notification id.") var notification: String?
-    @Option(help: "Filter: provider (apns, fcm).") var provider: String?
+    @Option(
+        help: "Filter: provider kind (apns, fcm, simplepush, wns, apns_voip, webpush, hms) or Telegram's number."
+    ) var provider: String?
     @Option(help: "Filter: outcome (sent, invalid_token, failed, expired, already_sent, retry, dead_letter, …).")
     var outcome: String?
     @Option(help: "Filter: provider or relay reason.") var reason: String?
@@ -64,6 +66,16 @@ struct Replay: AsyncParsableCommand {
         }
         if let from, ISOTime.parse(from) == nil { throw ValidationError("--from: not an ISO 8601 time: \(from)") }
         if let to, ISOTime.parse(to) == nil { throw ValidationError("--to: not an ISO 8601 time: \(to)") }
+        if let provider, Self.providerKind(provider) == nil {
+            throw ValidationError(
+                "--provider: unknown kind '\(provider)'; one of \(Provider.allCases.map(\.rawValue).joined(separator: ", ")) or a Telegram token type number"
+            )
+        }
+    }
+
+    /// A kind by name, or by Telegram's number (`10` is `webpush`).
+    static func providerKind(_ text: String) -> Provider? {
+        Provider(rawValue: text) ?? Int(text).flatMap { Provider.telegramTokenTypes[$0] }
     }
 
     func run() async throws {
@@ -83,7 +95,8 @@ struct Replay: AsyncParsableCommand {
                 bootstrapServers: try resolveBrokers(settings), clientID: "pushrelay-replay"),
             logger: Logger(label: "pushrelay-replay"))
         var filter = EntryFilter(
-            realm: realm, user: user, device: device, notification: notification, provider: provider,
+            realm: realm, user: user, device: device, notification: notification,
+            provider: provider.flatMap(Self.providerKind)?.rawValue,
             outcome: outcome, reason: reason)
 
         if let trace {
