@@ -297,7 +297,7 @@ actor ClientCredentialsTokens {
         var request = HTTPClientRequest(url: tokenURL)
         request.method = .POST
         request.headers.add(name: "content-type", value: "application/x-www-form-urlencoded")
-        request.body = .bytes(ByteBuffer(string: formEncoded(form)))
+        request.body = .bytes(ByteBuffer(bytes: formURLEncoded(form)))
         let response = try await http.execute(request, timeout: .milliseconds(timeout.saturatingMilliseconds))
         let body = await collectBounded(response.body, limit: 64 * 1024)
         let json = try? Wire.decode(JSONValue.self, from: body)
@@ -320,30 +320,6 @@ actor ClientCredentialsTokens {
         // Refreshed two minutes early, or half-way through a short lifetime.
         let early = min(120, lifetime / 2)
         return (token, ContinuousClock.now + Duration.seconds(lifetime - early))
-    }
-}
-
-/// `application/x-www-form-urlencoded` (only unreserved characters left as they are).
-func formEncoded(_ fields: [(String, String)]) -> String {
-    func encode(_ text: String) -> String {
-        var out = ""
-        for byte in text.utf8 {
-            if byte.isUnreservedURLByte {
-                out.unicodeScalars.append(Unicode.Scalar(byte))
-            } else {
-                out += String(format: "%%%02X", byte)
-            }
-        }
-        return out
-    }
-    return fields.map { "\(encode($0.0))=\(encode($0.1))" }.joined(separator: "&")
-}
-
-extension UInt8 {
-    /// RFC 3986 unreserved: ALPHA / DIGIT / "-" / "." / "_" / "~".
-    fileprivate var isUnreservedURLByte: Bool {
-        (0x30...0x39).contains(self) || (0x41...0x5a).contains(self) || (0x61...0x7a).contains(self)
-            || self == 0x2d || self == 0x2e || self == 0x5f || self == 0x7e
     }
 }
 

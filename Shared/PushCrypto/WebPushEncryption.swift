@@ -125,16 +125,14 @@ public enum WebPushEncryption {
         } catch {
             throw CryptoError(.invalidInput, "ECDH failed: \(error)")
         }
-        let ecdh = shared.withUnsafeBytes { Array($0) }
-        let prkKey = hmac(key: auth, ecdh)
-        let ikm = hmac(key: prkKey, Array("WebPush: info".utf8) + [0] + uaPublic + asPublic + [1])
-        let prk = hmac(key: salt, ikm)
-        let cek = Array(hmac(key: prk, Array("Content-Encoding: aes128gcm".utf8) + [0, 1]).prefix(16))
-        let nonce = Array(hmac(key: prk, Array("Content-Encoding: nonce".utf8) + [0, 1]).prefix(12))
-        return (cek, nonce)
-    }
-
-    static func hmac(key: [UInt8], _ data: [UInt8]) -> [UInt8] {
-        Array(HMAC<SHA256>.authenticationCode(for: data, using: SymmetricKey(data: key)))
+        let ikm = shared.hkdfDerivedSymmetricKey(
+            using: SHA256.self, salt: auth, sharedInfo: Array("WebPush: info".utf8) + [0] + uaPublic + asPublic,
+            outputByteCount: 32)
+        func derive(_ info: String, _ count: Int) -> [UInt8] {
+            HKDF<SHA256>.deriveKey(
+                inputKeyMaterial: ikm, salt: salt, info: Array(info.utf8) + [0], outputByteCount: count
+            ).withUnsafeBytes { Array($0) }
+        }
+        return (derive("Content-Encoding: aes128gcm", 16), derive("Content-Encoding: nonce", 12))
     }
 }

@@ -330,11 +330,10 @@ func nowSeconds() -> Int64 { Int64(Date().timeIntervalSince1970) }
                 #expect(refused.json?["error"] == 1101 && refused.json?["sub_error"] == 12304)
                 let granted = try await post(
                     http, "\(server.baseURL)/oauth2/v3/token", headers: form,
-                    body: Array(
-                        formEncoded([
-                            ("grant_type", "client_credentials"), ("client_id", Self.appID),
-                            ("client_secret", Self.secret),
-                        ]).utf8))
+                    body: formURLEncoded([
+                        ("grant_type", "client_credentials"), ("client_id", Self.appID),
+                        ("client_secret", Self.secret),
+                    ]))
                 #expect(granted.json?["expires_in"] == 3600 && granted.json?["token_type"] == "Bearer")
                 let token = granted.json?["access_token"]?.stringValue ?? ""
 

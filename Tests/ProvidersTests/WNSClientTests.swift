@@ -203,11 +203,10 @@ final class TrustingEndpoints: EndpointClientSource {
                     try await post(
                         http, "\(server.baseURL)/accesstoken.srf",
                         headers: ["content-type": "application/x-www-form-urlencoded"],
-                        body: Array(
-                            formEncoded([
-                                ("grant_type", "client_credentials"), ("client_id", Self.clientID),
-                                ("client_secret", Self.secret), ("scope", scope),
-                            ]).utf8))
+                        body: formURLEncoded([
+                            ("grant_type", "client_credentials"), ("client_id", Self.clientID),
+                            ("client_secret", Self.secret), ("scope", scope),
+                        ]))
                 }
                 #expect(try await grant(scope: "s.notify.live.net").json?["error"] == "invalid_scope")
                 let granted = try await grant(scope: "notify.windows.com")

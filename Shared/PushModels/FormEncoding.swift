@@ -1,7 +1,8 @@
 import Foundation
 
 /// `application/x-www-form-urlencoded` as Python's requests writes a dict (`quote_plus`):
-/// how Zulip servers send their bouncer requests.
+/// how Zulip servers send their bouncer requests, and how the relay posts OAuth 2.0
+/// client-credentials grants (Huawei, WNS).
 public func formURLEncoded(_ fields: [(String, String)]) -> [UInt8] {
     let unreserved = Set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~".utf8)
     func encode(_ text: String) -> String {
