@@ -13,7 +13,7 @@
 # named in Package.swift exists, so all of them are copied (Dev included) even though
 # the production build compiles none of the dev targets.
 FROM swift:6.2-bookworm AS build
-RUN apt-get update && apt-get install -y --no-install-recommends librdkafka-dev libhiredis-dev libsodium-dev libssl-dev pkg-config \
+RUN apt-get update && apt-get install -y --no-install-recommends librdkafka-dev libhiredis-dev libsodium-dev libssl-dev libsecp256k1-dev pkg-config \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 # Package.resolved is optional (it is not committed): when present, the image gets the
@@ -45,7 +45,7 @@ RUN swift build -c release --static-swift-stdlib \
 
 # What both runtime images share: the C libraries, CA certificates and a non-root user.
 FROM debian:bookworm-slim AS runtime
-RUN apt-get update && apt-get install -y --no-install-recommends librdkafka1 libhiredis0.14 libsodium23 libssl3 ca-certificates \
+RUN apt-get update && apt-get install -y --no-install-recommends librdkafka1 libhiredis0.14 libsodium23 libssl3 libsecp256k1-1 ca-certificates \
     && rm -rf /var/lib/apt/lists/* && useradd --system --uid 10001 relay
 USER relay
 ENV PUSHRELAY_HTTP_HOST=0.0.0.0

@@ -40,6 +40,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-configuration", from: "1.4.0"),
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/google/swift-benchmark", from: "0.1.2"),
+        .package(url: "https://github.com/apple/swift-protobuf", from: "1.39.0"),
     ],
     targets: [
         // C libraries from Debian, each used by exactly one Swift wrapper module.
@@ -55,6 +56,9 @@ let package = Package(
         .systemLibrary(
             name: "CLibCrypto", path: "Shared/CLibCrypto", pkgConfig: "libcrypto",
             providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(
+            name: "CSecp256k1", path: "Shared/CSecp256k1", pkgConfig: "libsecp256k1",
+            providers: [.apt(["libsecp256k1-dev"])]),
 
         // Plain Sendable value types: envelopes, ids, payloads and their validation. No I/O.
         .target(name: "PushModels", path: "Shared/PushModels", swiftSettings: strict),
@@ -76,6 +80,15 @@ let package = Package(
                 "CSodium", "CLibCrypto", "PushModels", .product(name: "Crypto", package: "swift-crypto"),
             ],
             path: "Shared/PushCrypto", swiftSettings: strict),
+        // The Status push-server protocol: its protobuf messages (generated once, committed),
+        // secp256k1 signatures and ECDH, Keccak-256 and SHAKE-256, and the spec's rules.
+        .target(
+            name: "StatusPush",
+            dependencies: [
+                "CSecp256k1", "CLibCrypto", "PushModels", .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "SwiftProtobuf", package: "swift-protobuf"),
+            ],
+            path: "Shared/StatusPush", exclude: ["Proto"], swiftSettings: strict),
         .target(
             name: "DeviceState",
             dependencies: ["RedisClient", "PushModels", "PushCrypto"],
@@ -146,7 +159,8 @@ let package = Package(
         .target(
             name: "IngestCore",
             dependencies: [
-                "ServiceKit", "DeviceState", "PushCrypto", "PushModels", "Kafka", "RedisClient",
+                "ServiceKit", "DeviceState", "PushCrypto", "PushModels", "Kafka", "RedisClient", "StatusPush",
+                .product(name: "SwiftProtobuf", package: "swift-protobuf"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -179,8 +193,11 @@ let package = Package(
         .target(
             name: "FeedbackCore",
             dependencies: [
-                "ServiceKit", "DeviceState", "PushModels", "PushCrypto", "Kafka", "RedisClient",
+                "ServiceKit", "DeviceState", "PushModels", "PushCrypto", "Kafka", "RedisClient", "Providers",
                 .product(name: "Configuration", package: "swift-configuration"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
             ],
             path: "Services/FeedbackCore", swiftSettings: strict),
         .executableTarget(
@@ -254,6 +271,9 @@ let package = Package(
 
         .testTarget(name: "PushModelsTests", dependencies: ["PushModels", "ReplayKit"], swiftSettings: strict),
         .testTarget(
+            name: "StatusPushTests",
+            dependencies: ["StatusPush", .product(name: "Crypto", package: "swift-crypto")], swiftSettings: strict),
+        .testTarget(
             name: "PushCryptoTests", dependencies: ["PushCrypto", "PushModels"], swiftSettings: strict),
         .testTarget(
             name: "ProvidersTests",
@@ -272,7 +292,7 @@ let package = Package(
             name: "PipelineTests",
             dependencies: [
                 "DevStack", "ServiceKit", "PushModels", "Kafka", "ReplayKit", "PushCrypto", "DeviceState",
-                "RedisClient",
+                "RedisClient", "StatusPush", .product(name: "SwiftProtobuf", package: "swift-protobuf"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages PushRelay builds and runs with, if any is missing:
-# librdkafka, hiredis, libsodium and OpenSSL (headers), pkg-config, Redis, curl.
+# librdkafka, hiredis, libsodium, OpenSSL and libsecp256k1 (headers), pkg-config, Redis, curl.
 set -euo pipefail
-packages=(librdkafka-dev libhiredis-dev libsodium-dev libssl-dev pkg-config redis-server curl)
+packages=(librdkafka-dev libhiredis-dev libsodium-dev libssl-dev libsecp256k1-dev pkg-config redis-server curl)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

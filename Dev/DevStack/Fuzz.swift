@@ -215,6 +215,9 @@ public enum FuzzEndpoint: String, CaseIterable, Codable, Sendable {
     case notify = "POST /v1/notify"
     case feedback = "GET /v1/feedback"
     case publicKeys = "GET /v1/bouncer-public-keys"
+    case gorushPush = "POST /api/push"
+    case statusRegistration = "POST /status/v1/registration"
+    case statusNotify = "POST /status/v1/notify"
     case unknownPath = "unknown path"
     case wrongMethod = "wrong method"
 }
@@ -250,7 +253,7 @@ public struct FuzzRequest: Sendable {
 /// The rules every answer must follow, as one pure function so they can be tested alone.
 public enum FuzzChecker {
     /// nil when the answer is acceptable, else what is wrong with it.
-    public static func problem(method: String, status: Int, body: [UInt8]) -> String? {
+    public static func problem(method: String, status: Int, body: [UInt8], path: String = "") -> String? {
         if status >= 500 { return "status \(status)" }
         // The relay is no proxy: CONNECT is always refused.
         if method == "CONNECT" && !(400..<500).contains(status) { return "CONNECT answered \(status)" }
@@ -261,6 +264,14 @@ public enum FuzzChecker {
         if method == "CONNECT" { return nil }
         guard let json = try? JSONSerialization.jsonObject(with: Data(body), options: [.fragmentsAllowed]) else {
             return "status \(status) with a non-JSON body"
+        }
+        // gorush's API answers in gorush's shape: {code: <status>, message, error: <code>}.
+        let gorushPaths = ["/api/push", "/api/stat/app", "/api/stat/go", "/api/config", "/api/feedback-hook"]
+        if gorushPaths.contains(String(path.prefix { $0 != "?" })) {
+            guard let object = json as? [String: Any], (object["code"] as? NSNumber)?.intValue == status,
+                object["message"] is String, object["error"] is String
+            else { return "status \(status) with a JSON body that is not gorush's {code, message, error}" }
+            return nil
         }
         guard let object = json as? [String: Any], object["result"] as? String == "error", object["code"] is String,
             object["msg"] is String
@@ -462,7 +473,9 @@ public struct EndpointFuzzer: Sendable {
                 let code = reply.json["code"]?.stringValue ?? ((200..<300).contains(reply.status) ? "success" : "-")
                 report.byCode["\(reply.status) \(code)", default: 0] += 1
                 let answer = FuzzRequest.shorten(String(decoding: reply.body, as: UTF8.self), 300)
-                if let problem = FuzzChecker.problem(method: request.method, status: reply.status, body: reply.body) {
+                if let problem = FuzzChecker.problem(
+                    method: request.method, status: reply.status, body: reply.body, path: request.path)
+                {
                     report.record(
                         reply.status >= 500 ? .serverError : .malformedError, request, detail: problem, response: answer
                     )
@@ -653,6 +666,17 @@ struct FuzzContext: Sendable {
 
 /// Builds one request: endpoint, auth, content type, then a valid body mutated in one of several ways.
 enum FuzzRequestGenerator {
+    /// A protobuf varint.
+    static func varint(_ value: Int) -> [UInt8] {
+        var value = UInt64(max(0, value))
+        var out: [UInt8] = []
+        while value >= 0x80 {
+            out.append(UInt8(value & 0x7f) | 0x80)
+            value >>= 7
+        }
+        return out + [UInt8(value)]
+    }
+
     static func request(_ random: inout FuzzRandom, _ context: inout FuzzContext) -> FuzzRequest {
         let endpoint = random.pick(FuzzEndpoint.allCases)
         var request = FuzzRequest(
@@ -743,6 +767,37 @@ enum FuzzRequestGenerator {
                 &random)
         case .publicKeys:
             query(&request, "/v1/bouncer-public-keys", random.chance(0.5) ? [] : [("junk", "1")], &random)
+        case .gorushPush:
+            let platform = random.int(1...3)
+            let token = platform == 1 ? FuzzContext.apnsToken(&random) : FuzzContext.fcmToken(&random)
+            let notification: RawJSON = .object([
+                ("tokens", .array([.string(token)])), ("platform", .raw(String(platform))),
+                ("message", .string("fuzz")), ("title", .string("t")), ("badge", .raw("1")),
+                ("data", .object([("k", .string("v")), ("n", .raw("2"))])), ("priority", .string("high")),
+                ("sound", .object([("name", .string("default")), ("volume", .raw("1.0"))])),
+            ])
+            post(&request, "/api/push", .object([("notifications", .array([notification]))]), &random, context)
+        case .statusRegistration, .statusNotify:
+            // Status bodies are protobuf: random bytes, or a signed envelope of random bytes.
+            request.auth = "none"
+            request.authorization = nil
+            request.method = "POST"
+            request.path = endpoint == .statusRegistration ? "/status/v1/registration" : "/status/v1/notify"
+            request.contentType = "application/x-protobuf"
+            let length = random.pick([0, 1, 16, 65, 200, 5000])
+            let bytes = (0..<length).map { _ in UInt8(truncatingIfNeeded: random.int(0...255)) }
+            if random.chance(0.5) {
+                let type: UInt8 = endpoint == .statusRegistration ? 16 : 20
+                // field 1 (signature, 65 bytes), field 2 (payload), field 3 (type).
+                var envelope: [UInt8] =
+                    [0x0a, 65] + (0..<65).map { _ in UInt8(truncatingIfNeeded: random.int(0...255)) }
+                envelope += [0x12] + Self.varint(bytes.count) + bytes + [0x18, type]
+                request.body = envelope
+                request.mutation = "envelope of \(length) random bytes"
+            } else {
+                request.body = bytes
+                request.mutation = "\(length) random bytes"
+            }
         case .unknownPath:
             request.method = random.pick(["GET", "POST", "DELETE"])
             request.path = random.pick([

@@ -89,6 +89,7 @@ public final class Stack: Sendable {
         public static let tests = Options(environment: [
             "PUSHRELAY_AUTH_FAILURES_MAX": "1000000",
             "PUSHRELAY_SERVER_REGISTRATIONS_MAX": "1000000",
+            "PUSHRELAY_STATUS_REQUESTS_MAX": "1000000",
             "PUSHRELAY_RATELIMIT_REQUESTS": "300",
             "PUSHRELAY_RETRY_DELAYS": "1s,2s,3s",
             "PUSHRELAY_RETRY_MAX_ATTEMPTS": "4",
@@ -240,6 +241,9 @@ public final class Stack: Sendable {
         try StorageKeyring.generateLine(id: "test1").write(
             toFile: "\(dir)/storage-keys", atomically: true, encoding: .utf8)
         try APIKeyPepper.generateLine().write(toFile: "\(dir)/apikey-pepper", atomically: true, encoding: .utf8)
+        // The Status server's secp256k1 identity: 32 random bytes (invalid with odds of 2^-128).
+        try (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined().write(
+            toFile: "\(dir)/status-key", atomically: true, encoding: .utf8)
         let bouncerLine = try BouncerKeyring.generateLine()
         try bouncerLine.write(toFile: "\(dir)/bouncer-keys", atomically: true, encoding: .utf8)
         let bouncerKey = try BouncerKeyring(fileContents: bouncerLine).publicKeysBase64[0]
@@ -285,6 +289,9 @@ public final class Stack: Sendable {
         return env
     }
 
+    /// The APNs topic of gorush-API iOS notifications that give none.
+    public static let gorushTopic = "org.zulip.Zulip"
+
     public func environment(for service: Service) -> [String: String] {
         var env: [String: String] = [
             "PUSHRELAY_KAFKA_BROKERS": kafkaBrokers,
@@ -294,7 +301,21 @@ public final class Stack: Sendable {
             "PUSHRELAY_STORAGE_KEYS_FILE": "\(directory)/storage-keys",
             "PUSHRELAY_APIKEY_PEPPER_FILE": "\(directory)/apikey-pepper",
         ]
-        if service == .ingest { env["PUSHRELAY_OPS_PORT"] = "\(ingestOpsPort)" }
+        if service == .ingest {
+            env["PUSHRELAY_OPS_PORT"] = "\(ingestOpsPort)"
+            // The Status push server and gorush's API, on the stack's own identity.
+            env["PUSHRELAY_STATUS_ENABLED"] = "true"
+            env["PUSHRELAY_STATUS_KEY_FILE"] = "\(directory)/status-key"
+            env["PUSHRELAY_GORUSH_APNS_TOPIC"] = Self.gorushTopic
+        }
+        if service == .feedback {
+            // Feedback hooks may call the test's own receivers on loopback.
+            env["PUSHRELAY_FEEDBACK_HOOK_ALLOWED_HOSTS"] = "127.0.0.1,localhost"
+            env["PUSHRELAY_FEEDBACK_HOOK_ATTEMPTS"] = "3"
+            if let ca = dispatcherEnvironment["PUSHRELAY_PUSH_ENDPOINT_CA_FILE"] {
+                env["PUSHRELAY_PUSH_ENDPOINT_CA_FILE"] = ca
+            }
+        }
         env.merge(redisEnvironment) { _, new in new }
         env.merge(options.environment) { _, new in new }
         if service == .dispatcher { env.merge(dispatcherEnvironment) { _, new in new } }

@@ -136,6 +136,10 @@ public struct FakeFCM: Sendable {
         if let android = message?["android"]?.objectValue {
             for (key, value) in android { headers["android.\(key)"] = value.stringValue ?? "\(value)" }
         }
+        // A notification message's visible part, as FCM v1 takes it (`notification.title`, …).
+        if let notification = message?["notification"]?.objectValue {
+            for (key, value) in notification { headers["notification.\(key)"] = value.stringValue ?? "\(value)" }
+        }
         func answer(_ response: Response, reason: String?) -> Response {
             state.record(
                 ReceivedPush(
@@ -167,6 +171,33 @@ public struct FakeFCM: Sendable {
             return answer(
                 Self.fcmError(400, "INVALID_ARGUMENT", "The registration token is not a valid FCM registration token"),
                 reason: "INVALID_ARGUMENT")
+        }
+        // FCM refuses fields a Message does not have, and mistyped known ones.
+        let known: Set<String> = [
+            "name", "token", "topic", "condition", "data", "notification", "android", "apns", "webpush", "fcm_options",
+        ]
+        if let unknown = message?.objectValue?.keys.first(where: { !known.contains($0) }) {
+            return answer(
+                Self.badRequest(
+                    field: "message", "Invalid JSON payload received. Unknown name \"\(unknown)\" at 'message'"),
+                reason: "INVALID_ARGUMENT")
+        }
+        for key in ["notification", "android", "apns", "webpush", "fcm_options"] {
+            if let value = message?[key], value.objectValue == nil {
+                return answer(
+                    Self.badRequest(field: "message.\(key)", "Invalid value at 'message.\(key)'"),
+                    reason: "INVALID_ARGUMENT")
+            }
+        }
+        if let notification = message?["notification"]?.objectValue {
+            for (key, value) in notification
+            where !["title", "body", "image"].contains(key) || value.stringValue == nil {
+                return answer(
+                    Self.badRequest(
+                        field: "message.notification.\(key)",
+                        "Invalid JSON payload received. Unknown name or bad value at 'message.notification.\(key)'"),
+                    reason: "INVALID_ARGUMENT")
+            }
         }
         var dataSize = 0
         if let data = message?["data"] {

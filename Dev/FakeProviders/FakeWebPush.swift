@@ -38,6 +38,25 @@ public struct FakeWebPush: Sendable {
         router.post("/sp/:id") { request, _ in try await message(request, provider: "simplepush", vapidRequired: false)
         }
         router.put("/sp/:id") { request, _ in try await wakeUp(request) }
+        // A feedback-hook receiver (gorush's API): records each POST; `/hook/fail-N-…`
+        // answers 503 to the first N deliveries of that path, to exercise the retries.
+        router.post("/hook/:id") { request, context in
+            let id = context.parameters.get("id") ?? ""
+            var request = request
+            let bytes = Array(try await request.collectBody(upTo: 1 << 20).readableBytesView)
+            var headers: [String: String] = [:]
+            for field in request.headers { headers[field.name.canonicalName] = field.value }
+            let earlier = state.received(provider: "hook").filter { $0.token == id }.count
+            let failures = id.hasPrefix("fail-") ? Int(id.dropFirst(5).prefix { $0.isNumber }) ?? 0 : 0
+            let status = earlier < failures ? 503 : 200
+            state.record(
+                ReceivedPush(
+                    provider: "hook", token: id, headers: headers,
+                    body: (try? Wire.decode(JSONValue.self, from: bytes)) ?? .null, status: status,
+                    reason: String(decoding: bytes, as: UTF8.self), httpVersion: httpVersion(request),
+                    receivedAtMs: Wire.nowMillis()))
+            return Response(status: .init(code: status))
+        }
         for method in [HTTPRequest.Method.get, .put, .delete, .patch] {
             router.on("/wp/:id", method: method) { _, _ in
                 Self.autopush(405, errno: 999, "Method not allowed")

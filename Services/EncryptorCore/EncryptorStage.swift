@@ -216,6 +216,8 @@ public struct EncryptorStage: Sendable {
         case .passThrough(let items): try await passThroughMessages(request, items: items, devices: devices)
         case .legacy(_, let deviceIDs, let sealed):
             try await legacyMessages(request, ids: deviceIDs, sealed: sealed, devices: devices)
+        case .gorush(let deviceIDs, let sealed):
+            try await gorushMessages(request, ids: deviceIDs, sealed: sealed, devices: devices)
         }
     }
 
@@ -360,16 +362,10 @@ public struct EncryptorStage: Sendable {
     private func legacyMessages(
         _ request: PushRequestRecord, ids: [DeviceID], sealed: SealedBlob, devices: any DeviceDirectory
     ) async throws -> [KafkaOutgoing] {
-        let payload: ZulipLegacyPayload
-        do {
-            let plaintext = try pipelineKeys.open(
-                sealed,
-                binding: .payload(notificationID: request.notificationID, realmUUID: request.realmUUID, userID: nil))
-            payload = try Wire.decode(ZulipLegacyPayload.self, from: plaintext)
-        } catch {
-            logger.error(
-                "cannot open sealed legacy payload",
-                metadata: [LogKey.notificationID: "\(request.notificationID)", LogKey.error: "\(error)"])
+        guard
+            let payload = openContent(
+                request, sealed, "legacy", { try Wire.decode(ZulipLegacyPayload.self, from: $0) })
+        else {
             return try ids.map { try unsent(request, device: $0, provider: nil, .failed, "pipeline_key_unavailable") }
         }
         let found = try await devices.devices(ids)
@@ -403,12 +399,79 @@ public struct EncryptorStage: Sendable {
                 delivery = DeliveryClass(
                     apnsPriority: .immediate, apnsPushType: .known(.alert), fcmPriority: Named(payload.fcmPriority))
             }
-            var record = try outbound(request, device: device, delivery: delivery, body: .null)
-            record.body = []
-            record.sealedBody = try pipelineKeys.seal(
-                Wire.canonical(body),
-                binding: .body(
-                    notificationID: request.notificationID, realmUUID: request.realmUUID, deviceID: device.id))
+            messages.append(
+                try .outbound(
+                    try sealedOutbound(request, device: device, delivery: delivery, body: body), topic: topics.outbound)
+            )
+        }
+        return messages
+    }
+
+    /// Opens a sealed payload bound to no user (legacy and gorush content) and reads it;
+    /// nil (logged) when it cannot be.
+    private func openContent<T>(
+        _ request: PushRequestRecord, _ sealed: SealedBlob, _ kind: String, _ read: ([UInt8]) throws -> T?
+    ) -> T? {
+        do {
+            let plaintext = try pipelineKeys.open(
+                sealed,
+                binding: .payload(notificationID: request.notificationID, realmUUID: request.realmUUID, userID: nil))
+            guard let content = try read(plaintext) else { throw EncodingError.unreadable }
+            return content
+        } catch {
+            logger.error(
+                "cannot open sealed \(kind) payload",
+                metadata: [LogKey.notificationID: "\(request.notificationID)", LogKey.error: "\(error)"])
+            return nil
+        }
+    }
+
+    /// A push whose body travels sealed (content the relay can read), bound to the notification and device.
+    private func sealedOutbound(
+        _ request: PushRequestRecord, device: DeviceRecord, delivery: DeliveryClass, body: JSONValue
+    ) throws -> OutboundRecord {
+        var record = try outbound(request, device: device, delivery: delivery, body: .null)
+        record.body = []
+        record.sealedBody = try pipelineKeys.seal(
+            Wire.canonical(body),
+            binding: .body(notificationID: request.notificationID, realmUUID: request.realmUUID, deviceID: device.id))
+        return record
+    }
+
+    /// gorush's API and the Status push server: the notification in gorush's form, built
+    /// into each device's provider body as gorush builds it (`GorushNotification`). Like
+    /// legacy content, the bodies travel sealed on `push.outbound`.
+    private func gorushMessages(
+        _ request: PushRequestRecord, ids: [DeviceID], sealed: SealedBlob, devices: any DeviceDirectory
+    ) async throws -> [KafkaOutgoing] {
+        guard let notification = openContent(request, sealed, "gorush", { GorushNotification(sealedForm: $0) }) else {
+            return try ids.map { try unsent(request, device: $0, provider: nil, .failed, "pipeline_key_unavailable") }
+        }
+        let found = try await devices.devices(ids)
+        var messages: [KafkaOutgoing] = []
+        for id in ids {
+            guard let device = found[id], device.realmUUID == request.realmUUID, device.zulipLegacyOwner == nil else {
+                messages.append(try unsent(request, device: id, provider: nil, .unknownDevice, "unknown_device"))
+                continue
+            }
+            if let outcome = try inactive(request, device) {
+                messages.append(outcome)
+                continue
+            }
+            let body: JSONValue
+            switch device.provider {
+            case .apns: body = notification.apnsPayload()
+            case .fcm: body = notification.fcmMessage()
+            case .hms: body = notification.hmsMessage()
+            case .apnsVoIP, .webpush, .simplepush, .wns:
+                messages.append(
+                    try unsent(request, device: id, provider: device.provider, .failed, "provider_mismatch"))
+                continue
+            }
+            var record = try sealedOutbound(request, device: device, delivery: notification.delivery, body: body)
+            record.bodyForm = device.provider == .apns ? nil : .message
+            if let expiresAt = notification.expiresAt { record.expiresAt = expiresAt }
+            record.collapseID = notification.collapseID
             messages.append(try .outbound(record, topic: topics.outbound))
         }
         return messages
@@ -427,6 +490,13 @@ public struct EncryptorStage: Sendable {
             provider: device.provider, token: "", appID: device.appID, delivery: delivery, body: body,
             expiresAt: request.acceptedAtMs / 1000 + ttlSeconds, acceptedAtMs: request.acceptedAtMs,
             registeredAtMs: device.registeredAtMs, sealedToken: sealedToken)
+    }
+}
+
+extension EncodingError {
+    /// A sealed payload that opened but is not the form its kind says.
+    static var unreadable: EncodingError {
+        .invalidValue((), .init(codingPath: [], debugDescription: "sealed payload is not in its kind's form"))
     }
 }
 
@@ -463,7 +533,7 @@ struct PrefetchedDevices: DeviceDirectory {
                 }
             case .passThrough(let items):
                 if ids.count + items.count <= maxDevices { ids.formUnion(items.map(\.deviceID)) }
-            case .legacy(_, let deviceIDs, _):
+            case .legacy(_, let deviceIDs, _), .gorush(let deviceIDs, _):
                 if ids.count + deviceIDs.count <= maxDevices { ids.formUnion(deviceIDs) }
             }
         }

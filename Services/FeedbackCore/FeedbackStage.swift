@@ -15,11 +15,21 @@ public struct FeedbackConfiguration: Sendable {
     public var common: CommonSettings
     public var consumer: KafkaConsumerConfiguration
     public var storageKeys: StorageKeyring
+    /// `push.deliveries`, for realms' outcome counters and servers' feedback hooks.
+    public var reports: KafkaConsumerConfiguration
+    public var hook: FeedbackHookSettings
+    /// CA for hook TLS in tests and private networks (`PUSHRELAY_PUSH_ENDPOINT_CA_FILE`).
+    public var caFile: String?
 
     public init(reader: SettingsReader) throws {
         common = try CommonSettings(service: "feedback", defaultPort: 8083, reader: reader)
         consumer = try common.consumer(stage: "feedback", topic: common.topics.feedback, defaultConcurrency: 16)
+        reports = try common.consumer(
+            stage: "feedback.reports", topic: common.topics.deliveries, defaultConcurrency: 64)
         storageKeys = try reader.storageKeyring()
+        hook = try FeedbackHookSettings(reader: reader)
+        let ca = try reader.string("pushrelay.push.endpoint.ca.file", default: "")
+        caFile = ca.isEmpty ? nil : ca
     }
 }
 
@@ -34,12 +44,20 @@ public enum Feedback {
             redis: redis, keys: settings.redisKeys, storage: configuration.storageKeys)
         let consumer = try KafkaConsumer(configuration: configuration.consumer, logger: logger)
         let stage = FeedbackStage(devices: RedisDeviceInvalidations(devices: devices), logger: logger)
+        let reportsConsumer = try KafkaConsumer(configuration: configuration.reports, logger: logger)
+        let reports = DeliveryReports(
+            redis: redis, keys: settings.redisKeys, devices: devices, settings: configuration.hook,
+            caFile: configuration.caFile, logger: logger)
         let app = opsApplication(
             settings: settings, readiness: Readiness(kafka: { consumer.isConnected() }, redis: redis),
             observability: observability)
         try await runServices(
-            [app, KafkaConsumerService(consumer: consumer, handler: stage.handle)],
+            [
+                app, KafkaConsumerService(consumer: consumer, handler: stage.handle),
+                KafkaConsumerService(consumer: reportsConsumer, handler: reports.handle),
+            ],
             shutdownTimeout: settings.shutdownTimeout, logger: logger)
+        await reports.shutdown()
     }
 }
 

@@ -112,37 +112,45 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
     {
         do {
             return try await next(request, context)
-        } catch let error as APIError {
-            throw error
-        } catch let error as HTTPError {
+        } catch {
+            throw Self.apiError(error, request: request, context: context, routes: routes)
+        }
+    }
+
+    /// The API error a failure is answered with.
+    static func apiError(_ error: any Error, request: Request, context: Context, routes: RouteMethods) -> APIError {
+        switch error {
+        case let error as APIError:
+            return error
+        case let error as HTTPError:
             switch error.status {
             case .contentTooLarge:
-                throw APIError(
+                return APIError(
                     status: .contentTooLarge, code: "REQUEST_TOO_LARGE", message: "Request body is too large")
             case .notFound:
                 let allowed = routes.methods(at: request.uri.path)
                 guard allowed.isEmpty || allowed.contains(request.method) else {
                     let names = allowed.map(\.rawValue).sorted()
-                    throw APIError(
+                    return APIError(
                         status: .methodNotAllowed, code: "METHOD_NOT_ALLOWED",
                         message:
                             "\(request.method.rawValue) is not allowed here; use \(names.joined(separator: " or "))",
                         headers: [.allow: names.joined(separator: ", ")])
                 }
-                throw APIError(status: .notFound, code: "NOT_FOUND", message: "No such endpoint")
+                return APIError(status: .notFound, code: "NOT_FOUND", message: "No such endpoint")
             case .methodNotAllowed:
-                throw APIError(status: .methodNotAllowed, code: "METHOD_NOT_ALLOWED", message: "Method not allowed")
+                return APIError(status: .methodNotAllowed, code: "METHOD_NOT_ALLOWED", message: "Method not allowed")
             default:
-                throw APIError(status: error.status, code: "BAD_REQUEST", message: error.body ?? "Bad request")
+                return APIError(status: error.status, code: "BAD_REQUEST", message: error.body ?? "Bad request")
             }
-        } catch let error as RedisError where error.isRetriable {
+        case let error as RedisError where error.isRetriable:
             context.logger.warning("redis unavailable", metadata: ["error": "\(error)"])
-            throw APIError.unavailable
-        } catch is NIOTooManyBytesError {
-            throw APIError(status: .contentTooLarge, code: "REQUEST_TOO_LARGE", message: "Request body is too large")
-        } catch {
+            return APIError.unavailable
+        case is NIOTooManyBytesError:
+            return APIError(status: .contentTooLarge, code: "REQUEST_TOO_LARGE", message: "Request body is too large")
+        default:
             context.logger.error("request failed", metadata: ["error": "\(error)"])
-            throw APIError.internalError
+            return APIError.internalError
         }
     }
 }

@@ -10,22 +10,35 @@ import ServiceKit
 struct Acceptor: Sendable {
     let publisher: any RecordPublisher
     let topic: String
+    /// Where outcomes decided at ingest go (Status notifications the device's preferences filter).
     /// The notify bound. Ingest's producer runs with `message.timeout.ms` set to it, so
     /// librdkafka reports a record it could not deliver by then; that report is the 503.
     let timeout: Duration
     let logger: Logger
+    var deliveriesTopic = TopicNames().deliveries
 
-    func publish(_ record: PushRequestRecord) async throws {
+    func publish(_ record: PushRequestRecord, outcomes: [DeliveryRecord] = []) async throws {
         let value = try Wire.encode(record)
         let outgoing = KafkaOutgoing(
             topic: topic, key: record.partitionKey, value: value,
             headers: [("notification_id", Array(record.notificationID.rawValue.utf8))])
+        try await publish(
+            [outgoing] + outcomes.map { try .delivery($0, topic: deliveriesTopic) }, id: record.notificationID)
+    }
+
+    /// Outcomes alone (nothing to send).
+    func publish(outcomes: [DeliveryRecord]) async throws {
+        guard let first = outcomes.first else { return }
+        try await publish(try outcomes.map { try .delivery($0, topic: deliveriesTopic) }, id: first.notificationID)
+    }
+
+    private func publish(_ messages: [KafkaOutgoing], id: NotificationID) async throws {
         do {
-            try await publisher.publish([outgoing])
+            try await publisher.publish(messages)
         } catch {
             logger.error(
                 "could not publish accepted notification",
-                metadata: ["notification_id": "\(record.notificationID)", "error": "\(error)"])
+                metadata: ["notification_id": "\(id)", "error": "\(error)"])
             RelayMetrics.publishFailures.increment()
             throw APIError.unavailable
         }

@@ -1,4 +1,5 @@
 import DeviceState
+import Foundation
 import Hummingbird
 import Kafka
 import Logging
@@ -50,6 +51,8 @@ public struct IngestConfiguration: Sendable {
     public var storageKeys: StorageKeyring
     public var bouncerKeys: BouncerKeyring
     public var pepper: APIKeyPepper
+    public var gorush: GorushSettings
+    public var status: StatusSettings
 
     public init(reader: SettingsReader) throws {
         common = try CommonSettings(service: "ingest", defaultPort: 8080, reader: reader)
@@ -67,6 +70,8 @@ public struct IngestConfiguration: Sendable {
         storageKeys = try reader.storageKeyring()
         bouncerKeys = try reader.bouncerKeyring()
         pepper = try reader.apiKeyPepper()
+        gorush = try GorushSettings(reader: reader)
+        status = try StatusSettings(reader: reader)
     }
 }
 
@@ -82,11 +87,17 @@ public struct IngestAPI: Sendable {
     let limits: Limits
     /// Whether servers may register themselves (`open`) or only by `pushrelay-admin` (`closed`).
     let openServerRegistration: Bool
+    let gorush: GorushSettings
+    /// Outcomes for gorush's sync mode; nil when this process does not read them.
+    let deliveryWatch: DeliveryWatch?
+    /// The Status push server, when configured.
+    let status: StatusServer?
 
     /// The handlers on Redis (device state) and a record publisher (`push.requests`).
     public init(
-        configuration: IngestConfiguration, redis: RedisClient, publisher: any RecordPublisher, logger: Logger
-    ) {
+        configuration: IngestConfiguration, redis: RedisClient, publisher: any RecordPublisher, logger: Logger,
+        deliveryWatch: DeliveryWatch? = nil
+    ) throws {
         let keys = configuration.common.redisKeys
         let servers = ServerStore(redis: redis, keys: keys, pepper: configuration.pepper)
         var devices = DeviceStore(redis: redis, keys: keys, storage: configuration.storageKeys)
@@ -100,9 +111,14 @@ public struct IngestAPI: Sendable {
         self.pipelineKeys = configuration.pipelineKeys
         self.acceptor = Acceptor(
             publisher: publisher, topic: configuration.common.topics.requests,
-            timeout: configuration.limits.publishTimeout, logger: logger)
+            timeout: configuration.limits.publishTimeout, logger: logger,
+            deliveriesTopic: configuration.common.topics.deliveries)
         self.limits = configuration.limits
         self.openServerRegistration = configuration.openServerRegistration
+        self.gorush = configuration.gorush
+        self.deliveryWatch = deliveryWatch
+        self.status = try configuration.status.server(
+            devices: devices, redis: redis, keys: keys, storage: configuration.storageKeys)
     }
 
     /// Every route of the public API: Zulip's bouncer API and the native API.
@@ -111,11 +127,15 @@ public struct IngestAPI: Sendable {
         let probe = Router(context: IngestContext.self)
         addBouncerRoutes(to: probe)
         addNativeRoutes(to: probe)
+        addGorushRoutes(to: probe)
+        addStatusRoutes(to: probe)
         let router = Router(context: IngestContext.self)
         router.add(middleware: ErrorMiddleware(routes: RouteMethods(probe.routes)))
         router.add(middleware: MetricsMiddleware())
         addBouncerRoutes(to: router)
         addNativeRoutes(to: router)
+        addGorushRoutes(to: router)
+        addStatusRoutes(to: router)
         return router
     }
 }
@@ -135,7 +155,17 @@ public enum Ingest {
         kafka.properties["message.timeout.ms"] = "\(RetrySchedule.milliseconds(configuration.limits.publishTimeout))"
         let redis = RedisClient(configuration: settings.redis)
         let producer = try KafkaProducer(configuration: kafka, logger: logger)
-        let api = IngestAPI(configuration: configuration, redis: redis, publisher: producer, logger: logger)
+        // gorush's sync mode: every ingest reads push.deliveries from its end, in a group of its own.
+        let watch = DeliveryWatch()
+        var watchConnection = kafka
+        watchConnection.properties["auto.offset.reset"] = "latest"
+        let watchConsumer = try KafkaConsumer(
+            configuration: KafkaConsumerConfiguration(
+                connection: watchConnection, groupID: "pushrelay-ingest-watch-\(UUID().uuidString.lowercased())",
+                topics: [settings.topics.deliveries], maxInFlight: 64),
+            logger: logger)
+        let api = try IngestAPI(
+            configuration: configuration, redis: redis, publisher: producer, logger: logger, deliveryWatch: watch)
         let app = Application(
             router: api.router(), server: settings.http.server(listener: "api"),
             configuration: settings.http.configuration(
@@ -151,7 +181,10 @@ public enum Ingest {
                 "ops": "\(ops.host):\(ops.port)",
             ])
         try await runServices(
-            [KafkaProducerService(producer: producer), ops.service, app], shutdownTimeout: settings.shutdownTimeout,
+            [
+                KafkaProducerService(producer: producer), ops.service, app,
+                KafkaConsumerService(consumer: watchConsumer, handler: DeliveryWatch.handler(watch)),
+            ], shutdownTimeout: settings.shutdownTimeout,
             logger: logger)
     }
 }

@@ -3,3 +3,5 @@
 // in 3.0 (low-level AES API) but stays available, so the deprecation is silenced here.
 #define OPENSSL_SUPPRESS_DEPRECATED 1
 #include <openssl/aes.h>
+// SHAKE-256 (Status hashes public keys, chat ids and payloads with it).
+#include <openssl/evp.h>

@@ -62,6 +62,22 @@ public struct RedisKeys: Sendable {
             realm: realm, provider: provider, tokenDigest: Fingerprint.sha256Hex(token), pushAccountID: pushAccountID)
     }
     public func feedback(realm: RealmID) -> String { "\(prefix)fb:\(realm)" }
+    /// gorush's API: a server's counters (`/api/stat/app`) and feedback hook.
+    public func gorushStats(server: String) -> String { "\(prefix)gs:\(tag(server))" }
+    public func gorushHook(server: String) -> String { "\(prefix)gh:\(tag(server))" }
+    /// The caller's `notif_id` of one accepted notification, for the feedback hook.
+    public func gorushNotificationID(_ id: NotificationID) -> String { "\(prefix)gn:\(id)" }
+    /// Outcome counters of one realm (`{provider}:{outcome}` fields).
+    public func realmStats(_ realm: RealmID) -> String { "\(prefix)rs:\(realm)" }
+    /// Status push server: one registration (by hashed key and installation), the
+    /// installations of a hashed key, and notification requests already answered.
+    public func statusRegistration(key: String, installation: String) -> String {
+        "\(prefix)st:\(tag(key)):\(installation)"
+    }
+    public func statusInstallations(key: String) -> String { "\(prefix)st:\(tag(key))" }
+    public func statusRequest(_ messageID: String) -> String { "\(prefix)sq:\(messageID)" }
+    /// Status requests from one client address in one window (they carry no credentials).
+    public func statusClient(_ client: String, window: Int64) -> String { "\(prefix)sc:\(client):\(window)" }
     public func zulipTokenID(realm: RealmID, tokenID: String) -> String { "\(prefix)tid:\(realm):\(tokenID)" }
     public func zulipLegacyUser(server: String, user: String) -> String { "\(prefix)zl:\(server):\(user)" }
     public func rateLimit(server: String, window: Int64) -> String { "\(prefix)rl:\(tag(server)):\(window)" }

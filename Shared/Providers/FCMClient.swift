@@ -152,33 +152,68 @@ public final class FCMClient: PushProviderClient {
     }
 
     public func send(_ record: OutboundRecord) async -> SendResult {
-        // The encryptor built the data object (string values only); its exact size (keys
-        // and values, as FCM counts it) needs a parse only when the bytes come near the limit.
-        guard record.body.first == UInt8(ascii: "{"), record.body.last == UInt8(ascii: "}") else {
-            return .failed(reason: .relay(.invalidData), status: nil)
+        let message: [UInt8]
+        if record.bodyForm == .message {
+            guard let built = Self.message(fields: record.body, record: record) else {
+                return .failed(reason: .relay(.invalidData), status: nil)
+            }
+            message = built
+        } else {
+            guard let built = dataMessage(record) else { return .failed(reason: .relay(.invalidData), status: nil) }
+            if built.isEmpty { return .failed(reason: .relay(.messageTooBig), status: nil) }
+            message = built
         }
-        if record.body.count > 4096 {
-            guard let data = (try? Wire.decode(JSONValue.self, from: record.body))?.objectValue,
-                data.values.allSatisfy({ $0.stringValue != nil })
-            else { return .failed(reason: .relay(.invalidData), status: nil) }
-            let dataSize = data.reduce(0) { $0 + $1.key.utf8.count + ($1.value.stringValue?.utf8.count ?? 0) }
-            guard dataSize <= 4096 else { return .failed(reason: .relay(.messageTooBig), status: nil) }
-        }
+        return await post(message, record: record)
+    }
+
+    /// The android block every message gets: the priority, the time left, the collapse key.
+    static func androidDefaults(_ record: OutboundRecord) -> [String: JSONValue] {
         var android: [String: JSONValue] = ["priority": .string(record.delivery.fcmPriority.name.uppercased())]
         if let expiresAt = record.expiresAt {
             let ttl = max(0, expiresAt - Int64(Date().timeIntervalSince1970))
             android["ttl"] = .string("\(ttl)s")
         }
         if let collapse = record.collapseID { android["collapse_key"] = .string(collapse) }
+        return android
+    }
+
+    /// A message from its own fields (gorush's form): the token added, and the android
+    /// block's priority, ttl and collapse key filled in where the fields leave them out.
+    static func message(fields body: [UInt8], record: OutboundRecord) -> [UInt8]? {
+        guard var fields = (try? Wire.decode(JSONValue.self, from: body))?.objectValue else { return nil }
+        var android = fields["android"]?.objectValue ?? [:]
+        for (key, value) in androidDefaults(record) where android[key] == nil { android[key] = value }
+        fields["android"] = .object(android)
+        fields["token"] = .string(record.token)
+        return Wire.canonical(.object(["message": .object(fields), "validate_only": false]))
+    }
+
+    /// The data message the encryptor's data object goes in; nil when the body is not an
+    /// object of strings, empty when it is over FCM's 4096 bytes.
+    func dataMessage(_ record: OutboundRecord) -> [UInt8]? {
+        // The encryptor built the data object (string values only); its exact size (keys
+        // and values, as FCM counts it) needs a parse only when the bytes come near the limit.
+        guard record.body.first == UInt8(ascii: "{"), record.body.last == UInt8(ascii: "}") else { return nil }
+        if record.body.count > 4096 {
+            guard let data = (try? Wire.decode(JSONValue.self, from: record.body))?.objectValue,
+                data.values.allSatisfy({ $0.stringValue != nil })
+            else { return nil }
+            let dataSize = data.reduce(0) { $0 + $1.key.utf8.count + ($1.value.stringValue?.utf8.count ?? 0) }
+            guard dataSize <= 4096 else { return [] }
+        }
         // `{"message":{"android":…,"data":…,"token":…},"validate_only":false}`, keys sorted,
         // with the body's bytes spliced in as the encryptor built them.
         var message = Array(#"{"message":{"android":"#.utf8)
-        message += Wire.canonical(.object(android))
+        message += Wire.canonical(.object(Self.androidDefaults(record)))
         message += Array(#","data":"#.utf8)
         message += record.body
         message += Array(#","token":"#.utf8)
         message += Wire.canonical(.string(record.token))
         message += Array(#"},"validate_only":false}"#.utf8)
+        return message
+    }
+
+    private func post(_ message: [UInt8], record: OutboundRecord) async -> SendResult {
         let bearer: String
         do {
             bearer = try await tokens.token()

@@ -90,11 +90,20 @@ public final class HMSClient: PushProviderClient {
     }
 
     public func send(_ record: OutboundRecord) async -> SendResult {
-        guard let data = String(validating: record.body, as: UTF8.self) else {
-            return .failed(reason: .relay(.invalidBody), status: nil)
-        }
         guard record.body.count <= Self.maxDataBytes else {
             return .failed(reason: .relay(.payloadTooLarge), status: nil)
+        }
+        let message: [UInt8]
+        if record.bodyForm == .message {
+            guard let fields = (try? Wire.decode(JSONValue.self, from: record.body))?.objectValue else {
+                return .failed(reason: .relay(.invalidBody), status: nil)
+            }
+            message = Self.message(record, fields: fields, now: Date())
+        } else {
+            guard let data = String(validating: record.body, as: UTF8.self) else {
+                return .failed(reason: .relay(.invalidBody), status: nil)
+            }
+            message = Self.message(record, fields: ["data": .string(data)], now: Date())
         }
         let bearer: String
         do {
@@ -107,7 +116,7 @@ public final class HMSClient: PushProviderClient {
         request.method = .POST
         request.headers.add(name: "authorization", value: "Bearer \(bearer)")
         request.headers.add(name: "content-type", value: "application/json; charset=utf-8")
-        request.body = .bytes(ByteBuffer(bytes: Self.message(record, data: data, now: Date())))
+        request.body = .bytes(ByteBuffer(bytes: message))
         do {
             let response = try await http.execute(
                 request, timeout: .milliseconds(configuration.requestTimeout.saturatingMilliseconds))
@@ -126,23 +135,27 @@ public final class HMSClient: PushProviderClient {
         try? await http.shutdown()
     }
 
-    /// `{"message":{"android":{…},"data":"<body>","token":["<token>"]},"validate_only":false}`.
-    /// `collapse_key` is Huawei's integer (-1 to 100); a collapse id that is not one is left
-    /// out rather than guessed.
-    static func message(_ record: OutboundRecord, data: String, now: Date) -> [UInt8] {
-        var android: [String: JSONValue] = [
-            "urgency": record.delivery.fcmPriority == .known(.high) ? "HIGH" : "NORMAL"
-        ]
-        if let expiresAt = record.expiresAt {
+    /// `{"message":{"android":{…},"data":"<body>","token":["<token>"]},"validate_only":false}`:
+    /// the message's fields (the data string alone, or gorush's whole form) with the
+    /// token, and the android block's urgency, ttl and collapse key where the fields leave
+    /// them out. `collapse_key` is Huawei's integer (-1 to 100); a collapse id that is not
+    /// one is left out rather than guessed.
+    static func message(_ record: OutboundRecord, fields: [String: JSONValue], now: Date) -> [UInt8] {
+        var android = fields["android"]?.objectValue ?? [:]
+        if android["urgency"] == nil {
+            android["urgency"] = record.delivery.fcmPriority == .known(.high) ? "HIGH" : "NORMAL"
+        }
+        if let expiresAt = record.expiresAt, android["ttl"] == nil {
             let left = expiresAt.saturatingSubtract(Int64(now.timeIntervalSince1970))
             android["ttl"] = .string("\(min(max(left, 1), maxTTLSeconds))s")
         }
-        if let key = record.collapseID.flatMap(collapseKey) { android["collapse_key"] = .int(key) }
-        let message: JSONValue = [
-            "validate_only": false,
-            "message": ["android": .object(android), "data": .string(data), "token": [.string(record.token)]],
-        ]
-        return Wire.canonical(message)
+        if let key = record.collapseID.flatMap(collapseKey), android["collapse_key"] == nil {
+            android["collapse_key"] = .int(key)
+        }
+        var message = fields
+        message["android"] = .object(android)
+        message["token"] = [.string(record.token)]
+        return Wire.canonical(["validate_only": false, "message": .object(message)])
     }
 
     static func collapseKey(_ text: String) -> Int64? {

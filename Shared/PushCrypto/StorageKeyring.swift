@@ -24,6 +24,16 @@ public struct StorageSlot: Sendable, Equatable {
         StorageSlot(record: "device:\(deviceID)", field: "push_key:\(keyID)")
     }
 
+    /// A server's feedback-hook signing secret (gorush's API).
+    public static func hookSecret(server: String) -> StorageSlot {
+        StorageSlot(record: "server:\(server)", field: "hook_secret")
+    }
+
+    /// A Status registration (the decrypted protobuf), by hashed key and installation.
+    public static func statusRegistration(key: String, installation: String) -> StorageSlot {
+        StorageSlot(record: "status:\(key):\(installation)", field: "registration")
+    }
+
     var associatedData: [UInt8] {
         var out = Array("pushrelay.storage.v1".utf8)
         for field in [record, field] {

@@ -97,6 +97,10 @@ public enum PushRequest: Sendable, Equatable {
     /// as `ZulipLegacyPayload` (bound to no user id), for the user's legacy devices when
     /// ingest accepted the request. `user` is `uuid:{user_uuid}` or `id:{user_id}`.
     case legacy(user: String, deviceIDs: [DeviceID], sealedPayload: SealedBlob)
+    /// gorush's API (`POST /api/push`) and the Status push server: one notification in
+    /// gorush's form (`GorushContent`), readable by the relay like legacy content, for
+    /// devices the request registered under the calling server. Sealed bound to no user.
+    case gorush(deviceIDs: [DeviceID], sealedPayload: SealedBlob)
 }
 
 /// `push.requests`: what ingest accepted, keyed by realm and user so one user's
@@ -109,6 +113,7 @@ public struct PushRequestRecord: WireObject, Equatable {
         case native
         case passThrough = "pass_through"
         case legacy
+        case gorush
     }
 
     public var schema: Int
@@ -136,6 +141,7 @@ public struct PushRequestRecord: WireObject, Equatable {
         case .native: .native
         case .passThrough: .passThrough
         case .legacy: .legacy
+        case .gorush: .gorush
         }
     }
 
@@ -159,6 +165,10 @@ public struct PushRequestRecord: WireObject, Equatable {
         case .legacy:
             request = .legacy(
                 user: try fields.string("legacy_user"), deviceIDs: try fields.int64s("device_ids").map { DeviceID($0) },
+                sealedPayload: try fields.object("sealed_payload"))
+        case .gorush:
+            request = .gorush(
+                deviceIDs: try fields.int64s("device_ids").map { DeviceID($0) },
                 sealedPayload: try fields.object("sealed_payload"))
         }
     }
@@ -192,6 +202,14 @@ public struct PushRequestRecord: WireObject, Equatable {
             object.field("schema", schema)
             object.field("sealed_payload", sealed)
             object.field("server_uuid", serverUUID.rawValue)
+        case .gorush(let deviceIDs, let sealed):
+            object.field("device_ids", deviceIDs.map(\.rawValue))
+            object.field("kind", kind)
+            object.field("notification_id", notificationID.rawValue)
+            object.field("realm_uuid", realmUUID.rawValue)
+            object.field("schema", schema)
+            object.field("sealed_payload", sealed)
+            object.field("server_uuid", serverUUID.rawValue)
         }
     }
 
@@ -201,6 +219,7 @@ public struct PushRequestRecord: WireObject, Equatable {
         case .native(let userID, _, _, _): "\(realmUUID):\(userID)"
         case .passThrough: realmUUID.rawValue
         case .legacy(let user, _, _): "\(serverUUID):\(user)"
+        case .gorush: "\(realmUUID):\(notificationID)"
         }
     }
 
@@ -213,14 +232,14 @@ public struct PushRequestRecord: WireObject, Equatable {
     public var deviceIDs: [DeviceID]? {
         switch request {
         case .native(_, let ids, _, _): ids
-        case .legacy(_, let ids, _): ids
+        case .legacy(_, let ids, _), .gorush(let ids, _): ids
         case .passThrough(let items): items.map(\.deviceID)
         }
     }
 
     public var sealedPayload: SealedBlob? {
         switch request {
-        case .native(_, _, _, let sealed), .legacy(_, _, let sealed): sealed
+        case .native(_, _, _, let sealed), .legacy(_, _, let sealed), .gorush(_, let sealed): sealed
         case .passThrough: nil
         }
     }
@@ -286,6 +305,10 @@ public struct OutboundRecord: WireObject, Equatable {
     /// bound to (notification, realm, device). When present, `body` is not encoded.
     /// Schema 4.
     public var sealedBody: SealedBlob?
+    /// How FCM and Huawei read `body`: nil, the data object (or string) alone; `message`,
+    /// the message's own fields (`notification`, `data`, `android`, …) without the token,
+    /// as gorush's API sends them.
+    public var bodyForm: BodyForm?
     /// Unix seconds after which the push is useless; nil keeps the provider's default.
     public var expiresAt: Int64?
     public var collapseID: String?
@@ -334,6 +357,7 @@ public struct OutboundRecord: WireObject, Equatable {
         appID = try fields.string(ifPresent: "app_id")
         delivery = try fields.object("delivery")
         sealedBody = try fields.object(ifPresent: "sealed_body")
+        bodyForm = try fields.named(ifPresent: "body_form")
         if sealedBody != nil {
             body = []
         } else if let text = try fields.string(ifPresent: "body_json") {
@@ -357,6 +381,7 @@ public struct OutboundRecord: WireObject, Equatable {
         object.field("app_id", appID)
         object.field("attempts", attempts)
         if sealedBody == nil { object.field("body_json", utf8: body) }
+        if let bodyForm { object.field("body_form", bodyForm) }
         object.field("collapse_id", collapseID)
         object.field("delivery", delivery)
         object.field("device_id", deviceID.rawValue)
@@ -381,6 +406,12 @@ public struct OutboundRecord: WireObject, Equatable {
         guard let expiresAt else { return false }
         return nowMs / 1000 > expiresAt
     }
+}
+
+/// How a provider body is to be read (`OutboundRecord.bodyForm`).
+public enum BodyForm: String, Sendable, Equatable {
+    /// The provider message's fields, without the token.
+    case message
 }
 
 /// `push.deadletter`: a push the relay gave up on, with its last error, so an operator
@@ -506,6 +537,8 @@ public enum DeliveryOutcome: String, Sendable, Codable, CaseIterable {
     case expired
     /// A redelivered or replayed push whose pair the provider had already accepted: not sent again.
     case alreadySent = "already_sent"
+    /// The device's own preferences (Status push server) say not to notify; `reason` says which.
+    case filtered
 }
 
 /// `push.deliveries`: one record per final outcome, for accounting and incident analysis.

@@ -25,6 +25,7 @@ public enum RelayMetrics {
         public static let unreadableBodies = "pushrelay_unreadable_bodies_total"
         public static let invalidations = "pushrelay_invalidations_total"
         public static let publishFailures = "pushrelay_ingest_publish_failures_total"
+        public static let hookFailures = "pushrelay_feedback_hook_failures_total"
         public static let authFailures = "pushrelay_auth_failures_total"
         public static let authLockouts = "pushrelay_auth_lockouts_total"
         public static let idempotencyStoreFailures = "pushrelay_idempotency_store_failures_total"
@@ -96,6 +97,8 @@ public enum RelayMetrics {
     }
 
     public static var publishFailures: Counter { Counter(label: Name.publishFailures) }
+    /// Failed pushes a server's feedback hook never took (after its retries).
+    public static var hookFailures: Counter { Counter(label: Name.hookFailures) }
     public static var authFailures: Counter { Counter(label: Name.authFailures) }
     public static var authLockouts: Counter { Counter(label: Name.authLockouts) }
     public static var idempotencyStoreFailures: Counter { Counter(label: Name.idempotencyStoreFailures) }

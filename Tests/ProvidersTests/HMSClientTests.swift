@@ -307,7 +307,8 @@ func nowSeconds() -> Int64 { Int64(Date().timeIntervalSince1970) }
     @Test func theMessageIsHuaweisV1DataMessage() throws {
         let record = outbound(.hms, token: "tok", type: .remove, expiresAt: 10_000_000, collapseID: "-1")
         let now = Date(timeIntervalSince1970: 100)
-        let bytes = HMSClient.message(record, data: String(decoding: record.body, as: UTF8.self), now: now)
+        let bytes = HMSClient.message(
+            record, fields: ["data": .string(String(decoding: record.body, as: UTF8.self))], now: now)
         let json = try Wire.decode(JSONValue.self, from: bytes)
         #expect(json["validate_only"] == false)
         #expect(json["message"]?["data"] == .string(String(decoding: record.body, as: UTF8.self)))

@@ -91,7 +91,7 @@ struct RouterFixture: Sendable {
 
         let redis = RedisClient(configuration: configuration.common.redis)
         let publisher = RouterRecordingPublisher()
-        let api = IngestAPI(
+        let api = try IngestAPI(
             configuration: configuration, redis: redis, publisher: publisher,
             logger: Logger(label: "ingest-router-tests"))
         return RouterFixture(
@@ -105,7 +105,7 @@ struct RouterFixture: Sendable {
     /// A second ingest instance on the same settings, Redis and publisher.
     func twin() -> RouterFixture {
         var twin = self
-        twin.api = IngestAPI(
+        twin.api = try! IngestAPI(
             configuration: configuration, redis: redis, publisher: publisher,
             logger: Logger(label: "ingest-router-tests-twin"))
         return twin

@@ -42,7 +42,7 @@ struct Fuzz: AsyncParsableCommand {
             // validation; they are lifted here (`--env` sets them back).
             var environment = [
                 "PUSHRELAY_RATELIMIT_REQUESTS": "1000000000", "PUSHRELAY_AUTH_FAILURES_MAX": "1000000",
-                "PUSHRELAY_SERVER_REGISTRATIONS_MAX": "1000000",
+                "PUSHRELAY_SERVER_REGISTRATIONS_MAX": "1000000", "PUSHRELAY_STATUS_REQUESTS_MAX": "1000000",
             ]
             for pair in env {
                 let kv = pair.split(separator: "=", maxSplits: 1)

@@ -1,0 +1,168 @@
+import AsyncHTTPClient
+import Crypto
+import DeviceState
+import Foundation
+import Kafka
+import Logging
+import NIOCore
+import Providers
+import PushCrypto
+import PushModels
+import RedisClient
+import ServiceKit
+
+/// The feedback hook's settings (README, "Replace gorush").
+public struct FeedbackHookSettings: Sendable {
+    public var timeout: Duration
+    /// Tries per delivery of the hook, 1 s, 2 s, 4 s … apart.
+    public var attempts: Int
+    /// Hook hosts that may resolve to non-public addresses (tests, private networks).
+    public var allowedHosts: Set<String>
+
+    public init(reader: SettingsReader) throws {
+        timeout = try reader.milliseconds("pushrelay.feedback.hook.timeout.ms", default: 10_000)
+        attempts = try reader.int("pushrelay.feedback.hook.attempts", default: 5)
+        allowedHosts = Set(
+            try reader.string("pushrelay.feedback.hook.allowed.hosts", default: "").split(separator: ",").map {
+                $0.trimmingCharacters(in: .whitespaces)
+            }.filter { !$0.isEmpty })
+    }
+}
+
+/// Reads `push.deliveries` (group `pushrelay-feedback-reports`): counts each realm's
+/// outcomes per provider (gorush's `/api/stat/app`), and POSTs each failed push of a
+/// server with a feedback hook to it, as gorush's `LogPushEntry`, signed.
+public struct DeliveryReports: Sendable {
+    let redis: RedisClient
+    let keys: RedisKeys
+    let devices: DeviceStore
+    let endpoints: OutboundEndpoints
+    let settings: FeedbackHookSettings
+    let logger: Logger
+
+    public init(
+        redis: RedisClient, keys: RedisKeys, devices: DeviceStore, settings: FeedbackHookSettings, caFile: String?,
+        logger: Logger
+    ) {
+        self.redis = redis
+        self.keys = keys
+        self.devices = devices
+        self.settings = settings
+        self.endpoints = OutboundEndpoints(
+            settings: .init(
+                allowedHosts: settings.allowedHosts, caFile: caFile, readTimeout: settings.timeout,
+                maxConnectionsPerOrigin: 2),
+            logger: logger)
+        self.logger = logger
+    }
+
+    static let failures: Set<DeliveryOutcome> = [.invalidToken, .failed, .expired]
+
+    public func handle(_ record: KafkaRecord) async -> RecordDisposition {
+        guard let delivery = decodeRecord(DeliveryRecord.self, from: record, logger: logger) else { return .done }
+        let counted: Bool? = await untilSuccess("count a delivery outcome", logger: logger) {
+            try await redis.command(
+                "HINCRBY", RedisArgument(keys.realmStats(delivery.realmUUID)),
+                RedisArgument("\(delivery.provider?.rawValue ?? "none"):\(delivery.outcome.rawValue)"), "1")
+            return true
+        }
+        guard counted != nil else { return .abandoned }
+        if Self.failures.contains(delivery.outcome), let device = delivery.deviceID {
+            await reportFailure(delivery, device: device)
+        }
+        return .done
+    }
+
+    /// gorush's `LogPushEntry` for a failed push, POSTed to the owning server's hook with
+    /// retries. The token is sent whole: the hook is the server's own, and it needs the
+    /// token to forget it. A hook that keeps failing is logged and counted, not retried
+    /// for ever.
+    func reportFailure(_ delivery: DeliveryRecord, device deviceID: DeviceID) async {
+        do {
+            guard
+                let server = try await redis.command(
+                    "HGET", RedisArgument(keys.realm(delivery.realmUUID.rawValue)), "server_uuid"
+                ).string
+            else { return }
+            let hook = try await redis.command("HMGET", RedisArgument(keys.gorushHook(server: server)), "url", "secret")
+                .array
+            guard hook.count == 2, let url = hook[0].string, let sealedSecret = hook[1].string,
+                let device = try await devices.device(deviceID)
+            else { return }
+            let secret = try devices.storage.openString(sealedSecret, slot: .hookSecret(server: server))
+            let notifID = try await redis.command(
+                "GET", RedisArgument(keys.gorushNotificationID(delivery.notificationID))
+            )
+            .string
+            let body = Self.entry(delivery, device: device, notificationID: notifID)
+            try await post(body, to: url, secret: secret)
+        } catch {
+            RelayMetrics.hookFailures.increment()
+            logger.warning(
+                "feedback hook not delivered",
+                metadata: [LogKey.notificationID: "\(delivery.notificationID)", LogKey.error: "\(error)"])
+        }
+    }
+
+    static func entry(_ delivery: DeliveryRecord, device: DeviceRecord, notificationID: String?) -> [UInt8] {
+        var fields: [String: JSONValue] = [
+            "type": "failed-push",
+            "platform": .string(
+                GorushNotification.Platform(provider: device.provider)?.name ?? device.provider.rawValue),
+            "token": .string(device.token), "message": "",
+            "error": .string(delivery.reason ?? delivery.outcome.rawValue),
+            "outcome": .string(delivery.outcome.rawValue),
+            "pushrelay_notification_id": .string(delivery.notificationID.rawValue),
+            "device_id": .int(device.id.rawValue),
+        ]
+        if let notificationID { fields["notif_id"] = .string(notificationID) }
+        return Wire.canonical(.object(fields))
+    }
+
+    /// `X-PushRelay-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>`.
+    static func signature(body: [UInt8], secret: String, at seconds: Int64) -> String {
+        let mac = HMAC<SHA256>.authenticationCode(
+            for: Array("\(seconds).".utf8) + body, using: SymmetricKey(data: Array(secret.utf8)))
+        return "t=\(seconds),v1=" + mac.map { String(format: "%02x", $0) }.joined()
+    }
+
+    struct HookError: Error, CustomStringConvertible {
+        var description: String
+    }
+
+    func post(_ body: [UInt8], to url: String, secret: String) async throws {
+        let endpoint = try PushEndpoint(url, field: "url")
+        var lastError = "not tried"
+        for attempt in 0..<max(1, settings.attempts) {
+            if attempt > 0 { try await Task.sleep(for: .seconds(1 << min(attempt - 1, 6))) }
+            switch await endpoints.client(for: endpoint) {
+            case .failure(let refusal):
+                throw HookError(description: "hook refused: \(refusal)")
+            case .success(let client):
+                var request = HTTPClientRequest(url: url)
+                request.method = .POST
+                request.headers.add(name: "content-type", value: "application/json; charset=utf-8")
+                request.headers.add(
+                    name: "x-pushrelay-signature",
+                    value: Self.signature(body: body, secret: secret, at: Int64(Date().timeIntervalSince1970)))
+                request.body = .bytes(ByteBuffer(bytes: body))
+                do {
+                    let response = try await client.execute(
+                        request, timeout: .milliseconds(Int64(RetrySchedule.milliseconds(settings.timeout))))
+                    _ = try? await response.body.collect(upTo: 64 * 1024)
+                    if (200..<300).contains(response.status.code) { return }
+                    lastError = "HTTP \(response.status.code)"
+                    // A 4xx other than 408/429 will not change on a retry.
+                    if (400..<500).contains(response.status.code), ![408, 429].contains(response.status.code) {
+                        break
+                    }
+                } catch {
+                    lastError = "\(error)"
+                }
+            }
+        }
+        throw HookError(description: "hook failed: \(lastError)")
+    }
+
+    public func shutdown() async { await endpoints.shutdown() }
+}
