@@ -238,7 +238,8 @@ let package = Package(
         .executableTarget(
             name: "microbench",
             dependencies: [
-                "PushCrypto", "PushModels", "Providers", .product(name: "Benchmark", package: "swift-benchmark"),
+                "PushCrypto", "PushModels", "Providers", "StatusPush",
+                .product(name: "Benchmark", package: "swift-benchmark"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
             path: "benchmarks/Micro", swiftSettings: [.swiftLanguageMode(.v5)]),

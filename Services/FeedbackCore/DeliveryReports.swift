@@ -58,19 +58,37 @@ public struct DeliveryReports: Sendable {
 
     static let failures: Set<DeliveryOutcome> = [.invalidToken, .failed, .expired]
 
-    public func handle(_ record: KafkaRecord) async -> RecordDisposition {
-        guard let delivery = decodeRecord(DeliveryRecord.self, from: record, logger: logger) else { return .done }
-        let counted: Bool? = await untilSuccess("count a delivery outcome", logger: logger) {
-            try await redis.command(
-                "HINCRBY", RedisArgument(keys.realmStats(delivery.realmUUID)),
-                RedisArgument("\(delivery.provider?.rawValue ?? "none"):\(delivery.outcome.rawValue)"), "1")
-            return true
+    /// One fetch of `push.deliveries`: every outcome counted in one pipelined round trip
+    /// (one `HINCRBY` per realm and field), then the failures' hooks, concurrently.
+    public func handleBatch(_ records: [KafkaRecord]) async -> [RecordDisposition] {
+        var counts: [String: [String: Int64]] = [:]
+        var failures: [(DeliveryRecord, DeviceID)] = []
+        for record in records {
+            guard let delivery = decodeRecord(DeliveryRecord.self, from: record, logger: logger) else { continue }
+            let field = "\(delivery.provider?.rawValue ?? "none"):\(delivery.outcome.rawValue)"
+            counts[keys.realmStats(delivery.realmUUID), default: [:]][field, default: 0] += 1
+            if Self.failures.contains(delivery.outcome), let device = delivery.deviceID {
+                failures.append((delivery, device))
+            }
         }
-        guard counted != nil else { return .abandoned }
-        if Self.failures.contains(delivery.outcome), let device = delivery.deviceID {
-            await reportFailure(delivery, device: device)
+        var commands: [[RedisArgument]] = []
+        for (key, fields) in counts {
+            for (field, count) in fields {
+                commands.append(["HINCRBY", RedisArgument(key), RedisArgument(field), RedisArgument(count)])
+            }
         }
-        return .done
+        if !commands.isEmpty {
+            let increments = commands
+            let counted: Bool? = await untilSuccess("count delivery outcomes", logger: logger) {
+                _ = try await redis.checkedPipeline(increments)
+                return true
+            }
+            guard counted != nil else { return records.map { _ in .abandoned } }
+        }
+        await withTaskGroup(of: Void.self) { group in
+            for (delivery, device) in failures { group.addTask { await reportFailure(delivery, device: device) } }
+        }
+        return records.map { _ in .done }
     }
 
     /// gorush's `LogPushEntry` for a failed push, POSTed to the owning server's hook with

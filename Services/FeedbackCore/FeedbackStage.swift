@@ -54,7 +54,7 @@ public enum Feedback {
         try await runServices(
             [
                 app, KafkaConsumerService(consumer: consumer, handler: stage.handle),
-                KafkaConsumerService(consumer: reportsConsumer, handler: reports.handle),
+                KafkaConsumerService(consumer: reportsConsumer, maxBatch: 512, batchHandler: reports.handleBatch),
             ],
             shutdownTimeout: settings.shutdownTimeout, logger: logger)
         await reports.shutdown()

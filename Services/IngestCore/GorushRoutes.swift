@@ -39,6 +39,8 @@ extension IngestAPI {
     static let gorushVersion = "pushrelay-1.0"
     // swift-format-ignore: NeverForceUnwrap
     static let versionHeader = HTTPField.Name("X-GORUSH-VERSION")!
+    // swift-format-ignore: NeverForceUnwrap
+    static let notificationIDsHeader = HTTPField.Name("X-PushRelay-Notification-Ids")!
 
     func addGorushRoutes(to router: Router<IngestContext>) {
         router.post("/api/push") { request, context in
@@ -221,7 +223,7 @@ extension IngestAPI {
                     "SET", RedisArgument(servers.keys.gorushNotificationID(notificationID)), RedisArgument(id), "EX",
                     RedisArgument(7 * 86_400))
             }
-            if sync, let watch = deliveryWatch { await watch.expect(notificationID, devices: order) }
+            if sync, let watch = deliveryWatch { watch.expect(notificationID, devices: order) }
             try await acceptor.publish(
                 PushRequestRecord(
                     notificationID: notificationID, serverUUID: ServerID(server), realmUUID: realm,
@@ -250,7 +252,11 @@ extension IngestAPI {
                 }
             }
         }
-        return jsonResponse(.ok, ["counts": .int(Int64(tokenCount)), "logs": .array(logs), "success": "ok"])
+        var response = jsonResponse(
+            .ok, ["counts": .int(Int64(tokenCount)), "logs": .array(logs), "success": "ok"])
+        // The relay's ids of what was accepted, in request order: for replay and the feedback hook.
+        response.headers[Self.notificationIDsHeader] = waits.map(\.1.rawValue).joined(separator: ",")
+        return response
     }
 
     /// gorush's `/api/stat/app`, for the calling server: what it submitted, and the
@@ -358,6 +364,8 @@ extension IngestAPI {
             auth:
               server_uuid: \(quoted(server))
               api_key: "[REDACTED]"
+            pushrelay:
+              gorush_realm_uuid: \(quoted(Self.gorushRealm(server: server).rawValue))
             ios:
               enabled: true
               topic: \(quoted(gorush.apnsTopic))

@@ -183,7 +183,8 @@ public enum Ingest {
         try await runServices(
             [
                 KafkaProducerService(producer: producer), ops.service, app,
-                KafkaConsumerService(consumer: watchConsumer, handler: DeliveryWatch.handler(watch)),
+                KafkaConsumerService(
+                    consumer: watchConsumer, maxBatch: 512, batchHandler: DeliveryWatch.handler(watch)),
             ], shutdownTimeout: settings.shutdownTimeout,
             logger: logger)
     }

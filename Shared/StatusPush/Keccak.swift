@@ -17,7 +17,8 @@ public enum Keccak {
     /// The sponge with any rate and domain padding (Keccak `0x01`, SHA3 `0x06`, SHAKE `0x1F`).
     public struct Sponge: Sendable {
         private var state = [UInt64](repeating: 0, count: 25)
-        private var buffer: [UInt8] = []
+        /// Bytes of the current block absorbed so far (XORed into the state as they come).
+        private var position = 0
         let rate: Int
         let padding: UInt8
 
@@ -25,44 +26,67 @@ public enum Keccak {
             precondition(rate > 0 && rate < 200 && rate % 8 == 0, "Keccak rate must be a multiple of 8 below 200")
             self.rate = rate
             self.padding = padding
-            buffer.reserveCapacity(rate)
+        }
+
+        /// XORs one byte into the state at byte offset `index` (little-endian lanes).
+        @inline(__always) private static func xorByte(
+            _ state: UnsafeMutablePointer<UInt64>, _ index: Int, _ byte: UInt8
+        ) {
+            state[index >> 3] ^= UInt64(byte) << (UInt64(index & 7) << 3)
         }
 
         public mutating func absorb(_ bytes: [UInt8]) {
-            for byte in bytes {
-                buffer.append(byte)
-                if buffer.count == rate { absorbBlock() }
+            let rate = self.rate
+            var position = self.position
+            state.withUnsafeMutableBufferPointer { lanes in
+                guard let state = lanes.baseAddress else { return }
+                bytes.withUnsafeBytes { input in
+                    var offset = 0
+                    let count = input.count
+                    // Whole lanes straight from the input while aligned to a lane.
+                    while offset < count {
+                        if position & 7 == 0, count - offset >= 8 {
+                            state[position >> 3] ^= UInt64(
+                                littleEndian: input.loadUnaligned(fromByteOffset: offset, as: UInt64.self))
+                            position += 8
+                            offset += 8
+                        } else {
+                            Self.xorByte(state, position, input[offset])
+                            position += 1
+                            offset += 1
+                        }
+                        if position == rate {
+                            Keccak.permute(state)
+                            position = 0
+                        }
+                    }
+                }
             }
-        }
-
-        private mutating func absorbBlock() {
-            for lane in 0..<(rate / 8) {
-                var value: UInt64 = 0
-                for i in 0..<8 { value |= UInt64(buffer[lane * 8 + i]) << (8 * UInt64(i)) }
-                state[lane] ^= value
-            }
-            buffer.removeAll(keepingCapacity: true)
-            Keccak.permute(&state)
+            self.position = position
         }
 
         /// Pads, then squeezes `count` bytes (consumes the sponge).
         public mutating func squeeze(_ count: Int) -> [UInt8] {
-            var block = buffer + [UInt8](repeating: 0, count: rate - buffer.count)
-            block[buffer.count] ^= padding
-            block[rate - 1] ^= 0x80
-            buffer = block
-            absorbBlock()
+            let rate = self.rate
+            let position = self.position
+            let padding = self.padding
             var out: [UInt8] = []
             out.reserveCapacity(count)
-            while true {
-                for lane in 0..<(rate / 8) {
-                    for i in 0..<8 {
-                        if out.count == count { return out }
-                        out.append(UInt8(truncatingIfNeeded: state[lane] >> (8 * UInt64(i))))
+            state.withUnsafeMutableBufferPointer { lanes in
+                guard let state = lanes.baseAddress else { return }
+                Self.xorByte(state, position, padding)
+                Self.xorByte(state, rate - 1, 0x80)
+                Keccak.permute(state)
+                while true {
+                    for index in 0..<rate {
+                        if out.count == count { return }
+                        out.append(UInt8(truncatingIfNeeded: state[index >> 3] >> (UInt64(index & 7) << 3)))
                     }
+                    Keccak.permute(state)
                 }
-                Keccak.permute(&state)
             }
+            self.position = 0
+            return out
         }
     }
 
@@ -83,26 +107,55 @@ public enum Keccak {
     ]
 
     /// Keccak-f[1600]: 24 rounds of θ, ρ, π, χ, ι on 25 little-endian lanes.
-    static func permute(_ a: inout [UInt64]) {
-        var c = [UInt64](repeating: 0, count: 5)
-        for round in 0..<24 {
-            for x in 0..<5 { c[x] = a[x] ^ a[x + 5] ^ a[x + 10] ^ a[x + 15] ^ a[x + 20] }
-            for x in 0..<5 {
-                let d = c[(x + 4) % 5] ^ rotl(c[(x + 1) % 5], 1)
-                for y in stride(from: 0, to: 25, by: 5) { a[y + x] ^= d }
+    static func permute(_ a: UnsafeMutablePointer<UInt64>) {
+        roundConstants.withUnsafeBufferPointer { constants in
+            rotations.withUnsafeBufferPointer { rotations in
+                piLanes.withUnsafeBufferPointer { pi in
+                    for round in 0..<24 {
+                        // θ
+                        let c0 = a[0] ^ a[5] ^ a[10] ^ a[15] ^ a[20]
+                        let c1 = a[1] ^ a[6] ^ a[11] ^ a[16] ^ a[21]
+                        let c2 = a[2] ^ a[7] ^ a[12] ^ a[17] ^ a[22]
+                        let c3 = a[3] ^ a[8] ^ a[13] ^ a[18] ^ a[23]
+                        let c4 = a[4] ^ a[9] ^ a[14] ^ a[19] ^ a[24]
+                        let d0 = c4 ^ rotl(c1, 1)
+                        let d1 = c0 ^ rotl(c2, 1)
+                        let d2 = c1 ^ rotl(c3, 1)
+                        let d3 = c2 ^ rotl(c4, 1)
+                        let d4 = c3 ^ rotl(c0, 1)
+                        for y in stride(from: 0, to: 25, by: 5) {
+                            a[y] ^= d0
+                            a[y + 1] ^= d1
+                            a[y + 2] ^= d2
+                            a[y + 3] ^= d3
+                            a[y + 4] ^= d4
+                        }
+                        // ρ and π
+                        var current = a[1]
+                        for i in 0..<24 {
+                            let lane = pi[i]
+                            let next = a[lane]
+                            a[lane] = rotl(current, rotations[i])
+                            current = next
+                        }
+                        // χ
+                        for y in stride(from: 0, to: 25, by: 5) {
+                            let b0 = a[y]
+                            let b1 = a[y + 1]
+                            let b2 = a[y + 2]
+                            let b3 = a[y + 3]
+                            let b4 = a[y + 4]
+                            a[y] = b0 ^ (~b1 & b2)
+                            a[y + 1] = b1 ^ (~b2 & b3)
+                            a[y + 2] = b2 ^ (~b3 & b4)
+                            a[y + 3] = b3 ^ (~b4 & b0)
+                            a[y + 4] = b4 ^ (~b0 & b1)
+                        }
+                        // ι
+                        a[0] ^= constants[round]
+                    }
+                }
             }
-            var current = a[1]
-            for i in 0..<24 {
-                let lane = piLanes[i]
-                let next = a[lane]
-                a[lane] = rotl(current, rotations[i])
-                current = next
-            }
-            for y in stride(from: 0, to: 25, by: 5) {
-                for x in 0..<5 { c[x] = a[y + x] }
-                for x in 0..<5 { a[y + x] = c[x] ^ (~c[(x + 1) % 5] & c[(x + 2) % 5]) }
-            }
-            a[0] ^= roundConstants[round]
         }
     }
 

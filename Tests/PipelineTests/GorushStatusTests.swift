@@ -180,6 +180,8 @@ extension StackTests {
                 realm, ["notifications": [["tokens": [.string(good)], "platform": 2, "message": "sync"]]],
                 query: "?sync=true")
             #expect(String(decoding: sent.body, as: UTF8.self) == #"{"counts":1,"logs":[],"success":"ok"}"#)
+            let ids = sent.headers.first { $0.0.lowercased() == "x-pushrelay-notification-ids" }?.1 ?? ""
+            #expect(UUID(uuidString: ids) != nil, "one notification, its id")
             #expect(try await stack.received("fcm").contains { $0.token == good }, "answered after delivery")
 
             let stats = try await HTTP.get("\(stack.ingestURL)/api/stat/app", auth: realm.auth)
@@ -221,6 +223,16 @@ extension StackTests {
             #expect(log["type"] == "failed-push" && log["platform"] == "android" && log["notif_id"] == "n-42")
             #expect(log["message"] == "to a dead token" && log["token"]?.stringValue?.hasPrefix("**********") == true)
             #expect(log["error"]?.stringValue?.isEmpty == false)
+            // The dead token is in the realm's feedback, as for any device.
+            let yaml = String(
+                decoding: try await HTTP.get("\(stack.ingestURL)/api/config", auth: realm.auth).body, as: UTF8.self)
+            let realmLine = try #require(yaml.split(separator: "\n").first { $0.contains("gorush_realm_uuid") })
+            let gorushRealm = String(realmLine.split(separator: "\"").dropFirst().first ?? "")
+            try await waitUntil("the invalidation is in the feedback") {
+                let feedback = try await HTTP.get(
+                    "\(stack.ingestURL)/v1/feedback?realm_uuid=\(gorushRealm)", auth: realm.auth)
+                return feedback.json["invalidated"]?.arrayValue?.isEmpty == false
+            }
 
             // The hook gets it after one retry, signed with the secret.
             let deliveries = try await stack.waitForPushes("hook") { pushes in

@@ -4,6 +4,7 @@ import Foundation
 import Providers
 import PushCrypto
 import PushModels
+import StatusPush
 
 // Micro benchmarks of the hot paths (google/swift-benchmark): run with
 //   swift run -c release microbench
@@ -143,5 +144,21 @@ benchmark("APNs provider token ×100, signed fresh (ES256)") {
             for _ in 0..<99 { _ = try await freshSigner.token() }; return try await freshSigner.token()
         })
 }
+
+// Status: the hand-written Keccak sponge (Keccak-256 has no kept library here) beside
+// swift-crypto's SHA3-256 (BoringSSL/XKCP) over the same 1 KiB, and what one signed
+// Status request costs (key recovery, ECDH) through libsecp256k1.
+let kib = Array(repeating: UInt8(0x61), count: 1024)
+let statusKey = try! Secp256k1.PrivateKey.generate()
+let statusPeer = try! Secp256k1.PrivateKey.generate().publicKey()
+let statusHash = Keccak.keccak256(kib)
+let statusSignature = try! statusKey.sign(hash: statusHash)
+benchmark("Keccak-256 of 1 KiB (hand-written sponge)") { blackHole(Keccak.keccak256(kib)) }
+benchmark("SHA3-256 of 1 KiB (swift-crypto, same permutation)") { blackHole(SHA3_256.hash(data: kib)) }
+benchmark("SHAKE-256 of 1 KiB, 64 bytes (OpenSSL)") { blackHole(Shake256.hash(kib)) }
+benchmark("secp256k1 recover public key (libsecp256k1)") {
+    blackHole(try Secp256k1.PublicKey.recover(signature: statusSignature, hash: statusHash))
+}
+benchmark("secp256k1 ECDH (libsecp256k1)") { blackHole(try statusKey.sharedSecret(with: statusPeer)) }
 
 Benchmark.main()
