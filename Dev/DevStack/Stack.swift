@@ -306,6 +306,7 @@ public final class Stack: Sendable {
             // The Status push server and gorush's API, on the stack's own identity.
             env["PUSHRELAY_STATUS_ENABLED"] = "true"
             env["PUSHRELAY_STATUS_KEY_FILE"] = "\(directory)/status-key"
+            env["PUSHRELAY_STATUS_APNS_TOPICS"] = Self.gorushTopic
             env["PUSHRELAY_GORUSH_APNS_TOPIC"] = Self.gorushTopic
         }
         if service == .feedback {

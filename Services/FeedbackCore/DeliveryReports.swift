@@ -10,6 +10,7 @@ import PushCrypto
 import PushModels
 import RedisClient
 import ServiceKit
+import Synchronization
 
 /// The feedback hook's settings (README, "Replace gorush").
 public struct FeedbackHookSettings: Sendable {
@@ -57,6 +58,22 @@ public struct DeliveryReports: Sendable {
     }
 
     static let failures: Set<DeliveryOutcome> = [.invalidToken, .failed, .expired]
+    static let maxHooksInFlight = 256
+    let hooksInFlight = Slots(Self.maxHooksInFlight)
+
+    /// A count of free places, taken and given back without waiting.
+    final class Slots: Sendable {
+        private let free: Mutex<Int>
+        init(_ count: Int) { free = Mutex(count) }
+        func take() -> Bool {
+            free.withLock { free in
+                guard free > 0 else { return false }
+                free -= 1
+                return true
+            }
+        }
+        func give() { free.withLock { $0 += 1 } }
+    }
 
     /// One fetch of `push.deliveries`: every outcome counted in one pipelined round trip
     /// (one `HINCRBY` per realm and field), then the failures' hooks, concurrently.
@@ -85,8 +102,21 @@ public struct DeliveryReports: Sendable {
             }
             guard counted != nil else { return records.map { _ in .abandoned } }
         }
-        await withTaskGroup(of: Void.self) { group in
-            for (delivery, device) in failures { group.addTask { await reportFailure(delivery, device: device) } }
+        // Hooks go on their own: a slow or failing receiver never holds up the counters,
+        // the offsets or other servers' hooks. At most `maxHooksInFlight` at once; past it
+        // a report is dropped and counted.
+        for (delivery, device) in failures {
+            guard hooksInFlight.take() else {
+                RelayMetrics.hookFailures.increment()
+                logger.warning(
+                    "feedback hook dropped: too many in flight",
+                    metadata: [LogKey.notificationID: "\(delivery.notificationID)"])
+                continue
+            }
+            Task {
+                await reportFailure(delivery, device: device)
+                hooksInFlight.give()
+            }
         }
         return records.map { _ in .done }
     }

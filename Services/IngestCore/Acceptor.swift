@@ -26,6 +26,20 @@ struct Acceptor: Sendable {
             [outgoing] + outcomes.map { try .delivery($0, topic: deliveriesTopic) }, id: record.notificationID)
     }
 
+    /// Several records at once: all are acknowledged, or the call fails (503).
+    func publish(_ records: [PushRequestRecord], outcomes: [DeliveryRecord] = []) async throws {
+        guard let first = records.first?.notificationID ?? outcomes.first?.notificationID else { return }
+        var messages: [KafkaOutgoing] = []
+        for record in records {
+            messages.append(
+                KafkaOutgoing(
+                    topic: topic, key: record.partitionKey, value: try Wire.encode(record),
+                    headers: [("notification_id", Array(record.notificationID.rawValue.utf8))]))
+        }
+        for outcome in outcomes { messages.append(try .delivery(outcome, topic: deliveriesTopic)) }
+        try await publish(messages, id: first)
+    }
+
     /// Outcomes alone (nothing to send).
     func publish(outcomes: [DeliveryRecord]) async throws {
         guard let first = outcomes.first else { return }

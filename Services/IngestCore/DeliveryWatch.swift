@@ -37,6 +37,9 @@ public final class DeliveryWatch: Sendable {
 
     func isWaited(_ id: NotificationID) -> Bool { pending.withLock { $0[id] != nil } }
 
+    /// Stops keeping `id` (its call failed before it was published).
+    func forget(_ id: NotificationID) { _ = pending.withLock { $0.removeValue(forKey: id) } }
+
     /// One record of `push.deliveries`.
     public func record(_ delivery: DeliveryRecord) {
         pending.withLock { pending in

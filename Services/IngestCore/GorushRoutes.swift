@@ -102,10 +102,12 @@ extension IngestAPI {
         return response
     }
 
-    /// The realm a server's gorush tokens live in: a UUID derived from the server's,
-    /// registered to it on first use.
-    static func gorushRealm(server: String) -> RealmID {
-        let digest = Fingerprint.sha256(Array("pushrelay-gorush:\(server)".utf8))
+    /// The realm a server's gorush tokens live in: a UUID derived from the server's under
+    /// the API-key pepper (so no other server can predict and claim it first), registered
+    /// to it on first use.
+    func gorushRealm(server: String) -> RealmID {
+        let digest = Fingerprint.bytes(fromHex: pepper.hmacHex("pushrelay-gorush-realm:\(server)")) ?? []
+        guard digest.count >= 16 else { return RealmID(UUID().uuidString.lowercased()) }
         var bytes = Array(digest.prefix(16))
         bytes[6] = (bytes[6] & 0x0f) | 0x80  // version 8 (RFC 9562: custom)
         bytes[8] = (bytes[8] & 0x3f) | 0x80
@@ -118,7 +120,7 @@ extension IngestAPI {
     }
 
     func ensureGorushRealm(server: String) async throws -> RealmID {
-        let realm = Self.gorushRealm(server: server)
+        let realm = gorushRealm(server: server)
         switch try await realms.register(realm.rawValue, to: server, maxRealms: limits.maxRealmsPerServer) {
         case .registered, .alreadyYours: return realm
         case .quotaExceeded: throw APIError.realmQuotaExceeded(limit: limits.maxRealmsPerServer)
@@ -184,6 +186,8 @@ extension IngestAPI {
         let realm = try await ensureGorushRealm(server: server)
         var logs: [JSONValue] = []
         var waits: [(GorushNotification, NotificationID, [DeviceID: String])] = []
+        var records: [PushRequestRecord] = []
+        var notifIDs: [[RedisArgument]] = []
         for notification in notifications {
             var targets: [DeviceID: String] = [:]
             var order: [DeviceID] = []
@@ -219,16 +223,28 @@ extension IngestAPI {
                     binding: .payload(notificationID: notificationID, realmUUID: realm, userID: nil))
             } catch { throw APIError.internalError }
             if let id = notification.notificationID, !id.isEmpty {
-                try await servers.redis.command(
+                notifIDs.append([
                     "SET", RedisArgument(servers.keys.gorushNotificationID(notificationID)), RedisArgument(id), "EX",
-                    RedisArgument(7 * 86_400))
+                    RedisArgument(7 * 86_400),
+                ])
             }
-            if sync, let watch = deliveryWatch { watch.expect(notificationID, devices: order) }
-            try await acceptor.publish(
+            records.append(
                 PushRequestRecord(
                     notificationID: notificationID, serverUUID: ServerID(server), realmUUID: realm,
                     acceptedAtMs: Wire.nowMillis(), request: .gorush(deviceIDs: order, sealedPayload: sealed)))
             waits.append((notification, notificationID, targets))
+        }
+        // Everything is checked and registered: the notifications are published together,
+        // so a failure accepts none of them and a retry sends none twice.
+        if !notifIDs.isEmpty { _ = try await servers.redis.checkedPipeline(notifIDs) }
+        if sync, let watch = deliveryWatch {
+            for (_, notificationID, targets) in waits { watch.expect(notificationID, devices: Array(targets.keys)) }
+        }
+        do {
+            try await acceptor.publish(records)
+        } catch {
+            for (_, notificationID, _) in waits { deliveryWatch?.forget(notificationID) }
+            throw error
         }
         let statsKey = RedisArgument(servers.keys.gorushStats(server: server))
         _ = try? await servers.redis.pipeline([
@@ -263,7 +279,7 @@ extension IngestAPI {
     /// outcomes of its gorush tokens per platform.
     func gorushAppStats(_ request: Request, context: IngestContext) async throws -> Response {
         let server = try await authenticator.authenticate(request, context: context, api: .native)
-        let realm = Self.gorushRealm(server: server)
+        let realm = gorushRealm(server: server)
         let replies = try await servers.redis.pipeline([
             ["HGETALL", RedisArgument(servers.keys.gorushStats(server: server))],
             ["HGETALL", RedisArgument(servers.keys.realmStats(realm))],
@@ -365,7 +381,7 @@ extension IngestAPI {
               server_uuid: \(quoted(server))
               api_key: "[REDACTED]"
             pushrelay:
-              gorush_realm_uuid: \(quoted(Self.gorushRealm(server: server).rawValue))
+              gorush_realm_uuid: \(quoted(gorushRealm(server: server).rawValue))
             ios:
               enabled: true
               topic: \(quoted(gorush.apnsTopic))

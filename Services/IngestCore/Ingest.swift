@@ -92,6 +92,8 @@ public struct IngestAPI: Sendable {
     let deliveryWatch: DeliveryWatch?
     /// The Status push server, when configured.
     let status: StatusServer?
+    /// Keys the gorush realms' derivation, so no other server can predict and take one.
+    let pepper: APIKeyPepper
 
     /// The handlers on Redis (device state) and a record publisher (`push.requests`).
     public init(
@@ -116,6 +118,7 @@ public struct IngestAPI: Sendable {
         self.limits = configuration.limits
         self.openServerRegistration = configuration.openServerRegistration
         self.gorush = configuration.gorush
+        self.pepper = configuration.pepper
         self.deliveryWatch = deliveryWatch
         self.status = try configuration.status.server(
             devices: devices, redis: redis, keys: keys, storage: configuration.storageKeys)

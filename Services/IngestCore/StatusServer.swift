@@ -22,6 +22,9 @@ public struct StatusSettings: Sendable {
     /// request costs a signature recovery.
     public var maxRequests: Int
     public var windowSeconds: Int
+    /// The APNs topics (bundle ids) registrations may name: the relay's APNs key is good
+    /// for every app of its team, so an anonymous client must not pick the app.
+    public var apnsTopics: Set<String>
 
     public static let defaultRealm = "5f7a7e5b-0c4e-4b7e-8f3a-5354a7f5e001"
 
@@ -32,6 +35,10 @@ public struct StatusSettings: Sendable {
         maxTargets = try reader.int("pushrelay.status.max.targets", default: 100)
         maxRequests = try reader.int("pushrelay.status.requests.max", default: 600)
         windowSeconds = try reader.int("pushrelay.status.requests.window.seconds", default: 60)
+        apnsTopics = Set(
+            try reader.string("pushrelay.status.apns.topics", default: "").split(separator: ",").map {
+                $0.trimmingCharacters(in: .whitespaces)
+            }.filter { !$0.isEmpty })
     }
 
     /// The server, or nil when the Status API is off.
@@ -41,6 +48,11 @@ public struct StatusSettings: Sendable {
         guard enabled else { return nil }
         guard !keyFile.isEmpty else {
             throw SettingsError("PUSHRELAY_STATUS_KEY_FILE is required when PUSHRELAY_STATUS_ENABLED is true")
+        }
+        guard !apnsTopics.isEmpty else {
+            throw SettingsError(
+                "PUSHRELAY_STATUS_APNS_TOPICS (the bundle ids Status registrations may name) is required when PUSHRELAY_STATUS_ENABLED is true"
+            )
         }
         guard let realm = UUID(uuidString: realmUUID) else {
             throw SettingsError("PUSHRELAY_STATUS_REALM_UUID must be a UUID")
@@ -54,7 +66,8 @@ public struct StatusSettings: Sendable {
         }
         return try StatusServer(
             key: key, realm: RealmID(realm.uuidString.lowercased()), devices: devices, redis: redis, keys: keys,
-            storage: storage, maxTargets: maxTargets, maxRequests: maxRequests, windowSeconds: windowSeconds)
+            storage: storage, maxTargets: maxTargets, maxRequests: maxRequests, windowSeconds: windowSeconds,
+            apnsTopics: apnsTopics)
     }
 }
 
@@ -73,10 +86,18 @@ struct StatusServer: Sendable {
     let maxTargets: Int
     let maxRequests: Int
     let windowSeconds: Int
+    let apnsTopics: Set<String>
+    /// Installations kept per public key at most.
+    static let maxInstallations = 16
+    /// The owner the Status realm is registered to: not a server uuid, so no API key logs in as it.
+    static let realmOwner = "status-push-server"
+    /// Largest query answer; past it the remaining installations are left out.
+    static let maxAnswerBytes = 1 << 20
 
     init(
         key: Secp256k1.PrivateKey, realm: RealmID, devices: DeviceStore, redis: RedisClient, keys: RedisKeys,
-        storage: StorageKeyring, maxTargets: Int, maxRequests: Int = 600, windowSeconds: Int = 60
+        storage: StorageKeyring, maxTargets: Int, maxRequests: Int = 600, windowSeconds: Int = 60,
+        apnsTopics: Set<String> = []
     ) throws {
         self.key = key
         self.publicKey = try key.publicKey()
@@ -88,6 +109,32 @@ struct StatusServer: Sendable {
         self.maxTargets = maxTargets
         self.maxRequests = maxRequests
         self.windowSeconds = windowSeconds
+        self.apnsTopics = apnsTopics
+    }
+
+    /// A version as the store script compares it: 20 digits, so text order is number order
+    /// (Lua numbers are doubles, exact only below 2^53).
+    static func versionText(_ version: UInt64) -> String {
+        let digits = String(version)
+        return String(repeating: "0", count: max(0, 20 - digits.count)) + digits
+    }
+
+    /// Each registration its own device (the push account id is a hash of key and
+    /// installation): two chat keys on one phone share a token, not a device, so removing
+    /// one never removes the other's.
+    static func pushAccount(hashedKey: String, installation: String) -> Int64 {
+        let digest = StatusCrypto.shake256(Array("\(hashedKey)|\(installation)".utf8))
+        var value: Int64 = 0
+        for byte in digest.prefix(8) { value = (value << 8) | Int64(byte) }
+        return value & Int64.max
+    }
+
+    /// Registers the Status realm to its reserved owner; false when another server holds it.
+    func reserveRealm(_ realms: RealmDirectory) async throws -> Bool {
+        switch try await realms.register(realm.rawValue, to: Self.realmOwner, maxRealms: Int.max) {
+        case .registered, .alreadyYours: true
+        case .taken, .quotaExceeded: false
+        }
     }
 
     /// A registration's Redis key part for an installation id (any text): its hash.
@@ -98,8 +145,11 @@ struct StatusServer: Sendable {
     /// Stores a registration unless its version is not above the stored one (checked
     /// again atomically): `version`, the registration sealed, the device.
     static let storeScript = """
-        local stored = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
-        if stored >= tonumber(ARGV[1]) then return -1 end
+        local stored = redis.call('HGET', KEYS[1], 'version') or '00000000000000000000'
+        if string.len(stored) < 20 then stored = string.rep('0', 20 - string.len(stored)) .. stored end
+        if stored >= ARGV[1] then return -1 end
+        if ARGV[2] ~= '' and redis.call('SISMEMBER', KEYS[2], ARGV[4]) == 0
+            and redis.call('SCARD', KEYS[2]) >= tonumber(ARGV[5]) then return -2 end
         local old = redis.call('HGET', KEYS[1], 'device_id') or ''
         if ARGV[2] == '' then
             redis.call('HDEL', KEYS[1], 'registration', 'device_id')
@@ -114,6 +164,8 @@ struct StatusServer: Sendable {
 
     enum Stored {
         case stale
+        /// The key holds as many installations as it may.
+        case full
         case stored(previousDevice: DeviceID?)
     }
 
@@ -138,9 +190,11 @@ struct StatusServer: Sendable {
         let reply = try await redis.command(
             "EVAL", RedisArgument(Self.storeScript), "2",
             RedisArgument(keys.statusRegistration(key: hashedKey, installation: part)),
-            RedisArgument(keys.statusInstallations(key: hashedKey)), RedisArgument("\(version)"),
-            RedisArgument(sealed), RedisArgument(device.map { "\($0.rawValue)" } ?? ""), RedisArgument(part))
+            RedisArgument(keys.statusInstallations(key: hashedKey)), RedisArgument(Self.versionText(version)),
+            RedisArgument(sealed), RedisArgument(device.map { "\($0.rawValue)" } ?? ""), RedisArgument(part),
+            RedisArgument(Self.maxInstallations))
         if reply.int == -1 { return .stale }
+        if reply.int == -2 { return .full }
         return .stored(previousDevice: reply.string.flatMap { Int64($0) }.map { DeviceID($0) })
     }
 
@@ -204,6 +258,12 @@ extension IngestAPI {
         StatusServer, StatusEnvelope
     ) {
         guard let status else { throw APIError.statusDisabled }
+        guard try await status.reserveRealm(realms) else {
+            context.logger.error("the Status realm belongs to a server: set PUSHRELAY_STATUS_REALM_UUID to a free one")
+            throw APIError(
+                status: .serviceUnavailable, code: "STATUS_REALM_TAKEN",
+                message: "The Status push server is misconfigured here")
+        }
         let client = authenticator.clientAddress(request, context: context)
         let nowMs = Wire.nowMillis()
         let window = WindowCounter.window(nowMs: nowMs, seconds: status.windowSeconds)
@@ -285,6 +345,7 @@ extension IngestAPI {
                     registration: nil, device: nil)
                 {
                 case .stale: return try refuse(.versionMismatch)
+                case .full: return try refuse(.malformedMessage)
                 case .stored(let previous):
                     if let previous, let device = try await devices.device(previous) {
                         _ = try await devices.delete(device)
@@ -295,24 +356,36 @@ extension IngestAPI {
             }
         case .register(let registration):
             let provider: Provider = registration.tokenType == .apnToken ? .apns : .fcm
+            if provider == .apns, !status.apnsTopics.contains(registration.apnTopic) {
+                return try refuse(.malformedMessage)
+            }
             guard
                 let token = try? DeviceToken(
                     provider: provider, value: registration.deviceToken, rules: provider == .apns ? .zulip : .strict)
             else { return try refuse(.malformedMessage) }
             do {
-                let (device, _) = try await devices.register(
+                let (device, created) = try await devices.register(
                     DeviceRegistration(
                         realmUUID: status.realm, userID: nil, token: token,
-                        appID: provider == .apns ? registration.apnTopic : nil, pushAccountID: nil, pushKey: nil))
-                switch try await status.store(
+                        appID: provider == .apns ? registration.apnTopic : nil,
+                        pushAccountID: StatusServer.pushAccount(
+                            hashedKey: hashedKey, installation: registration.installationID),
+                        pushKey: nil))
+                let outcome = try await status.store(
                     hashedKey: hashedKey, installation: registration.installationID, version: registration.version,
                     registration: registration, device: device)
-                {
-                case .stale: return try refuse(.versionMismatch)
-                case .stored(let previous):
+                if case .stored(let previous) = outcome {
                     if let previous, previous != device, let old = try await devices.device(previous) {
                         _ = try await devices.delete(old)
                     }
+                } else if created, let orphan = try await devices.device(device) {
+                    // Refused after all (a newer version came first, or too many installations).
+                    _ = try await devices.delete(orphan)
+                }
+                switch outcome {
+                case .stale: return try refuse(.versionMismatch)
+                case .full: return try refuse(.malformedMessage)
+                case .stored: break
                 }
             } catch {
                 return try refuse(.internalError)
@@ -335,9 +408,13 @@ extension IngestAPI {
         var response = StatusQueryResponse()
         response.messageID = Data(envelope.messageID)
         response.success = !query.publicKeys.isEmpty
-        for hashed in query.publicKeys where hashed.count == Shake256.statusLength {
+        var seen: Set<Data> = []
+        var answerBytes = 0
+        for hashed in query.publicKeys where hashed.count == Shake256.statusLength && seen.insert(hashed).inserted {
             let hashedKey = StatusCrypto.hex(Array(hashed))
             for (registration, _) in try await status.registrations(hashedKey: hashedKey) {
+                answerBytes += registration.allowedKeyList.reduce(0) { $0 + $1.count } + registration.grant.count + 256
+                guard answerBytes <= StatusServer.maxAnswerBytes else { break }
                 var info = StatusQueryInfo()
                 info.publicKey = hashed
                 info.installationID = registration.installationID
@@ -368,9 +445,20 @@ extension IngestAPI {
             throw APIError.badRequest(
                 "requests: at most \(status.maxTargets) targets", code: "TOO_MANY_TARGETS", field: "requests")
         }
+        guard
+            notificationRequest.requests.allSatisfy({
+                $0.installationID.utf8.count <= StatusRegistrationRules.maxInstallationBytes
+                    && $0.publicKey.count <= Shake256.statusLength && $0.chatID.count <= 1024
+                    && $0.author.count <= 1024 && $0.accessToken.utf8.count <= 64
+            }), notificationRequest.messageID.count <= 1024
+        else {
+            throw APIError.badRequest(
+                "requests: a field is longer than any valid one", code: "MALFORMED_MESSAGE", field: "requests")
+        }
         // A message handled once: a repeat gets the first answer.
         let seenKey = RedisArgument(status.keys.statusRequest(StatusCrypto.hex(envelope.messageID)))
-        let claim = try await status.redis.command("SET", seenKey, "pending", "NX", "EX", RedisArgument(7 * 86_400))
+        // A short claim: a crash before the answer is stored frees the message within a minute.
+        let claim = try await status.redis.command("SET", seenKey, "pending", "NX", "EX", "60")
         if claim == .null {
             if let earlier = try await status.redis.command("GET", seenKey).string, earlier != "pending",
                 let bytes = Data(base64Encoded: earlier)
@@ -380,11 +468,13 @@ extension IngestAPI {
                     body: .init(byteBuffer: ByteBuffer(bytes: Array(bytes))))
             }
             throw APIError(
-                status: .conflict, code: "DUPLICATE_REQUEST", message: "This message is being handled already")
+                status: .conflict, code: "DUPLICATE_REQUEST", message: "This message was handled already")
         }
         var response = StatusNotificationResponse()
         response.messageID = notificationRequest.messageID
         let acceptedAt = Wire.nowMillis()
+        var records: [PushRequestRecord] = []
+        var filtered: [DeliveryRecord] = []
         do {
             for target in notificationRequest.requests where target.type != .unknownPushNotificationType {
                 var report = StatusNotificationReport()
@@ -409,12 +499,11 @@ extension IngestAPI {
                 report.success = true
                 let notificationID = NotificationID(UUID().uuidString.lowercased())
                 if let reason = StatusPreferences.filterReason(target, for: registration) {
-                    try await acceptor.publish(outcomes: [
+                    filtered.append(
                         DeliveryRecord(
                             notificationID: notificationID, realmUUID: status.realm, deviceID: device,
                             provider: registration.tokenType == .apnToken ? .apns : .fcm, outcome: .filtered,
-                            reason: reason, attempts: 0, acceptedAtMs: acceptedAt, completedAtMs: Wire.nowMillis())
-                    ])
+                            reason: reason, attempts: 0, acceptedAtMs: acceptedAt, completedAtMs: Wire.nowMillis()))
                     continue
                 }
                 let notification = Self.statusGorushNotification(
@@ -422,11 +511,13 @@ extension IngestAPI {
                 let sealed = try pipelineKeys.seal(
                     notification.sealedForm,
                     binding: .payload(notificationID: notificationID, realmUUID: status.realm, userID: nil))
-                try await acceptor.publish(
+                records.append(
                     PushRequestRecord(
                         notificationID: notificationID, serverUUID: Self.statusServerID, realmUUID: status.realm,
                         acceptedAtMs: acceptedAt, request: .gorush(deviceIDs: [device], sealedPayload: sealed)))
             }
+            // All or nothing: one notification per target, never a second on a retry.
+            try await acceptor.publish(records, outcomes: filtered)
         } catch {
             // Nothing is remembered: the client may send the same message again.
             _ = try? await status.redis.command("DEL", seenKey)
@@ -435,8 +526,10 @@ extension IngestAPI {
         let answer = try statusAnswer(response, type: .pushNotificationResponse, status: status)
         let bytes: [UInt8] = try StatusEnvelope.seal(
             try response.serializedBytes(), type: .pushNotificationResponse, key: status.key)
-        _ = try? await status.redis.command(
-            "SET", seenKey, RedisArgument(Data(bytes).base64EncodedString()), "EX", RedisArgument(7 * 86_400))
+        // A repeat gets this answer for 7 days; a large one is not kept, and a repeat of it
+        // is refused (409) instead of answered.
+        let stored = bytes.count <= 16 * 1024 ? Data(bytes).base64EncodedString() : "answered"
+        _ = try? await status.redis.command("SET", seenKey, RedisArgument(stored), "EX", RedisArgument(7 * 86_400))
         return answer
     }
 
@@ -460,10 +553,7 @@ extension IngestAPI {
                 "type": .int(Int64(target.type.rawValue)),
             ],
         ]
-        if platform == .ios {
-            content["topic"] = .string(registration.apnTopic)
-            content["mutable_content"] = true
-        }
+        if platform == .ios { content["topic"] = .string(registration.apnTopic) }
         return GorushNotification(platform: platform, content: content)
     }
 

@@ -116,6 +116,7 @@ public enum SettingsCatalog {
         "pushrelay.status.key.file": .path,
         "pushrelay.status.realm.uuid": .text,
         "pushrelay.status.max.targets": .int(1...10_000),
+        "pushrelay.status.apns.topics": .text,
         "pushrelay.status.requests.max": .int(1...100_000_000),
         "pushrelay.status.requests.window.seconds": .int(1...86_400),
         "pushrelay.feedback.hook.timeout.ms": .int(100...600_000),

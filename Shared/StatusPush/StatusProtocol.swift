@@ -177,9 +177,12 @@ public struct StatusEnvelope: Sendable {
 public enum StatusRegistrationRules {
     public typealias ErrorType = StatusRegistrationResponse.ErrorType
 
-    /// Most bytes of a device token, installation id or topic; most entries of each list.
+    /// Most bytes of a device token; of an installation id; most entries of each list, and
+    /// most bytes of one entry (hashes are 32 or 64 bytes, an encrypted token 64).
     public static let maxTextBytes = 4096
-    public static let maxListEntries = 10_000
+    public static let maxInstallationBytes = 256
+    public static let maxListEntries = 1000
+    public static let maxEntryBytes = 128
 
     /// What a decrypted registration is: accepted (a registration or an unregistration),
     /// or the error the response carries.
@@ -197,8 +200,9 @@ public enum StatusRegistrationRules {
         storedVersion: UInt64
     ) -> Verdict {
         let installation = registration.installationID
-        guard !installation.isEmpty, installation.utf8.count <= maxTextBytes else {
-            return .refused(.malformedMessage, reason: "installation_id: must be non-empty")
+        guard !installation.isEmpty, installation.utf8.count <= maxInstallationBytes else {
+            return .refused(
+                .malformedMessage, reason: "installation_id: must be non-empty, at most \(maxInstallationBytes) bytes")
         }
         // An empty (zero) version is a malformed message, like an empty token (spec, "Handle Errors").
         guard registration.version != 0 else {
@@ -236,8 +240,10 @@ public enum StatusRegistrationRules {
             registration.allowedKeyList, registration.blockedChatList, registration.allowedMentionsChatList,
             registration.mutedChatList,
         ]
-        guard lists.allSatisfy({ $0.count <= maxListEntries }) else {
-            return .refused(.malformedMessage, reason: "too many list entries (at most \(maxListEntries) each)")
+        guard lists.allSatisfy({ $0.count <= maxListEntries && $0.allSatisfy { $0.count <= maxEntryBytes } }) else {
+            return .refused(
+                .malformedMessage,
+                reason: "lists: at most \(maxListEntries) entries of at most \(maxEntryBytes) bytes each")
         }
         return .register(registration)
     }

@@ -268,11 +268,22 @@ extension StackTests {
 
         struct StatusClient {
             let stack: Stack
-            let key = try! Secp256k1.PrivateKey.generate()
+            var key = try! Secp256k1.PrivateKey.generate()
             let serverKey: Secp256k1.PublicKey
-            let installation = UUID().uuidString.lowercased()
-            let accessToken = UUID().uuidString.lowercased()
-            let deviceToken = RealmClient.apnsToken()
+            var installation = UUID().uuidString.lowercased()
+            var accessToken = UUID().uuidString.lowercased()
+            var deviceToken = RealmClient.apnsToken()
+
+            init(stack: Stack, serverKey: Secp256k1.PublicKey) {
+                self.stack = stack
+                self.serverKey = serverKey
+            }
+
+            init(stack: Stack, serverKey: Secp256k1.PublicKey, installation: String, deviceToken: String) {
+                self.init(stack: stack, serverKey: serverKey)
+                self.installation = installation
+                self.deviceToken = deviceToken
+            }
 
             var hashedKey: [UInt8] { StatusCrypto.hashedPublicKey(try! key.publicKey()) }
 
@@ -388,6 +399,10 @@ extension StackTests {
             #expect(
                 try await client.register(try client.registration(version: 2) { $0.grant = Data([1, 2, 3]) }).1?.error
                     == .malformedMessage)
+            // An APNs topic the operator did not list: anonymous clients do not pick the app.
+            #expect(
+                try await client.register(try client.registration(version: 2) { $0.apnTopic = "com.other.app" }).1?
+                    .error == .malformedMessage)
             // Undecryptable (encrypted to another key) and badly signed messages are discarded: 400, no answer.
             let other = try Secp256k1.PrivateKey.generate()
             let undecryptable = try await client.register(
@@ -403,8 +418,8 @@ extension StackTests {
             #expect(badSignature.status == 400)
 
             // The query answers the access token by the hashed key.
-            let found = try await client.query([client.hashedKey, [UInt8](repeating: 1, count: 64)])
-            #expect(found.success && found.info.count == 1)
+            let found = try await client.query([client.hashedKey, [UInt8](repeating: 1, count: 64), client.hashedKey])
+            #expect(found.success && found.info.count == 1, "a key named twice is answered once")
             #expect(found.info.first?.accessToken == client.accessToken)
             #expect(found.info.first?.installationID == client.installation)
 
@@ -471,6 +486,27 @@ extension StackTests {
             // One push only: the spam chat was not sent.
             try await Task.sleep(for: .seconds(1))
             #expect(try await stack.received("apns").filter { $0.token == client.deviceToken }.count == 1)
+        }
+
+        /// Two chat keys on one phone (one token): unregistering one leaves the other's pushes alone.
+        @Test func twoKeysOnOnePhoneAreTwoRegistrations() async throws {
+            let stack = try await Stack.get()
+            let first = try await StatusClient.make(stack)
+            let second = StatusClient(
+                stack: stack, serverKey: first.serverKey, installation: first.installation,
+                deviceToken: first.deviceToken)
+            #expect(try await first.register(try first.registration(version: 1)).1?.success == true)
+            #expect(try await second.register(try second.registration(version: 1)).1?.success == true)
+            let unregister = try first.registration(version: 2) {
+                $0.unregister = true
+                $0.deviceToken = ""
+            }
+            #expect(try await first.register(unregister).1?.success == true)
+            let response = try await second.notify([second.target(chat: "general")])
+            #expect(response.reports.first?.success == true)
+            let pushes = try await stack.waitForPushes("apns") { $0.contains { $0.token == second.deviceToken } }
+            #expect(pushes.filter { $0.token == second.deviceToken }.allSatisfy { $0.status == 200 })
+            #expect(try await first.notify([first.target(chat: "general")]).reports.first?.error == .notRegistered)
         }
     }
 }
