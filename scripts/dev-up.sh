@@ -30,6 +30,11 @@ export PUSHRELAY_APIKEY_PEPPER_FILE="$RUN/apikey-pepper"
 [ -s "$RUN/bouncer-keys" ] || { head -c 32 /dev/urandom | base64 > "$RUN/bouncer-keys"; chmod 600 "$RUN/bouncer-keys"; }
 [ -s "$RUN/storage-keys" ] || { echo "dev1:$(head -c 32 /dev/urandom | base64)" > "$RUN/storage-keys"; chmod 600 "$RUN/storage-keys"; }
 [ -s "$RUN/apikey-pepper" ] || { head -c 32 /dev/urandom | base64 > "$RUN/apikey-pepper"; chmod 600 "$RUN/apikey-pepper"; }
+# The Status push server's secp256k1 identity (32 random bytes, hex), and gorush's API
+# default APNs topic: the demo app's bundle id.
+[ -s "$RUN/status-key" ] || { head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$RUN/status-key"; chmod 600 "$RUN/status-key"; }
+export PUSHRELAY_STATUS_ENABLED=true PUSHRELAY_STATUS_KEY_FILE="$RUN/status-key"
+export PUSHRELAY_STATUS_APNS_TOPICS=org.zulip.Zulip PUSHRELAY_GORUSH_APNS_TOPIC=org.zulip.Zulip
 
 start() { # name, command...
   local name=$1; shift

@@ -126,6 +126,11 @@ extension StackTests {
             #expect(logs.first?["type"] == "failed-push" && logs.first?["platform"] == "ios")
             #expect(logs.first?["token"] == "*******" && logs.first?["error"] == "BadDeviceToken")
             #expect(logs.first?["message"] == "Hello World iOS!")
+            // Byte for byte as gorush writes it: log entries in LogPushEntry's field order.
+            #expect(
+                String(decoding: verbatim.body, as: UTF8.self)
+                    == #"{"counts":2,"logs":[{"type":"failed-push","platform":"ios","token":"*******","message":"Hello World iOS!","error":"BadDeviceToken"},{"type":"failed-push","platform":"ios","token":"*******","message":"Hello World iOS!","error":"BadDeviceToken"}],"success":"ok"}"#
+            )
 
             // gorush's three 400s, with its body shape.
             let missing = try await Self.push(realm, ["nothing": true])
