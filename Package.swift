@@ -85,7 +85,8 @@ let package = Package(
         .target(
             name: "StatusPush",
             dependencies: [
-                "CSecp256k1", "CLibCrypto", "PushModels", .product(name: "Crypto", package: "swift-crypto"),
+                "CSecp256k1", "CLibCrypto", "PushModels", "PushCrypto",
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "SwiftProtobuf", package: "swift-protobuf"),
             ],
             path: "Shared/StatusPush", exclude: ["Proto"], swiftSettings: strict),

@@ -34,11 +34,6 @@ public struct ProviderSettings: Sendable {
     var wnsAllowedHosts: [String]
     var wnsCAFile: String
 
-    /// A comma-separated list, blanks dropped.
-    static func list(_ text: String) -> [String] {
-        text.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
-    }
-
     public init(reader: SettingsReader) throws {
         apnsURL = try reader.string("pushrelay.apns.url", default: "https://api.push.apple.com")
         apnsTeamID = try reader.string("pushrelay.apns.team.id", default: "")
@@ -57,7 +52,7 @@ public struct ProviderSettings: Sendable {
         let timeout = try reader.milliseconds("pushrelay.push.endpoint.timeout.ms", default: 15_000)
         let endpointCA = try reader.string("pushrelay.push.endpoint.ca.file", default: "")
         endpoints = OutboundEndpoints.Settings(
-            allowedHosts: Set(Self.list(try reader.string("pushrelay.push.endpoint.allowed.hosts", default: ""))),
+            allowedHosts: Set(try reader.list("pushrelay.push.endpoint.allowed.hosts")),
             caFile: endpointCA.isEmpty ? nil : endpointCA, readTimeout: timeout,
             maxConnectionsPerOrigin: try reader.int("pushrelay.push.endpoint.connections", default: 4))
         hmsURL = try reader.string("pushrelay.hms.url", default: HMSConfiguration.defaultBaseURL)
@@ -69,7 +64,8 @@ public struct ProviderSettings: Sendable {
         wnsTokenURL = try reader.string("pushrelay.wns.token.url", default: WNSConfiguration.defaultTokenURL)
         wnsClientID = try reader.string("pushrelay.wns.client.id", default: "")
         wnsClientSecretFile = try reader.string("pushrelay.wns.client.secret.file", default: "")
-        wnsAllowedHosts = Self.list(try reader.string("pushrelay.wns.allowed.hosts", default: "notify.windows.com"))
+        wnsAllowedHosts = SettingsReader.list(
+            try reader.string("pushrelay.wns.allowed.hosts", default: "notify.windows.com"))
         wnsCAFile = try reader.string("pushrelay.wns.ca.file", default: "")
     }
 

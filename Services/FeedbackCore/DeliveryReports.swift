@@ -23,10 +23,7 @@ public struct FeedbackHookSettings: Sendable {
     public init(reader: SettingsReader) throws {
         timeout = try reader.milliseconds("pushrelay.feedback.hook.timeout.ms", default: 10_000)
         attempts = try reader.int("pushrelay.feedback.hook.attempts", default: 5)
-        allowedHosts = Set(
-            try reader.string("pushrelay.feedback.hook.allowed.hosts", default: "").split(separator: ",").map {
-                $0.trimmingCharacters(in: .whitespaces)
-            }.filter { !$0.isEmpty })
+        allowedHosts = Set(try reader.list("pushrelay.feedback.hook.allowed.hosts"))
     }
 }
 

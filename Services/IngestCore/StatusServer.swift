@@ -35,10 +35,7 @@ public struct StatusSettings: Sendable {
         maxTargets = try reader.int("pushrelay.status.max.targets", default: 100)
         maxRequests = try reader.int("pushrelay.status.requests.max", default: 600)
         windowSeconds = try reader.int("pushrelay.status.requests.window.seconds", default: 60)
-        apnsTopics = Set(
-            try reader.string("pushrelay.status.apns.topics", default: "").split(separator: ",").map {
-                $0.trimmingCharacters(in: .whitespaces)
-            }.filter { !$0.isEmpty })
+        apnsTopics = Set(try reader.list("pushrelay.status.apns.topics"))
     }
 
     /// The server, or nil when the Status API is off.
@@ -59,7 +56,7 @@ public struct StatusSettings: Sendable {
         }
         let text = (try? String(contentsOfFile: keyFile, encoding: .utf8)) ?? ""
         let hex = text.trimmingCharacters(in: .whitespacesAndNewlines)
-        guard hex.utf8.count == 64, let bytes = StatusCrypto.unhex(hex),
+        guard hex.utf8.count == 64, let bytes = Fingerprint.bytes(fromHex: hex),
             let key = try? Secp256k1.PrivateKey(bytes: bytes)
         else {
             throw SettingsError("PUSHRELAY_STATUS_KEY_FILE must hold a secp256k1 private key as 64 hex digits")
@@ -112,6 +109,11 @@ struct StatusServer: Sendable {
         self.apnsTopics = apnsTopics
     }
 
+    /// `message` in an envelope signed by the server's key.
+    func signed(_ message: some SwiftProtobuf.Message, type: StatusEnvelope.MessageType) throws -> [UInt8] {
+        try StatusEnvelope.seal(try message.serializedBytes(), type: type, key: key)
+    }
+
     /// A version as the store script compares it: 20 digits, so text order is number order
     /// (Lua numbers are doubles, exact only below 2^53).
     static func versionText(_ version: UInt64) -> String {
@@ -139,7 +141,7 @@ struct StatusServer: Sendable {
 
     /// A registration's Redis key part for an installation id (any text): its hash.
     static func installationKey(_ installation: String) -> String {
-        StatusCrypto.hex(Array(StatusCrypto.shake256(Array(installation.utf8)).prefix(16)))
+        Fingerprint.hex(Array(StatusCrypto.shake256(Array(installation.utf8)).prefix(16)))
     }
 
     /// Stores a registration unless its version is not above the stored one (checked
@@ -241,7 +243,7 @@ extension IngestAPI {
         router.get("/status/v1/server") { _, _ in
             guard let status else { throw APIError.statusDisabled }
             return success([
-                "public_key": .string(StatusCrypto.hex(status.publicKey.compressed)),
+                "public_key": .string(Fingerprint.hex(status.publicKey.compressed)),
                 "query_topic_hash": "SHAKE-256 of the 33-byte compressed client key, 64 bytes",
             ])
         }
@@ -295,11 +297,13 @@ extension IngestAPI {
     func statusAnswer(_ message: some SwiftProtobuf.Message, type: StatusEnvelope.MessageType, status: StatusServer)
         throws -> Response
     {
-        let payload: [UInt8] = try message.serializedBytes()
-        let signed = try StatusEnvelope.seal(payload, type: type, key: status.key)
-        return Response(
+        Self.protobufResponse(try status.signed(message, type: type))
+    }
+
+    static func protobufResponse(_ bytes: [UInt8]) -> Response {
+        Response(
             status: .ok, headers: [.contentType: "application/x-protobuf"],
-            body: .init(byteBuffer: ByteBuffer(bytes: signed)))
+            body: .init(byteBuffer: ByteBuffer(bytes: bytes)))
     }
 
     func statusRegistration(_ request: Request, context: IngestContext) async throws -> Response {
@@ -326,7 +330,7 @@ extension IngestAPI {
         guard let registration = try? StatusRegistration(serializedBytes: plaintext) else {
             return try refuse(.malformedMessage)
         }
-        let hashedKey = StatusCrypto.hex(StatusCrypto.hashedPublicKey(envelope.signer))
+        let hashedKey = Fingerprint.hex(StatusCrypto.hashedPublicKey(envelope.signer))
         let stored: UInt64
         do {
             stored = try await status.storedVersion(hashedKey: hashedKey, installation: registration.installationID)
@@ -411,7 +415,7 @@ extension IngestAPI {
         var seen: Set<Data> = []
         var answerBytes = 0
         for hashed in query.publicKeys where hashed.count == Shake256.statusLength && seen.insert(hashed).inserted {
-            let hashedKey = StatusCrypto.hex(Array(hashed))
+            let hashedKey = Fingerprint.hex(Array(hashed))
             for (registration, _) in try await status.registrations(hashedKey: hashedKey) {
                 answerBytes += registration.allowedKeyList.reduce(0) { $0 + $1.count } + registration.grant.count + 256
                 guard answerBytes <= StatusServer.maxAnswerBytes else { break }
@@ -456,16 +460,14 @@ extension IngestAPI {
                 "requests: a field is longer than any valid one", code: "MALFORMED_MESSAGE", field: "requests")
         }
         // A message handled once: a repeat gets the first answer.
-        let seenKey = RedisArgument(status.keys.statusRequest(StatusCrypto.hex(envelope.messageID)))
+        let seenKey = RedisArgument(status.keys.statusRequest(Fingerprint.hex(envelope.messageID)))
         // A short claim: a crash before the answer is stored frees the message within a minute.
         let claim = try await status.redis.command("SET", seenKey, "pending", "NX", "EX", "60")
         if claim == .null {
             if let earlier = try await status.redis.command("GET", seenKey).string, earlier != "pending",
                 let bytes = Data(base64Encoded: earlier)
             {
-                return Response(
-                    status: .ok, headers: [.contentType: "application/x-protobuf"],
-                    body: .init(byteBuffer: ByteBuffer(bytes: Array(bytes))))
+                return Self.protobufResponse(Array(bytes))
             }
             throw APIError(
                 status: .conflict, code: "DUPLICATE_REQUEST", message: "This message was handled already")
@@ -483,7 +485,7 @@ extension IngestAPI {
                 defer { response.reports.append(report) }
                 guard target.publicKey.count == Shake256.statusLength,
                     let (registration, device) = try await status.registrations(
-                        hashedKey: StatusCrypto.hex(Array(target.publicKey)), installation: target.installationID
+                        hashedKey: Fingerprint.hex(Array(target.publicKey)), installation: target.installationID
                     ).first, let device
                 else {
                     report.error = .notRegistered
@@ -523,14 +525,12 @@ extension IngestAPI {
             _ = try? await status.redis.command("DEL", seenKey)
             throw error
         }
-        let answer = try statusAnswer(response, type: .pushNotificationResponse, status: status)
-        let bytes: [UInt8] = try StatusEnvelope.seal(
-            try response.serializedBytes(), type: .pushNotificationResponse, key: status.key)
+        let bytes = try status.signed(response, type: .pushNotificationResponse)
         // A repeat gets this answer for 7 days; a large one is not kept, and a repeat of it
         // is refused (409) instead of answered.
         let stored = bytes.count <= 16 * 1024 ? Data(bytes).base64EncodedString() : "answered"
         _ = try? await status.redis.command("SET", seenKey, RedisArgument(stored), "EX", RedisArgument(7 * 86_400))
-        return answer
+        return Self.protobufResponse(bytes)
     }
 
     /// What status-go sends gorush for one target: a fixed text per type, the APN topic,

@@ -148,7 +148,7 @@ public struct DeviceToken: Sendable, Hashable {
 }
 
 extension UInt8 {
-    var isHexDigit: Bool {
+    public var isHexDigit: Bool {
         (0x30...0x39).contains(self) || (0x41...0x46).contains(self) || (0x61...0x66).contains(self)
     }
 }

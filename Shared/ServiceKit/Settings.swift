@@ -77,7 +77,7 @@ public struct CommonSettings: Sendable {
     /// `PUSHRELAY_REDIS_CLUSTER_SEEDS`: more cluster nodes to learn the slot map from,
     /// `host:port` separated by commas.
     static func redisSeeds(_ text: String) throws -> [RedisNodeAddress] {
-        try text.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }.map {
+        try SettingsReader.list(text).map {
             guard let address = RedisNodeAddress($0), !address.host.isEmpty else {
                 throw SettingsError("PUSHRELAY_REDIS_CLUSTER_SEEDS: \"\($0)\" is not host:port")
             }

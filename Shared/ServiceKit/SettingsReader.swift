@@ -44,6 +44,15 @@ public struct SettingsReader: Sendable {
         return value
     }
 
+    /// A comma-separated list, blanks dropped; empty when unset.
+    public func list(_ key: String) throws -> [String] {
+        Self.list(try raw(key) ?? "")
+    }
+
+    public static func list(_ text: String) -> [String] {
+        text.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+    }
+
     public func int(_ key: String, default value: Int) throws -> Int {
         // Checked by `raw` against the catalog's range, so the conversion succeeds.
         try raw(key).flatMap { Int($0) } ?? value

@@ -4,28 +4,40 @@ import CLibCrypto
 /// the original `0x01` padding, not SHA3-256's `0x06`. Neither swift-crypto nor
 /// Debian's OpenSSL 3.0 exposes that padding, so the permutation is written here
 /// (FIPS 202 §3, Keccak-f[1600]). The same sponge with SHA3's and SHAKE's padding is
-/// fuzzed against swift-crypto's SHA3-256 and OpenSSL's SHAKE-256 (`pushrelay-fuzz
-/// keccak`), and its speed is in BENCHMARKS.md.
+/// fuzzed against swift-crypto's SHA3-256 and OpenSSL's SHAKE-256 (`StatusFuzzTests`),
+/// and its speed is in BENCHMARKS.md.
 public enum Keccak {
     /// Keccak-256 of the concatenation of `parts`.
     public static func keccak256(_ parts: [UInt8]...) -> [UInt8] {
-        var sponge = Sponge(rate: 136, padding: 0x01)
+        var sponge = Sponge(.keccak256)
         for part in parts { sponge.absorb(part) }
         return sponge.squeeze(32)
     }
 
-    /// The sponge with any rate and domain padding (Keccak `0x01`, SHA3 `0x06`, SHAKE `0x1F`).
+    /// The sponge, in the shapes the tests compare with other implementations: the same
+    /// rate (136 bytes, capacity 512 bits) and one domain padding each.
     public struct Sponge: Sendable {
+        public enum Shape: Sendable {
+            /// Ethereum's Keccak-256: padding `0x01`.
+            case keccak256
+            /// FIPS 202 SHA3-256: padding `0x06`.
+            case sha3_256
+            /// FIPS 202 SHAKE-256: padding `0x1F`.
+            case shake256
+        }
+
         private var state = [UInt64](repeating: 0, count: 25)
         /// Bytes of the current block absorbed so far (XORed into the state as they come).
         private var position = 0
-        let rate: Int
+        let rate = 136
         let padding: UInt8
 
-        public init(rate: Int, padding: UInt8) {
-            precondition(rate > 0 && rate < 200 && rate % 8 == 0, "Keccak rate must be a multiple of 8 below 200")
-            self.rate = rate
-            self.padding = padding
+        public init(_ shape: Shape) {
+            switch shape {
+            case .keccak256: padding = 0x01
+            case .sha3_256: padding = 0x06
+            case .shake256: padding = 0x1F
+            }
         }
 
         /// XORs one byte into the state at byte offset `index` (little-endian lanes).

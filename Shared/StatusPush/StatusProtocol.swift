@@ -1,4 +1,6 @@
 import Crypto
+import PushCrypto
+import PushModels
 import Foundation
 import SwiftProtobuf
 
@@ -80,47 +82,7 @@ public enum StatusCrypto {
     }
 
     /// `0x` and lower-case hex, as status-go's `types.EncodeHex` writes bytes for gorush.
-    public static func hex0x(_ bytes: [UInt8]) -> String { "0x" + hex(bytes) }
-
-    /// Bytes from hex digits (either case); nil for anything else or an odd count.
-    public static func unhex(_ text: String) -> [UInt8]? {
-        let digits = Array(text.utf8)
-        guard digits.count % 2 == 0 else { return nil }
-        func value(_ digit: UInt8) -> UInt8? {
-            switch digit {
-            case 0x30...0x39: digit - 0x30
-            case 0x61...0x66: digit - 0x61 + 10
-            case 0x41...0x46: digit - 0x41 + 10
-            default: nil
-            }
-        }
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(digits.count / 2)
-        var index = 0
-        while index < digits.count {
-            guard let high = value(digits[index]), let low = value(digits[index + 1]) else { return nil }
-            bytes.append(high << 4 | low)
-            index += 2
-        }
-        return bytes
-    }
-
-    public static func hex(_ bytes: [UInt8]) -> String {
-        let digits = Array("0123456789abcdef".utf8)
-        var out: [UInt8] = []
-        out.reserveCapacity(bytes.count * 2)
-        for byte in bytes {
-            out.append(digits[Int(byte >> 4)])
-            out.append(digits[Int(byte & 0x0f)])
-        }
-        return String(decoding: out, as: UTF8.self)
-    }
-}
-
-extension UInt8 {
-    fileprivate var isHexDigit: Bool {
-        (0x30...0x39).contains(self) || (0x41...0x46).contains(self) || (0x61...0x66).contains(self)
-    }
+    public static func hex0x(_ bytes: [UInt8]) -> String { "0x" + Fingerprint.hex(bytes) }
 }
 
 /// A signed Status message (`ApplicationMetadataMessage`) as the HTTP endpoints take and

@@ -1,6 +1,7 @@
 import Crypto
 import DevStack
 import Foundation
+import PushCrypto
 import PushModels
 import StatusPush
 import SwiftProtobuf
@@ -516,4 +517,4 @@ extension StackTests {
     }
 }
 
-func hexBytes(_ text: String) -> [UInt8] { StatusCrypto.unhex(text) ?? [] }
+func hexBytes(_ text: String) -> [UInt8] { Fingerprint.bytes(fromHex: text) ?? [] }

@@ -27,7 +27,7 @@ import Testing
         for _ in 0..<1500 {
             let length = Int.random(in: 0...700, using: &random)
             let input = (0..<length).map { _ in UInt8.random(in: 0...255, using: &random) }
-            var sha3 = Keccak.Sponge(rate: 136, padding: 0x06)
+            var sha3 = Keccak.Sponge(.sha3_256)
             // Absorbed in random pieces: the sponge's buffering must not matter.
             var offset = 0
             while offset < input.count {
@@ -37,7 +37,7 @@ import Testing
             }
             #expect(sha3.squeeze(32) == Array(SHA3_256.hash(data: input)), "seed \(Self.seed), length \(length)")
             let outLength = Int.random(in: 1...400, using: &random)
-            var shake = Keccak.Sponge(rate: 136, padding: 0x1F)
+            var shake = Keccak.Sponge(.shake256)
             shake.absorb(input)
             #expect(shake.squeeze(outLength) == Shake256.hash(input, length: outLength), "seed \(Self.seed)")
         }

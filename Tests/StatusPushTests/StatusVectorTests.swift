@@ -1,10 +1,11 @@
 import Crypto
 import Foundation
+import PushCrypto
 import Testing
 
 @testable import StatusPush
 
-func hexBytes(_ text: String) -> [UInt8] { StatusCrypto.unhex(text) ?? [] }
+func hexBytes(_ text: String) -> [UInt8] { Fingerprint.bytes(fromHex: text) ?? [] }
 
 /// The Status vectors of docs/status.md §6: the hashes against published values, and a
 /// registration built as a status-go client builds one (keys 0x11…, 0x22…), byte for byte.
@@ -17,10 +18,10 @@ func hexBytes(_ text: String) -> [UInt8] { StatusCrypto.unhex(text) ?? [] }
     @Test func keccak256KnownAnswers() {
         // Ethereum's Keccak-256 of "" and "abc" (not SHA3-256: the padding differs).
         #expect(
-            StatusCrypto.hex(Keccak.keccak256([]))
+            Fingerprint.hex(Keccak.keccak256([]))
                 == "c5d2460186f7233c927e7db2dcc703c0e500b653ca82273b7bfad8045d85a470")
         #expect(
-            StatusCrypto.hex(Keccak.keccak256(Array("abc".utf8)))
+            Fingerprint.hex(Keccak.keccak256(Array("abc".utf8)))
                 == "4e03657aea45a94fc7d47ba826c8d667c0d1e6e33a64a036ec44f58fa12d6c45")
         // Parts are concatenated; a message longer than one 136-byte block.
         let long = [UInt8](repeating: 0x61, count: 200)
@@ -28,7 +29,7 @@ func hexBytes(_ text: String) -> [UInt8] { StatusCrypto.unhex(text) ?? [] }
         // With SHA3's padding the sponge is SHA3-256 (swift-crypto), at every length around a block.
         for length in [0, 1, 135, 136, 137, 272, 300] {
             let input = (0..<length).map { UInt8(truncatingIfNeeded: $0 &* 7) }
-            var sponge = Keccak.Sponge(rate: 136, padding: 0x06)
+            var sponge = Keccak.Sponge(.sha3_256)
             sponge.absorb(input)
             #expect(sponge.squeeze(32) == Array(SHA3_256.hash(data: input)))
         }
@@ -36,16 +37,16 @@ func hexBytes(_ text: String) -> [UInt8] { StatusCrypto.unhex(text) ?? [] }
 
     @Test func shake256KnownAnswers() {
         #expect(
-            StatusCrypto.hex(StatusCrypto.shake256([]))
+            Fingerprint.hex(StatusCrypto.shake256([]))
                 == "46b9dd2b0ba88d13233b3feb743eeb243fcd52ea62b81b82b50c27646ed5762fd75dc4ddd8c0f200cb05019d67b592f6fc821c49479ab48640292eacb3b7c4be"
         )
         #expect(
-            StatusCrypto.hex(StatusCrypto.shake256(Array("status".utf8)))
+            Fingerprint.hex(StatusCrypto.shake256(Array("status".utf8)))
                 == "005fc334f5eee410f8d6e5378e437b920deab61216e7666cbcc214c9061a0e116ab9a52b0762144d94d214512960c1dda446bd83cc81d118464a84005f980ed8"
         )
         // The sponge with SHAKE's padding and rate agrees with OpenSSL's SHAKE-256.
         let input = (0..<500).map { UInt8(truncatingIfNeeded: $0) }
-        var sponge = Keccak.Sponge(rate: 136, padding: 0x1F)
+        var sponge = Keccak.Sponge(.shake256)
         sponge.absorb(input)
         #expect(sponge.squeeze(64) == StatusCrypto.shake256(input))
     }
@@ -54,15 +55,15 @@ func hexBytes(_ text: String) -> [UInt8] { StatusCrypto.unhex(text) ?? [] }
         let client = try clientKey.publicKey()
         let server = try serverKey.publicKey()
         #expect(
-            StatusCrypto.hex(client.compressed) == "034f355bdcb7cc0af728ef3cceb9615d90684bb5b2ca5f859ab0f0b704075871aa")
+            Fingerprint.hex(client.compressed) == "034f355bdcb7cc0af728ef3cceb9615d90684bb5b2ca5f859ab0f0b704075871aa")
         #expect(
-            StatusCrypto.hex(server.compressed) == "02466d7fcae563e5cb09a0d1870bb580344804617879a14949cf22285f1bae3f27")
+            Fingerprint.hex(server.compressed) == "02466d7fcae563e5cb09a0d1870bb580344804617879a14949cf22285f1bae3f27")
         #expect(
-            StatusCrypto.hex(StatusCrypto.hashedPublicKey(client))
+            Fingerprint.hex(StatusCrypto.hashedPublicKey(client))
                 == "07e3692e27017e63a38fa72bf5f3d9e8af0b8cd4b023fd826b43e0fc859425f9e8a7e8fb4013190a13c3133811382f35a60b0fca0c04f2c3a726c8c3c1948b6e"
         )
         let shared = try serverKey.sharedSecret(with: client)
-        #expect(StatusCrypto.hex(shared) == "77e0510d5042e2f5e9e59c977b81eeed590cf7d20c1c51da451a8eaa9fdc45ff")
+        #expect(Fingerprint.hex(shared) == "77e0510d5042e2f5e9e59c977b81eeed590cf7d20c1c51da451a8eaa9fdc45ff")
         #expect(try clientKey.sharedSecret(with: server) == shared)
         // Both key forms parse to the same key; garbage does not.
         #expect(try Secp256k1.PublicKey(bytes: client.uncompressed) == client)
@@ -78,12 +79,12 @@ func hexBytes(_ text: String) -> [UInt8] { StatusCrypto.unhex(text) ?? [] }
         let client = try clientKey.publicKey()
         let server = try serverKey.publicKey()
         #expect(
-            StatusCrypto.hex(StatusCrypto.grantHash(client: client, server: server, accessToken: accessToken))
+            Fingerprint.hex(StatusCrypto.grantHash(client: client, server: server, accessToken: accessToken))
                 == "0ec83fb073e2f20588591f6929788346fa6bd1b0f3afde8577125486baa85c68")
         let grant = try StatusCrypto.makeGrant(client: clientKey, server: server, accessToken: accessToken)
         // RFC 6979 nonces and low S: the same 65 bytes go-ethereum's crypto.Sign gives.
         #expect(
-            StatusCrypto.hex(grant)
+            Fingerprint.hex(grant)
                 == "2e8bd31c51ba0537e6ca299ca1665b2784d45211f1ad1e778f96c45e8eaa8fec651e088572181978a04f618dea1f359a8c6cfde933888d198af2738a5b0d145301"
         )
         #expect(StatusCrypto.verifyGrant(grant, client: client, server: server, accessToken: accessToken))
@@ -115,10 +116,10 @@ func hexBytes(_ text: String) -> [UInt8] { StatusCrypto.unhex(text) ?? [] }
         let envelope = try StatusEnvelope(bytes: bytes, expected: .pushNotificationRegistration)
         #expect(envelope.signer == (try clientKey.publicKey()))
         #expect(
-            StatusCrypto.hex(envelope.messageID) == "a740ee11294c7f0f05a8a585e83545cc8af6c095c35e42c885deb4566985a8b8")
+            Fingerprint.hex(envelope.messageID) == "a740ee11294c7f0f05a8a585e83545cc8af6c095c35e42c885deb4566985a8b8")
         #expect(envelope.payload == hexBytes(Self.encryptedRegistration))
         #expect(
-            StatusCrypto.hex(StatusCrypto.shake256(envelope.payload))
+            Fingerprint.hex(StatusCrypto.shake256(envelope.payload))
                 == "d9962495242553e80d388d5339f15a523d154a355308989dab02664e6ef397dd440c900ea0310d3007218ba670c6a7213036ecebf343f45e88cdfd6a82a087e1"
         )
         let key = try serverKey.sharedSecret(with: envelope.signer)
@@ -158,7 +159,7 @@ func hexBytes(_ text: String) -> [UInt8] { StatusCrypto.unhex(text) ?? [] }
     @Test func allowedKeyListTokenDecryptsForTheContact() throws {
         let contact = try Secp256k1.PrivateKey(bytes: [UInt8](repeating: 0x33, count: 32))
         let key = try contact.sharedSecret(with: try clientKey.publicKey())
-        #expect(StatusCrypto.hex(key) == "6fb9be77954b3865de09320cf5f772c6b3492d575da4b656622167fb316fac22")
+        #expect(Fingerprint.hex(key) == "6fb9be77954b3865de09320cf5f772c6b3492d575da4b656622167fb316fac22")
         let entry = hexBytes(
             "aaaaaaaaaaaaaaaaaaaaaaaa9dff629365e9dc4efbea5880621058586be8b3a02e98381c58cda63c6ec132079e127450e8cf42349a0ad25ff214a74414e84f2b"
         )
