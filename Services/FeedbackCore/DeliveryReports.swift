@@ -31,8 +31,8 @@ public struct FeedbackHookSettings: Sendable {
 /// outcomes per provider (gorush's `/api/stat/app`), and POSTs each failed push of a
 /// server with a feedback hook to it, as gorush's `LogPushEntry`, signed.
 public struct DeliveryReports: Sendable {
-    let redis: RedisClient
-    let keys: RedisKeys
+    let gorush: any GorushStore
+    let realms: RealmDirectory
     let devices: DeviceStore
     let endpoints: OutboundEndpoints
     let settings: FeedbackHookSettings
@@ -42,8 +42,8 @@ public struct DeliveryReports: Sendable {
         redis: RedisClient, keys: RedisKeys, devices: DeviceStore, settings: FeedbackHookSettings, caFile: String?,
         logger: Logger
     ) {
-        self.redis = redis
-        self.keys = keys
+        self.gorush = RedisGorushStore(redis: redis, keys: keys)
+        self.realms = RealmDirectory(redis: redis, keys: keys)
         self.devices = devices
         self.settings = settings
         self.endpoints = OutboundEndpoints(
@@ -75,26 +75,20 @@ public struct DeliveryReports: Sendable {
     /// One fetch of `push.deliveries`: every outcome counted in one pipelined round trip
     /// (one `HINCRBY` per realm and field), then the failures' hooks, concurrently.
     public func handleBatch(_ records: [KafkaRecord]) async -> [RecordDisposition] {
-        var counts: [String: [String: Int64]] = [:]
+        var counts: [RealmID: [String: Int64]] = [:]
         var failures: [(DeliveryRecord, DeviceID)] = []
         for record in records {
             guard let delivery = decodeRecord(DeliveryRecord.self, from: record, logger: logger) else { continue }
             let field = "\(delivery.provider?.rawValue ?? "none"):\(delivery.outcome.rawValue)"
-            counts[keys.realmStats(delivery.realmUUID), default: [:]][field, default: 0] += 1
+            counts[delivery.realmUUID, default: [:]][field, default: 0] += 1
             if Self.failures.contains(delivery.outcome), let device = delivery.deviceID {
                 failures.append((delivery, device))
             }
         }
-        var commands: [[RedisArgument]] = []
-        for (key, fields) in counts {
-            for (field, count) in fields {
-                commands.append(["HINCRBY", RedisArgument(key), RedisArgument(field), RedisArgument(count)])
-            }
-        }
-        if !commands.isEmpty {
-            let increments = commands
+        if !counts.isEmpty {
+            let increments = counts
             let counted: Bool? = await untilSuccess("count delivery outcomes", logger: logger) {
-                _ = try await redis.checkedPipeline(increments)
+                try await gorush.countOutcomes(increments)
                 return true
             }
             guard counted != nil else { return records.map { _ in .abandoned } }
@@ -124,23 +118,13 @@ public struct DeliveryReports: Sendable {
     /// for ever.
     func reportFailure(_ delivery: DeliveryRecord, device deviceID: DeviceID) async {
         do {
-            guard
-                let server = try await redis.command(
-                    "HGET", RedisArgument(keys.realm(delivery.realmUUID.rawValue)), "server_uuid"
-                ).string
+            guard let server = try await realms.owners([delivery.realmUUID.rawValue]).first ?? nil,
+                let hook = try await gorush.hook(server: server), let device = try await devices.device(deviceID)
             else { return }
-            let hook = try await redis.command("HMGET", RedisArgument(keys.gorushHook(server: server)), "url", "secret")
-                .array
-            guard hook.count == 2, let url = hook[0].string, let sealedSecret = hook[1].string,
-                let device = try await devices.device(deviceID)
-            else { return }
-            let secret = try devices.storage.openString(sealedSecret, slot: .hookSecret(server: server))
-            let notifID = try await redis.command(
-                "GET", RedisArgument(keys.gorushNotificationID(delivery.notificationID))
-            )
-            .string
+            let secret = try devices.storage.openString(hook.sealedSecret, slot: .hookSecret(server: server))
+            let notifID = try await gorush.callerID(of: delivery.notificationID)
             let body = Self.entry(delivery, device: device, notificationID: notifID)
-            try await post(body, to: url, secret: secret)
+            try await post(body, to: hook.url, secret: secret)
         } catch {
             RelayMetrics.hookFailures.increment()
             logger.warning(

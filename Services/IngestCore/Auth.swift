@@ -42,8 +42,7 @@ public final class ServerAuthenticator: Sendable {
     }
 
     let servers: ServerStore
-    let counter: WindowCounter
-    let keys: RedisKeys
+    let clients: any ClientCounters
     let settings: Settings
     /// Recently verified credentials, by a hash of uuid:key.
     private let verified = Mutex<[String: Verified]>([:])
@@ -51,10 +50,9 @@ public final class ServerAuthenticator: Sendable {
     /// Lease renewals under way, by server: concurrent requests wait for the same one.
     private let renewals = Mutex<[String: Task<Void, any Error>]>([:])
 
-    init(servers: ServerStore, counter: WindowCounter, keys: RedisKeys, settings: Settings) {
+    init(servers: ServerStore, clients: any ClientCounters, settings: Settings) {
         self.servers = servers
-        self.counter = counter
-        self.keys = keys
+        self.clients = clients
         self.settings = settings
         self.leases = Mutex(QuotaLeases(limit: settings.rateLimit))
     }
@@ -132,9 +130,9 @@ public final class ServerAuthenticator: Sendable {
     ) async throws -> Verified {
         let client = clientAddress(request, context: context)
         let nowMs = Wire.nowMillis()
-        let counterKey = keys.authFailures(
-            client: client, window: WindowCounter.window(nowMs: nowMs, seconds: settings.failureWindowSeconds))
-        let attempts = try await counter.increment(counterKey, windowSeconds: settings.failureWindowSeconds)
+        let window = WindowCounter.window(nowMs: nowMs, seconds: settings.failureWindowSeconds)
+        let attempts = try await clients.countAuthAttempt(
+            client: client, window: window, windowSeconds: settings.failureWindowSeconds)
         if attempts > Int64(settings.maxFailures) {
             throw Self.lockedOut(nowMs: nowMs, windowSeconds: settings.failureWindowSeconds)
         }
@@ -146,11 +144,11 @@ public final class ServerAuthenticator: Sendable {
         let (check, credential) = try await servers.verify(uuid: credentials.uuid, apiKey: credentials.key)
         switch check {
         case .valid:
-            try await counter.decrement(counterKey)
+            try await clients.forgiveAuthAttempt(client: client, window: window)
             return Verified(credential: credential, verifiedAt: verifiedAt, expires: verifiedAt + .seconds(30))
         case .deactivated:
             // The right key: not a guess.
-            try await counter.decrement(counterKey)
+            try await clients.forgiveAuthAttempt(client: client, window: window)
             throw Self.deactivated
         case .invalid:
             RelayMetrics.authFailures.increment()
@@ -276,8 +274,8 @@ public final class ServerAuthenticator: Sendable {
         let client = clientAddress(request, context: context)
         let nowMs = Wire.nowMillis()
         let window = WindowCounter.window(nowMs: nowMs, seconds: settings.registrationWindowSeconds)
-        let count = try await counter.increment(
-            keys.serverRegistrations(client: client, window: window), windowSeconds: settings.registrationWindowSeconds)
+        let count = try await clients.countServerRegistration(
+            client: client, window: window, windowSeconds: settings.registrationWindowSeconds)
         if count > Int64(settings.maxRegistrations) {
             let retryAfter = WindowCounter.secondsLeft(nowMs: nowMs, seconds: settings.registrationWindowSeconds)
             throw APIError(

@@ -5,7 +5,6 @@ import Hummingbird
 import NIOCore
 import PushCrypto
 import PushModels
-import RedisClient
 import ServiceKit
 
 /// gorush's API settings (README, "Replace gorush").
@@ -35,55 +34,71 @@ public struct GorushSettings: Sendable {
 /// are registered under the server (so feedback and replay work for them), and a
 /// notification is accepted once it is on Kafka: the answer comes before delivery unless
 /// sync mode is asked for.
-extension IngestAPI {
-    static let gorushVersion = "pushrelay-1.0"
+struct GorushController: Sendable {
+    let authenticator: ServerAuthenticator
+    let registrar: DeviceRegistrar
+    let realms: RealmDirectory
+    let store: any GorushStore
+    /// Seals the feedback hooks' signing secrets at rest.
+    let storage: StorageKeyring
+    let acceptor: Acceptor
+    let sealer: PayloadSealer
+    let settings: GorushSettings
+    let limits: Limits
+    /// Keys the gorush realms' derivation, so no other server can predict and take one.
+    let pepper: APIKeyPepper
+    /// Outcomes for gorush's sync mode; nil when this process does not read them.
+    let deliveryWatch: DeliveryWatch?
+
+    static let version = "pushrelay-1.0"
     // swift-format-ignore: NeverForceUnwrap
     static let versionHeader = HTTPField.Name("X-GORUSH-VERSION")!
     // swift-format-ignore: NeverForceUnwrap
     static let notificationIDsHeader = HTTPField.Name("X-PushRelay-Notification-Ids")!
+    /// How long a caller's `notif_id` is kept for the feedback hook.
+    static let callerIDSeconds = 7 * 86_400
 
-    func addGorushRoutes(to router: Router<IngestContext>) {
+    func routes() -> RouteCollection<IngestContext> {
+        let router = RouteCollection(context: IngestContext.self)
         router.post("/api/push") { request, context in
-            await gorushAnswer(request, context) { try await gorushPush(request, context: context) }
+            await answer(request, context) { try await push(request, context: context) }
         }
         router.get("/api/stat/app") { request, context in
-            await gorushAnswer(request, context) { try await gorushAppStats(request, context: context) }
+            await answer(request, context) { try await appStats(request, context: context) }
         }
         router.get("/api/stat/go") { request, context in
-            await gorushAnswer(request, context) {
+            await answer(request, context) {
                 _ = try await authenticator.authenticate(request, context: context, api: .native)
                 return jsonResponse(.ok, Self.runtimeStats())
             }
         }
         router.get("/api/config") { request, context in
-            await gorushAnswer(request, context) { try await gorushConfig(request, context: context) }
+            await answer(request, context) { try await config(request, context: context) }
         }
         router.put("/api/feedback-hook") { request, context in
-            await gorushAnswer(request, context) { try await setFeedbackHook(request, context: context) }
+            await answer(request, context) { try await setFeedbackHook(request, context: context) }
         }
         router.get("/api/feedback-hook") { request, context in
-            await gorushAnswer(request, context) { try await feedbackHook(request, context: context) }
+            await answer(request, context) { try await feedbackHook(request, context: context) }
         }
         router.delete("/api/feedback-hook") { request, context in
-            await gorushAnswer(request, context) {
+            await answer(request, context) {
                 let server = try await authenticator.authenticate(request, context: context, api: .native)
-                try await servers.redis.command("DEL", RedisArgument(servers.keys.gorushHook(server: server)))
+                try await store.deleteHook(server: server)
                 return jsonResponse(.ok, ["url": .null])
             }
         }
         router.get("/healthz") { _, _ in Response(status: .ok) }
         router.head("/healthz") { _, _ in Response(status: .ok) }
         router.get("/version") { _, _ in
-            jsonResponse(
-                .ok, ["source": "https://github.com/pushrelay/pushrelay", "version": .string(Self.gorushVersion)])
+            jsonResponse(.ok, ["source": "https://github.com/pushrelay/pushrelay", "version": .string(Self.version)])
         }
+        return router
     }
 
     /// gorush's error shape, `{"code": <status>, "message": "…"}`, plus our machine-readable
     /// `error` code and the field at fault, for every failure.
-    func gorushAnswer(_ request: Request, _ context: IngestContext, _ body: () async throws -> Response) async
-        -> Response
-    {
+    func answer(_ request: Request, _ context: IngestContext, _ body: () async throws -> Response) async -> Response {
         var response: Response
         do {
             response = try await body()
@@ -98,14 +113,14 @@ extension IngestAPI {
             response = jsonResponse(error.status, .object(fields))
             response.headers.append(contentsOf: error.headers)
         }
-        response.headers[Self.versionHeader] = Self.gorushVersion
+        response.headers[Self.versionHeader] = Self.version
         return response
     }
 
     /// The realm a server's gorush tokens live in: a UUID derived from the server's under
     /// the API-key pepper (so no other server can predict and claim it first), registered
     /// to it on first use.
-    func gorushRealm(server: String) -> RealmID {
+    func realm(server: String) -> RealmID {
         let digest = Fingerprint.bytes(fromHex: pepper.hmacHex("pushrelay-gorush-realm:\(server)")) ?? []
         guard digest.count >= 16 else { return RealmID(UUID().uuidString.lowercased()) }
         var bytes = Array(digest.prefix(16))
@@ -119,8 +134,8 @@ extension IngestAPI {
         return RealmID(uuid.uuidString.lowercased())
     }
 
-    func ensureGorushRealm(server: String) async throws -> RealmID {
-        let realm = gorushRealm(server: server)
+    func ensureRealm(server: String) async throws -> RealmID {
+        let realm = self.realm(server: server)
         switch try await realms.register(realm.rawValue, to: server, maxRealms: limits.maxRealmsPerServer) {
         case .registered, .alreadyYours: return realm
         case .quotaExceeded: throw APIError.realmQuotaExceeded(limit: limits.maxRealmsPerServer)
@@ -128,19 +143,47 @@ extension IngestAPI {
         }
     }
 
-    /// One entry of gorush's `logs`.
-    static func gorushLog(_ notification: GorushNotification, token: String, error: String) -> JSONValue {
-        var entry: [String: JSONValue] = [
-            "type": "failed-push", "platform": .string(notification.platform.name),
-            "token": .string(GorushNotification.maskedToken(token)), "message": .string(notification.message),
-            "error": .string(error),
-        ]
-        if let id = notification.notificationID, !id.isEmpty { entry["notif_id"] = .string(id) }
-        return .object(entry)
+    /// `POST /api/push`: every notification checked and its tokens registered, then all
+    /// published together, so a failure accepts none of them and a retry sends none twice.
+    func push(_ request: Request, context: IngestContext) async throws -> Response {
+        let server = try await authenticator.authenticate(request, context: context, api: .native)
+        let notifications = try await readNotifications(request)
+        let tokenCount = notifications.reduce(0) { $0 + $1.tokens.count }
+        guard tokenCount <= settings.maxTokens else {
+            throw APIError.badRequest(
+                "Number of tokens(\(tokenCount)) over limit(\(settings.maxTokens))", code: "TOO_MANY_TOKENS",
+                field: "notifications")
+        }
+        let sync: Bool
+        switch request.uri.queryParameters.get("sync") {
+        case "true", "1": sync = true
+        case "false", "0": sync = false
+        default: sync = settings.sync
+        }
+        let realm = try await ensureRealm(server: server)
+        var batch = GorushBatch()
+        for notification in notifications {
+            try await batch.add(notification, controller: self, server: server, realm: realm)
+        }
+        try await store.rememberCallerIDs(batch.callerIDs, ttlSeconds: Self.callerIDSeconds)
+        let watch = sync ? deliveryWatch : nil
+        for accepted in batch.accepted { watch?.expect(accepted.id, devices: Array(accepted.targets.keys)) }
+        do {
+            try await acceptor.publish(batch.records)
+        } catch {
+            for accepted in batch.accepted { deliveryWatch?.forget(accepted.id) }
+            throw error
+        }
+        try? await store.countSubmitted(server: server, tokens: tokenCount, notifications: notifications.count)
+        if let watch { batch.logs += await syncLogs(batch.accepted, watch: watch) }
+        var response = Self.pushAnswer(counts: tokenCount, logs: batch.logs)
+        // The relay's ids of what was accepted, in request order: for replay and the feedback hook.
+        response.headers[Self.notificationIDsHeader] = batch.accepted.map(\.id.rawValue).joined(separator: ",")
+        return response
     }
 
-    func gorushPush(_ request: Request, context: IngestContext) async throws -> Response {
-        let server = try await authenticator.authenticate(request, context: context, api: .native)
+    /// The body's `notifications`, each checked, within the call's limits.
+    func readNotifications(_ request: Request) async throws -> [GorushNotification] {
         var request = request
         let bytes = Array(try await request.collectBody(upTo: limits.maxBodyBytes).readableBytesView)
         guard let json = try? Wire.decode(JSONValue.self, from: bytes), let list = json["notifications"]?.arrayValue
@@ -152,16 +195,16 @@ extension IngestAPI {
             throw APIError.badRequest(
                 "Notifications field is empty.", code: "EMPTY_NOTIFICATIONS", field: "notifications")
         }
-        guard list.count <= gorush.maxNotifications else {
+        guard list.count <= settings.maxNotifications else {
             throw APIError.badRequest(
-                "Number of notifications(\(list.count)) over limit(\(gorush.maxNotifications))",
+                "Number of notifications(\(list.count)) over limit(\(settings.maxNotifications))",
                 code: "TOO_MANY_NOTIFICATIONS", field: "notifications")
         }
         var notifications: [GorushNotification] = []
         for (index, entry) in list.enumerated() {
             do {
                 let notification = try GorushNotification(validating: entry, path: "notifications[\(index)]")
-                if notification.platform == .ios, notification.topic == nil, gorush.apnsTopic.isEmpty {
+                if notification.platform == .ios, notification.topic == nil, settings.apnsTopic.isEmpty {
                     throw PayloadValidationError(
                         field: "notifications[\(index)].topic",
                         problem: "is required for iOS: your app's bundle id (apns-topic)")
@@ -171,106 +214,46 @@ extension IngestAPI {
                 throw APIError.invalid(error, code: "INVALID_NOTIFICATION")
             }
         }
-        let tokenCount = notifications.reduce(0) { $0 + $1.tokens.count }
-        guard tokenCount <= gorush.maxTokens else {
-            throw APIError.badRequest(
-                "Number of tokens(\(tokenCount)) over limit(\(gorush.maxTokens))", code: "TOO_MANY_TOKENS",
-                field: "notifications")
-        }
-        let sync: Bool
-        switch request.uri.queryParameters.get("sync") {
-        case "true", "1": sync = true
-        case "false", "0": sync = false
-        default: sync = gorush.sync
-        }
-        let realm = try await ensureGorushRealm(server: server)
+        return notifications
+    }
+
+    /// Sync mode: the failed pushes' log entries once every outcome is in (or the wait ends).
+    func syncLogs(_ accepted: [GorushBatch.Accepted], watch: DeliveryWatch) async -> [JSONValue] {
         var logs: [JSONValue] = []
-        var waits: [(GorushNotification, NotificationID, [DeviceID: String])] = []
-        var records: [PushRequestRecord] = []
-        var notifIDs: [[RedisArgument]] = []
-        for notification in notifications {
-            var targets: [DeviceID: String] = [:]
-            var order: [DeviceID] = []
-            for token in notification.tokens {
-                let deviceToken: DeviceToken
-                do {
-                    deviceToken = try DeviceToken(
-                        provider: notification.platform.provider, value: token,
-                        rules: notification.platform == .ios ? .zulip : .strict)
-                } catch {
-                    // What the provider would answer for it, without asking.
+        let deadline = ContinuousClock.now + settings.syncTimeout
+        for accepted in accepted {
+            let outcomes = await watch.wait(accepted.id, until: deadline)
+            for (device, token) in accepted.targets.sorted(by: { $0.key < $1.key }) {
+                guard let outcome = outcomes[device] else {
                     logs.append(
-                        Self.gorushLog(
-                            notification, token: token,
-                            error: notification.platform == .ios ? "BadDeviceToken" : "InvalidRegistration"))
+                        Self.log(accepted.notification, token: token, error: "no outcome yet (sync timeout)"))
                     continue
                 }
-                let appID = notification.platform == .ios ? notification.topic ?? gorush.apnsTopic : nil
-                let (id, _) = try await registerWithinQuota(
-                    DeviceRegistration(
-                        realmUUID: realm, userID: nil, token: deviceToken, appID: appID, pushAccountID: nil,
-                        pushKey: nil),
-                    server: server)
-                if targets[id] == nil { order.append(id) }
-                targets[id] = token
-            }
-            guard !order.isEmpty else { continue }
-            let notificationID = NotificationID(UUID().uuidString.lowercased())
-            let sealed: SealedBlob
-            do {
-                sealed = try pipelineKeys.seal(
-                    notification.sealedForm,
-                    binding: .payload(notificationID: notificationID, realmUUID: realm, userID: nil))
-            } catch { throw APIError.internalError }
-            if let id = notification.notificationID, !id.isEmpty {
-                notifIDs.append([
-                    "SET", RedisArgument(servers.keys.gorushNotificationID(notificationID)), RedisArgument(id), "EX",
-                    RedisArgument(7 * 86_400),
-                ])
-            }
-            records.append(
-                PushRequestRecord(
-                    notificationID: notificationID, serverUUID: ServerID(server), realmUUID: realm,
-                    acceptedAtMs: Wire.nowMillis(), request: .gorush(deviceIDs: order, sealedPayload: sealed)))
-            waits.append((notification, notificationID, targets))
-        }
-        // Everything is checked and registered: the notifications are published together,
-        // so a failure accepts none of them and a retry sends none twice.
-        if !notifIDs.isEmpty { _ = try await servers.redis.checkedPipeline(notifIDs) }
-        if sync, let watch = deliveryWatch {
-            for (_, notificationID, targets) in waits { watch.expect(notificationID, devices: Array(targets.keys)) }
-        }
-        do {
-            try await acceptor.publish(records)
-        } catch {
-            for (_, notificationID, _) in waits { deliveryWatch?.forget(notificationID) }
-            throw error
-        }
-        let statsKey = RedisArgument(servers.keys.gorushStats(server: server))
-        _ = try? await servers.redis.pipeline([
-            ["HINCRBY", statsKey, "total_count", RedisArgument(Int64(tokenCount))],
-            ["HINCRBY", statsKey, "submitted_tasks", RedisArgument(Int64(notifications.count))],
-        ])
-        if sync, let watch = deliveryWatch {
-            let deadline = ContinuousClock.now + gorush.syncTimeout
-            for (notification, notificationID, targets) in waits {
-                let outcomes = await watch.wait(notificationID, until: deadline)
-                for (device, token) in targets.sorted(by: { $0.key < $1.key }) {
-                    guard let outcome = outcomes[device] else {
-                        logs.append(Self.gorushLog(notification, token: token, error: "no outcome yet (sync timeout)"))
-                        continue
-                    }
-                    if outcome.outcome != .sent && outcome.outcome != .alreadySent {
-                        logs.append(
-                            Self.gorushLog(
-                                notification, token: token, error: outcome.reason ?? outcome.outcome.rawValue))
-                    }
+                if outcome.outcome != .sent && outcome.outcome != .alreadySent {
+                    logs.append(
+                        Self.log(accepted.notification, token: token, error: outcome.reason ?? outcome.outcome.rawValue)
+                    )
                 }
             }
         }
-        // gorush's bytes: the answer's keys sorted (gin's map), each log entry's in the
-        // order of gorush's LogPushEntry (notif_id, type, platform, token, message, error).
-        var body = Array(#"{"counts":\#(tokenCount),"logs":["#.utf8)
+        return logs
+    }
+
+    /// One entry of gorush's `logs`.
+    static func log(_ notification: GorushNotification, token: String, error: String) -> JSONValue {
+        var entry: [String: JSONValue] = [
+            "type": "failed-push", "platform": .string(notification.platform.name),
+            "token": .string(GorushNotification.maskedToken(token)), "message": .string(notification.message),
+            "error": .string(error),
+        ]
+        if let id = notification.notificationID, !id.isEmpty { entry["notif_id"] = .string(id) }
+        return .object(entry)
+    }
+
+    /// gorush's bytes: the answer's keys sorted (gin's map), each log entry's in the
+    /// order of gorush's LogPushEntry (notif_id, type, platform, token, message, error).
+    static func pushAnswer(counts: Int, logs: [JSONValue]) -> Response {
+        var body = Array(#"{"counts":\#(counts),"logs":["#.utf8)
         for (index, entry) in logs.enumerated() {
             if index > 0 { body.append(UInt8(ascii: ",")) }
             body.append(UInt8(ascii: "{"))
@@ -284,163 +267,64 @@ extension IngestAPI {
             body.append(UInt8(ascii: "}"))
         }
         body += Array(#"],"success":"ok"}"#.utf8)
-        var response = Response(
+        return Response(
             status: .ok, headers: [.contentType: "application/json; charset=utf-8"],
             body: .init(byteBuffer: ByteBuffer(bytes: body)))
-        // The relay's ids of what was accepted, in request order: for replay and the feedback hook.
-        response.headers[Self.notificationIDsHeader] = waits.map(\.1.rawValue).joined(separator: ",")
-        return response
+    }
+}
+
+/// What one `POST /api/push` call accepts: a record per notification with a valid token,
+/// and the log entries of the tokens no provider would take.
+struct GorushBatch {
+    struct Accepted {
+        var notification: GorushNotification
+        var id: NotificationID
+        /// The devices the notification goes to, with the tokens the caller gave for them.
+        var targets: [DeviceID: String]
     }
 
-    /// gorush's `/api/stat/app`, for the calling server: what it submitted, and the
-    /// outcomes of its gorush tokens per platform.
-    func gorushAppStats(_ request: Request, context: IngestContext) async throws -> Response {
-        let server = try await authenticator.authenticate(request, context: context, api: .native)
-        let realm = gorushRealm(server: server)
-        let replies = try await servers.redis.pipeline([
-            ["HGETALL", RedisArgument(servers.keys.gorushStats(server: server))],
-            ["HGETALL", RedisArgument(servers.keys.realmStats(realm))],
-        ])
-        func fields(_ reply: RedisValue) -> [String: Int64] {
-            var result: [String: Int64] = [:]
-            let items = reply.array
-            var index = 0
-            while index + 1 < items.count {
-                if let key = items[index].string, let value = items[index + 1].int { result[key] = value }
-                index += 2
+    var logs: [JSONValue] = []
+    var accepted: [Accepted] = []
+    var records: [PushRequestRecord] = []
+    var callerIDs: [(NotificationID, String)] = []
+
+    /// Registers the notification's tokens under the server and seals it for its devices.
+    mutating func add(
+        _ notification: GorushNotification, controller: GorushController, server: String, realm: RealmID
+    ) async throws {
+        var targets: [DeviceID: String] = [:]
+        var order: [DeviceID] = []
+        for token in notification.tokens {
+            let deviceToken: DeviceToken
+            do {
+                deviceToken = try DeviceToken(
+                    provider: notification.platform.provider, value: token,
+                    rules: notification.platform == .ios ? .zulip : .strict)
+            } catch {
+                // What the provider would answer for it, without asking.
+                let error = notification.platform == .ios ? "BadDeviceToken" : "InvalidRegistration"
+                logs.append(GorushController.log(notification, token: token, error: error))
+                continue
             }
-            return result
+            let appID = notification.platform == .ios ? notification.topic ?? controller.settings.apnsTopic : nil
+            let (id, _) = try await controller.registrar.registerWithinQuota(
+                DeviceRegistration(
+                    realmUUID: realm, userID: nil, token: deviceToken, appID: appID, pushAccountID: nil, pushKey: nil),
+                server: server)
+            if targets[id] == nil { order.append(id) }
+            targets[id] = token
         }
-        let mine = fields(replies.first ?? .null)
-        let outcomes = fields(replies.count > 1 ? replies[1] : .null)
-        var platforms: [String: JSONValue] = [:]
-        var succeeded: Int64 = 0
-        var failed: Int64 = 0
-        for platform in GorushNotification.Platform.allCases {
-            let provider = platform.provider.rawValue
-            let success = (outcomes["\(provider):sent"] ?? 0).addingReportingOverflow(
-                outcomes["\(provider):already_sent"] ?? 0
-            ).partialValue
-            var error: Int64 = 0
-            for outcome in DeliveryOutcome.allCases where outcome != .sent && outcome != .alreadySent {
-                error = error.addingReportingOverflow(outcomes["\(provider):\(outcome.rawValue)"] ?? 0).partialValue
-            }
-            succeeded = succeeded.addingReportingOverflow(success).partialValue
-            failed = failed.addingReportingOverflow(error).partialValue
-            platforms[platform.name] = ["push_success": .int(success), "push_error": .int(error)]
+        guard !order.isEmpty else { return }
+        let notificationID = NotificationID(UUID().uuidString.lowercased())
+        let sealed = try controller.sealer.seal(
+            notification.sealedForm, notificationID: notificationID, realm: realm, userID: nil)
+        if let callerID = notification.notificationID, !callerID.isEmpty {
+            callerIDs.append((notificationID, callerID))
         }
-        var body = platforms
-        body["version"] = .string(Self.gorushVersion)
-        body["busy_workers"] = 0
-        body["success_tasks"] = .int(succeeded)
-        body["failure_tasks"] = .int(failed)
-        body["submitted_tasks"] = .int(mine["submitted_tasks"] ?? 0)
-        body["total_count"] = .int(mine["total_count"] ?? 0)
-        return jsonResponse(.ok, .object(body))
-    }
-
-    /// gorush's `/api/stat/go` field names, filled with this process's figures (Swift has
-    /// no goroutines or Go GC: those read 0).
-    static func runtimeStats() -> JSONValue {
-        var rss: Int64 = 0
-        var virtual: Int64 = 0
-        if let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8) {
-            for line in status.split(separator: "\n") {
-                let parts = line.split(separator: " ", omittingEmptySubsequences: true)
-                guard parts.count >= 2, let kib = Int64(parts[1]) else { continue }
-                if parts[0] == "VmRSS:" { rss = kib * 1024 }
-                if parts[0] == "VmSize:" { virtual = kib * 1024 }
-            }
-        }
-        #if arch(arm64)
-            let arch = "arm64"
-        #else
-            let arch = "amd64"
-        #endif
-        let cpus = Int64(ProcessInfo.processInfo.activeProcessorCount)
-        return [
-            "time": .int(Int64(Date().timeIntervalSince1970 * 1_000_000_000)), "go_version": "swift",
-            "go_os": "linux", "go_arch": .string(arch), "cpu_num": .int(cpus), "goroutine_num": 0,
-            "gomaxprocs": .int(cpus), "cgo_call_num": 0, "memory_alloc": .int(rss), "memory_total_alloc": .int(rss),
-            "memory_sys": .int(virtual), "memory_lookups": 0, "memory_mallocs": 0, "memory_frees": 0,
-            "memory_stack": 0, "heap_alloc": .int(rss), "heap_sys": .int(virtual), "heap_idle": 0,
-            "heap_inuse": .int(rss), "heap_released": 0, "heap_objects": 0, "gc_next": 0, "gc_last": 0, "gc_num": 0,
-            "gc_per_second": 0, "gc_pause_per_second": 0, "gc_pause": [],
-        ]
-    }
-
-    /// gorush's `/api/config`: YAML, with what applies to the calling server; the feedback
-    /// hook's secret is `[REDACTED]` as gorush redacts its secrets.
-    func gorushConfig(_ request: Request, context: IngestContext) async throws -> Response {
-        let server = try await authenticator.authenticate(request, context: context, api: .native)
-        let hook = try await servers.redis.command(
-            "HGET", RedisArgument(servers.keys.gorushHook(server: server)), "url"
-        ).string
-        func quoted(_ text: String) -> String {
-            String(decoding: Wire.canonical(.string(text)), as: UTF8.self)
-        }
-        let yaml = """
-            core:
-              enabled: true
-              max_notification: \(gorush.maxNotifications)
-              max_tokens: \(gorush.maxTokens)
-              sync: \(gorush.sync)
-              sync_timeout_ms: \(RetrySchedule.milliseconds(gorush.syncTimeout))
-              feedback_hook_url: \(quoted(hook ?? ""))
-              feedback_secret: \(hook == nil ? "\"\"" : "\"[REDACTED]\"")
-            api:
-              push_uri: /api/push
-              stat_go_uri: /api/stat/go
-              stat_app_uri: /api/stat/app
-              config_uri: /api/config
-              health_uri: /healthz
-            auth:
-              server_uuid: \(quoted(server))
-              api_key: "[REDACTED]"
-            pushrelay:
-              gorush_realm_uuid: \(quoted(gorushRealm(server: server).rawValue))
-            ios:
-              enabled: true
-              topic: \(quoted(gorush.apnsTopic))
-            android:
-              enabled: true
-            huawei:
-              enabled: true
-
-            """
-        return Response(
-            status: .ok, headers: [.contentType: "application/yaml; charset=utf-8"],
-            body: .init(byteBuffer: ByteBuffer(string: yaml)))
-    }
-
-    /// `PUT /api/feedback-hook {"url": "https://…"}`: where failed pushes of this server are
-    /// POSTed (gorush's `feedback_hook_url`). Each call makes a new signing secret, answered
-    /// once; deliveries carry `X-PushRelay-Signature: t=<unix>,v1=<hex HMAC-SHA256(secret,
-    /// "<t>.<body>")>`.
-    func setFeedbackHook(_ request: Request, context: IngestContext) async throws -> Response {
-        let server = try await authenticator.authenticate(request, context: context, api: .native)
-        let body = try await RequestFields.read(request, limit: 16 * 1024)
-        let url = try body.string("url")
-        do {
-            _ = try PushEndpoint(url, field: "url")
-        } catch {
-            throw APIError.invalid(error, code: "INVALID_URL")
-        }
-        var secretBytes = [UInt8](repeating: 0, count: 32)
-        for i in secretBytes.indices { secretBytes[i] = UInt8.random(in: 0...255) }
-        let secret = Base64URL.encode(secretBytes)
-        let sealed = try devices.storage.sealString(secret, slot: .hookSecret(server: server))
-        try await servers.redis.command(
-            "HSET", RedisArgument(servers.keys.gorushHook(server: server)), "url", RedisArgument(url), "secret",
-            RedisArgument(sealed))
-        return jsonResponse(.ok, ["url": .string(url), "secret": .string(secret)])
-    }
-
-    func feedbackHook(_ request: Request, context: IngestContext) async throws -> Response {
-        let server = try await authenticator.authenticate(request, context: context, api: .native)
-        let url = try await servers.redis.command(
-            "HGET", RedisArgument(servers.keys.gorushHook(server: server)), "url"
-        ).string
-        return jsonResponse(.ok, ["url": url.map { .string($0) } ?? .null])
+        records.append(
+            PushRequestRecord(
+                notificationID: notificationID, serverUUID: ServerID(server), realmUUID: realm,
+                acceptedAtMs: Wire.nowMillis(), request: .gorush(deviceIDs: order, sealedPayload: sealed)))
+        accepted.append(Accepted(notification: notification, id: notificationID, targets: targets))
     }
 }

@@ -9,10 +9,17 @@ import PushModels
 /// the clear; the relay builds the provider requests as Zulip's bouncer does. The
 /// payloads are content the relay can read: they travel sealed with the pipeline key
 /// and are never logged.
-extension IngestAPI {
-    var legacyDevices: ZulipLegacyDevices { ZulipLegacyDevices(devices: devices) }
+struct ZulipLegacyController: Sendable {
+    let authenticator: ServerAuthenticator
+    let ownership: RealmOwnership
+    let legacyDevices: ZulipLegacyDevices
+    let realms: RealmDirectory
+    let acceptor: Acceptor
+    let sealer: PayloadSealer
+    let limits: Limits
 
-    func addZulipLegacyRoutes(to router: Router<IngestContext>) {
+    func routes() -> RouteCollection<IngestContext> {
+        let router = RouteCollection(context: IngestContext.self)
         router.post("/api/v1/remotes/push/register") { request, context in
             try await legacyRegister(request, context: context)
         }
@@ -44,6 +51,7 @@ extension IngestAPI {
         router.post("/api/v1/remotes/push/test_notification") { request, context in
             try await legacyTestNotification(request, context: context)
         }
+        return router
     }
 
     func legacyRequest(_ request: Request, context: IngestContext) async throws -> (String, RequestFields) {
@@ -74,7 +82,7 @@ extension IngestAPI {
         case nil, .null?: return nil
         default:
             let realm = try body.uuid("realm_uuid")
-            return try await zulipRealm(realm, server: server) ? realm : nil
+            return try await ownership.isZulipRealm(realm, server: server) ? realm : nil
         }
     }
 
@@ -172,7 +180,7 @@ extension IngestAPI {
                 "android_devices": .array(unknown(androidListed, .fcm)),
                 "apple_devices": .array(unknown(appleListed, .apns)),
             ],
-            "realm": realm == nil ? .null : Self.pushStatus,
+            "realm": realm == nil ? .null : RealmOwnership.zulipPushStatus,
         ])
     }
 
@@ -224,8 +232,7 @@ extension IngestAPI {
     ) async throws {
         let notificationID = NotificationID(UUID().uuidString.lowercased())
         let realmUUID = RealmID(realm ?? "")
-        let sealed = try pipelineKeys.seal(
-            plaintext, binding: .payload(notificationID: notificationID, realmUUID: realmUUID, userID: nil))
+        let sealed = try sealer.seal(plaintext, notificationID: notificationID, realm: realmUUID, userID: nil)
         let record = PushRequestRecord(
             notificationID: notificationID, serverUUID: ServerID(server), realmUUID: realmUUID,
             acceptedAtMs: Wire.nowMillis(),

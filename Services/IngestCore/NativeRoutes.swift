@@ -7,8 +7,20 @@ import PushModels
 import ServiceKit
 
 /// The native API, for realms whose devices hand the relay their push keys.
-extension IngestAPI {
-    func addNativeRoutes(to router: Router<IngestContext>) {
+struct NativeController: Sendable {
+    let authenticator: ServerAuthenticator
+    let registrar: DeviceRegistrar
+    let ownership: RealmOwnership
+    let devices: DeviceStore
+    let realms: RealmDirectory
+    let idempotency: any IdempotencyStore
+    let acceptor: Acceptor
+    let sealer: PayloadSealer
+    let bouncerKeys: BouncerKeyring
+    let limits: Limits
+
+    func routes() -> RouteCollection<IngestContext> {
+        let router = RouteCollection(context: IngestContext.self)
         router.post("/v1/realms") { request, context in try await registerRealm(request, context: context) }
         router.post("/v1/devices") { request, context in try await registerDevice(request, context: context) }
         router.delete("/v1/devices/:device_id") { request, context in
@@ -20,14 +32,7 @@ extension IngestAPI {
         router.get("/v1/bouncer-public-keys") { _, _ in
             success(["public_keys": .array(bouncerKeys.publicKeysBase64.map { .string($0) })])
         }
-    }
-
-    /// Checks that `realm` belongs to `server`. An unknown realm and another server's
-    /// realm get the same 404, so a caller learns nothing of realms not its own.
-    func ownRealm(_ realm: String, server: String) async throws {
-        guard try await servers.realmOwner(realm) == server else {
-            throw APIError(status: .notFound, code: "REALM_NOT_FOUND", message: "No such realm on this server")
-        }
+        return router
     }
 
     /// `POST /v1/realms {realm_uuid}`: the explicit step that makes a realm the calling
@@ -48,21 +53,6 @@ extension IngestAPI {
         }
     }
 
-    /// Registers a device unless the server is at its device quota (counted per new device).
-    func registerWithinQuota(_ registration: DeviceRegistration, server: String) async throws -> (
-        id: DeviceID, created: Bool
-    ) {
-        // A device already registered renews, whatever the quota.
-        if try await realms.deviceCount(server: server) >= Int64(limits.maxDevicesPerServer),
-            try await !devices.isRegistered(registration)
-        {
-            throw APIError.deviceQuotaExceeded(limit: limits.maxDevicesPerServer)
-        }
-        let result = try await devices.register(registration)
-        if result.created { try await realms.countDevice(server: server, by: 1) }
-        return result
-    }
-
     func registerDevice(_ request: Request, context: IngestContext) async throws -> Response {
         let server = try await authenticator.authenticate(request, context: context, api: .native)
         let body = try await RequestFields.read(request, limit: limits.maxBodyBytes)
@@ -70,18 +60,18 @@ extension IngestAPI {
         let userID = try body.int("user_id")
         let registration: OpenedRegistration
         if body.has("encrypted_push_registration") {
-            registration = try openRegistration(
+            registration = try registrar.openRegistration(
                 sealed: try body.string("encrypted_push_registration"),
                 bouncerPublicKey: try body.string("bouncer_public_key"))
         } else {
-            registration = try tokenAndApp(
-                kind: try Self.nativeTokenKind(body), token: try Self.nativeToken(body),
+            registration = try DeviceRegistrar.tokenAndApp(
+                kind: try DeviceRegistrar.nativeTokenKind(body), token: try Self.nativeToken(body),
                 appID: try body.optionalString("ios_app_id"), path: "")
         }
         let pushKey = try Self.deviceKey(body, provider: registration.token.provider)
         let account = try body.optionalInt("push_account_id")
-        try await ownRealm(realm, server: server)
-        let (id, created) = try await registerWithinQuota(
+        try await ownership.requireOwn(realm, server: server)
+        let (id, created) = try await registrar.registerWithinQuota(
             DeviceRegistration(
                 realmUUID: RealmID(realm), userID: userID, token: registration.token, appID: registration.appID,
                 pushAccountID: account, pushKey: pushKey),
@@ -159,7 +149,7 @@ extension IngestAPI {
         // Another server's device answers 404 too: its existence is not disclosed.
         // Zulip legacy-API devices are removed through that API (remotes/push/unregister).
         guard let device = try await devices.device(id), device.zulipLegacyOwner == nil,
-            try await servers.realmOwner(device.realmUUID.rawValue) == server
+            try await ownership.owner(of: device.realmUUID.rawValue) == server
         else { throw APIError.deviceNotFound }
         // Only the call that removed it takes it off the quota (two deletes race).
         if try await devices.delete(device) { try await realms.countDevice(server: server, by: -1) }
@@ -174,7 +164,7 @@ extension IngestAPI {
         guard let userID = query.get("user_id").flatMap({ Int64($0) }) else {
             throw APIError.badRequest("user_id: must be an integer", field: "user_id")
         }
-        try await ownRealm(realm, server: server)
+        try await ownership.requireOwn(realm, server: server)
         let found = try await devices.devices(try await devices.deviceIDs(realm: RealmID(realm), userID: userID))
         let list: [JSONValue] = found.values.sorted { $0.id < $1.id }.map { d in
             var entry: [String: JSONValue] = [
@@ -207,7 +197,7 @@ extension IngestAPI {
 
     func notify(_ request: Request, context: IngestContext) async throws -> Response {
         let server = try await authenticator.authenticate(request, context: context, api: .native)
-        let idempotency = try IdempotencyKey(request)
+        let key = try IdempotencyKey(request)
         let body = try await RequestFields.read(request, limit: limits.maxBodyBytes)
         let realm = try body.uuid("realm_uuid")
         let userID = try body.int("user_id")
@@ -250,10 +240,11 @@ extension IngestAPI {
                     "payload: encrypted it would exceed the providers' 4096-byte limit (max \(limits.maxPlaintextBytes) bytes of JSON)",
                 field: "payload")
         }
-        try await ownRealm(realm, server: server)
-        if let idempotency,
-            let earlier = try await idempotency.claim(
-                server: server, fingerprint: Fingerprint.hex(Fingerprint.sha256(body.bytes)), api: self)
+        try await ownership.requireOwn(realm, server: server)
+        if let key,
+            let earlier = try await key.claim(
+                server: server, fingerprint: Fingerprint.hex(Fingerprint.sha256(body.bytes)), store: idempotency,
+                publishTimeout: limits.publishTimeout)
         {
             return earlier
         }
@@ -263,14 +254,15 @@ extension IngestAPI {
                 server: server, realm: realm, userID: userID, requestedIDs: requestedIDs,
                 type: type, plaintext: plaintext)
         } catch {
-            try? await idempotency?.abandon(server: server, api: self)
+            try? await key?.abandon(server: server, store: idempotency)
             throw error
         }
         // The notification is accepted: the answer is 202 whatever happens to the stored
         // copy. If it cannot be kept, the claim stays pending until it expires, so a retry
         // meanwhile gets 409 rather than a second notification.
         do {
-            try await idempotency?.complete(server: server, response: response, api: self)
+            try await key?.complete(
+                server: server, response: response, store: idempotency, ttlSeconds: limits.idempotencyTTLSeconds)
         } catch {
             RelayMetrics.idempotencyStoreFailures.increment()
         }
@@ -304,11 +296,7 @@ extension IngestAPI {
         }
         let notificationID = NotificationID(UUID().uuidString.lowercased())
         if !targets.isEmpty {
-            let sealed: SealedBlob
-            do {
-                sealed = try pipelineKeys.seal(
-                    plaintext, binding: .payload(notificationID: notificationID, realmUUID: realm, userID: userID))
-            } catch { throw APIError.internalError }
+            let sealed = try sealer.seal(plaintext, notificationID: notificationID, realm: realm, userID: userID)
             try await acceptor.publish(
                 PushRequestRecord(
                     notificationID: notificationID, serverUUID: ServerID(server), realmUUID: realm,
@@ -340,7 +328,7 @@ extension IngestAPI {
             }
             limit = Int(n)
         }
-        try await ownRealm(realm, server: server)
+        try await ownership.requireOwn(realm, server: server)
         let entries = try await devices.feedback(realm: RealmID(realm), after: after, limit: limit)
         let invalidated: [JSONValue] = entries.map { entry in
             let fields: [String: JSONValue] = [

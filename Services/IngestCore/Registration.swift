@@ -1,3 +1,4 @@
+import DeviceState
 import Foundation
 import PushCrypto
 import PushModels
@@ -10,7 +11,30 @@ struct OpenedRegistration {
     var rawToken: String = ""
 }
 
-extension IngestAPI {
+/// Device registration as every API does it: registrations sealed to the relay's bouncer
+/// keys opened and checked, token kinds and app ids checked, and devices registered
+/// within the server's device quota.
+struct DeviceRegistrar: Sendable {
+    let devices: DeviceStore
+    let realms: RealmDirectory
+    let bouncerKeys: BouncerKeyring
+    let limits: Limits
+
+    /// Registers a device unless the server is at its device quota (counted per new device).
+    func registerWithinQuota(_ registration: DeviceRegistration, server: String) async throws -> (
+        id: DeviceID, created: Bool
+    ) {
+        // A device already registered renews, whatever the quota.
+        if try await realms.deviceCount(server: server) >= Int64(limits.maxDevicesPerServer),
+            try await !devices.isRegistered(registration)
+        {
+            throw APIError.deviceQuotaExceeded(limit: limits.maxDevicesPerServer)
+        }
+        let result = try await devices.register(registration)
+        if result.created { try await realms.countDevice(server: server, by: 1) }
+        return result
+    }
+
     /// Opens a registration sealed to one of the relay's bouncer keys and applies
     /// Zulip's rules: known public key, decryptable JSON, at most 24 h old, token rules.
     /// `rules: .zulip` (the bouncer API) takes tokens and app ids as Zulip's bouncer does
@@ -32,7 +56,7 @@ extension IngestAPI {
         let reader = FieldReader(json: json, path: "encrypted_push_registration")
         do {
             let token = try reader.string("token")
-            var opened = try tokenAndApp(
+            var opened = try Self.tokenAndApp(
                 kind: try reader.string("token_kind"), token: token,
                 appID: try reader.optionalString("ios_app_id"), path: "encrypted_push_registration", rules: rules)
             opened.rawToken = token
@@ -64,7 +88,7 @@ extension IngestAPI {
     static let registrationMaxSkewSeconds: Int64 = 5 * 60
 
     /// Token kind, token and app id rules shared by both registration paths.
-    func tokenAndApp(
+    static func tokenAndApp(
         kind: String, token: String, appID: String?, path: String, rules: DeviceToken.Rules = .strict
     ) throws -> OpenedRegistration {
         // Zulip's APIs know APNs and FCM; the native API takes every live kind.

@@ -185,3 +185,38 @@ public struct RealmDirectory: Sendable {
         return n
         """
 }
+
+/// The per-client-address counters ingest's guards keep: failed authentications and
+/// server registrations, each in fixed windows shared by every instance.
+public protocol ClientCounters: Sendable {
+    /// Counts one authentication attempt from `client` in `window`; the count so far.
+    func countAuthAttempt(client: String, window: Int64, windowSeconds: Int) async throws -> Int64
+    /// Takes back an attempt that turned out to hold the right key.
+    func forgiveAuthAttempt(client: String, window: Int64) async throws
+    /// Counts one server registration from `client` in `window`; the count so far.
+    func countServerRegistration(client: String, window: Int64, windowSeconds: Int) async throws -> Int64
+}
+
+/// The client counters in Redis (`af:` and `sr:` keys).
+public struct RedisClientCounters: ClientCounters {
+    let counter: WindowCounter
+    let keys: RedisKeys
+
+    public init(redis: RedisClient, keys: RedisKeys) {
+        self.counter = WindowCounter(redis: redis)
+        self.keys = keys
+    }
+
+    public func countAuthAttempt(client: String, window: Int64, windowSeconds: Int) async throws -> Int64 {
+        try await counter.increment(keys.authFailures(client: client, window: window), windowSeconds: windowSeconds)
+    }
+
+    public func forgiveAuthAttempt(client: String, window: Int64) async throws {
+        try await counter.decrement(keys.authFailures(client: client, window: window))
+    }
+
+    public func countServerRegistration(client: String, window: Int64, windowSeconds: Int) async throws -> Int64 {
+        try await counter.increment(
+            keys.serverRegistrations(client: client, window: window), windowSeconds: windowSeconds)
+    }
+}

@@ -1,0 +1,111 @@
+import DeviceState
+import Hummingbird
+import Logging
+import PushCrypto
+import RedisClient
+import ServiceKit
+
+/// The stores ingest's controllers read and write, each behind its seam where it has one.
+public struct IngestStores: Sendable {
+    public var servers: ServerStore
+    public var devices: DeviceStore
+    public var realms: RealmDirectory
+    public var clients: any ClientCounters
+    public var idempotency: any IdempotencyStore
+    public var gorush: any GorushStore
+    public var status: any StatusRegistrationStore
+
+    /// Every store on one Redis (or Redis Cluster) client, under the configured key prefix.
+    public static func redis(_ redis: RedisClient, configuration: IngestConfiguration) -> IngestStores {
+        let keys = configuration.common.redisKeys
+        var devices = DeviceStore(redis: redis, keys: keys, storage: configuration.storageKeys)
+        devices.maxStoredKeys = configuration.limits.maxStoredKeys
+        return IngestStores(
+            servers: ServerStore(redis: redis, keys: keys, pepper: configuration.pepper), devices: devices,
+            realms: RealmDirectory(redis: redis, keys: keys), clients: RedisClientCounters(redis: redis, keys: keys),
+            idempotency: RedisIdempotencyStore(redis: redis, keys: keys),
+            gorush: RedisGorushStore(redis: redis, keys: keys),
+            status: RedisStatusRegistrationStore(redis: redis, keys: keys, storage: configuration.storageKeys))
+    }
+}
+
+/// Ingest's HTTP API: one controller per API, each over the stores it needs, and the
+/// concerns they share (authentication and rate leases, acceptance onto `push.requests`,
+/// device registration, realm ownership) as small types of their own.
+public struct IngestAPI: Sendable {
+    let native: NativeController
+    let zulipServers: ZulipServerController
+    let zulipE2EE: ZulipE2EEController
+    let zulipLegacy: ZulipLegacyController
+    let gorush: GorushController
+    let status: StatusController
+
+    /// The controllers on Redis (device state) and a record publisher (`push.requests`).
+    public init(
+        configuration: IngestConfiguration, redis: RedisClient, publisher: any RecordPublisher, logger: Logger,
+        deliveryWatch: DeliveryWatch? = nil
+    ) throws {
+        try self.init(
+            configuration: configuration, stores: .redis(redis, configuration: configuration), publisher: publisher,
+            logger: logger, deliveryWatch: deliveryWatch)
+    }
+
+    /// The controllers on `stores` and a record publisher (`push.requests`).
+    public init(
+        configuration: IngestConfiguration, stores: IngestStores, publisher: any RecordPublisher, logger: Logger,
+        deliveryWatch: DeliveryWatch? = nil
+    ) throws {
+        let limits = configuration.limits
+        let authenticator = ServerAuthenticator(
+            servers: stores.servers, clients: stores.clients, settings: configuration.auth)
+        let acceptor = Acceptor(
+            publisher: publisher, topic: configuration.common.topics.requests, timeout: limits.publishTimeout,
+            logger: logger, deliveriesTopic: configuration.common.topics.deliveries)
+        let registrar = DeviceRegistrar(
+            devices: stores.devices, realms: stores.realms, bouncerKeys: configuration.bouncerKeys, limits: limits)
+        let ownership = RealmOwnership(servers: stores.servers)
+        let sealer = PayloadSealer(keys: configuration.pipelineKeys)
+        native = NativeController(
+            authenticator: authenticator, registrar: registrar, ownership: ownership, devices: stores.devices,
+            realms: stores.realms, idempotency: stores.idempotency, acceptor: acceptor, sealer: sealer,
+            bouncerKeys: configuration.bouncerKeys, limits: limits)
+        zulipServers = ZulipServerController(
+            authenticator: authenticator, servers: stores.servers, realms: stores.realms,
+            storage: configuration.storageKeys, limits: limits,
+            openRegistration: configuration.openServerRegistration)
+        zulipE2EE = ZulipE2EEController(
+            authenticator: authenticator, registrar: registrar, ownership: ownership, devices: stores.devices,
+            acceptor: acceptor, limits: limits)
+        zulipLegacy = ZulipLegacyController(
+            authenticator: authenticator, ownership: ownership,
+            legacyDevices: ZulipLegacyDevices(devices: stores.devices),
+            realms: stores.realms, acceptor: acceptor, sealer: sealer, limits: limits)
+        gorush = GorushController(
+            authenticator: authenticator, registrar: registrar, realms: stores.realms, store: stores.gorush,
+            storage: configuration.storageKeys, acceptor: acceptor, sealer: sealer, settings: configuration.gorush,
+            limits: limits, pepper: configuration.pepper, deliveryWatch: deliveryWatch)
+        status = StatusController(
+            server: try configuration.status.server(), authenticator: authenticator, devices: stores.devices,
+            realms: stores.realms, store: stores.status, acceptor: acceptor, sealer: sealer)
+    }
+
+    /// Every route of the public API, each controller's in turn.
+    public func router() -> Router<IngestContext> {
+        // The routes once on their own, for the methods each path answers (405 and `Allow`).
+        let probe = Router(context: IngestContext.self)
+        addRoutes(to: probe)
+        let router = Router(context: IngestContext.self)
+        router.add(middleware: ErrorMiddleware(routes: RouteMethods(probe.routes)))
+        router.add(middleware: MetricsMiddleware())
+        addRoutes(to: router)
+        return router
+    }
+
+    private func addRoutes(to router: Router<IngestContext>) {
+        let collections = [
+            zulipServers.routes(), zulipE2EE.routes(), zulipLegacy.routes(), native.routes(), gorush.routes(),
+            status.routes(),
+        ]
+        for collection in collections { router.addRoutes(collection) }
+    }
+}
