@@ -41,7 +41,7 @@ public final class ServerAuthenticator: Sendable {
         var expires: ContinuousClock.Instant
     }
 
-    let servers: ServerStore
+    let servers: any ServerRegistry
     let clients: any ClientCounters
     let settings: Settings
     /// Recently verified credentials, by a hash of uuid:key.
@@ -50,7 +50,7 @@ public final class ServerAuthenticator: Sendable {
     /// Lease renewals under way, by server: concurrent requests wait for the same one.
     private let renewals = Mutex<[String: Task<Void, any Error>]>([:])
 
-    init(servers: ServerStore, clients: any ClientCounters, settings: Settings) {
+    init(servers: any ServerRegistry, clients: any ClientCounters, settings: Settings) {
         self.servers = servers
         self.clients = clients
         self.settings = settings

@@ -37,7 +37,7 @@ public struct GorushSettings: Sendable {
 struct GorushController: Sendable {
     let authenticator: ServerAuthenticator
     let registrar: DeviceRegistrar
-    let realms: RealmDirectory
+    let realms: any RealmRegistry
     let store: any GorushStore
     /// Seals the feedback hooks' signing secrets at rest.
     let storage: StorageKeyring

@@ -7,13 +7,29 @@ import ServiceKit
 
 /// The stores ingest's controllers read and write, each behind its seam where it has one.
 public struct IngestStores: Sendable {
-    public var servers: ServerStore
-    public var devices: DeviceStore
-    public var realms: RealmDirectory
+    public var servers: any ServerRegistry
+    public var devices: any DeviceRegistry
+    public var legacyDevices: any LegacyDeviceRegistry
+    public var realms: any RealmRegistry
     public var clients: any ClientCounters
     public var idempotency: any IdempotencyStore
     public var gorush: any GorushStore
     public var status: any StatusRegistrationStore
+
+    public init(
+        servers: any ServerRegistry, devices: any DeviceRegistry, legacyDevices: any LegacyDeviceRegistry,
+        realms: any RealmRegistry, clients: any ClientCounters, idempotency: any IdempotencyStore,
+        gorush: any GorushStore, status: any StatusRegistrationStore
+    ) {
+        self.servers = servers
+        self.devices = devices
+        self.legacyDevices = legacyDevices
+        self.realms = realms
+        self.clients = clients
+        self.idempotency = idempotency
+        self.gorush = gorush
+        self.status = status
+    }
 
     /// Every store on one Redis (or Redis Cluster) client, under the configured key prefix.
     public static func redis(_ redis: RedisClient, configuration: IngestConfiguration) -> IngestStores {
@@ -22,7 +38,8 @@ public struct IngestStores: Sendable {
         devices.maxStoredKeys = configuration.limits.maxStoredKeys
         return IngestStores(
             servers: ServerStore(redis: redis, keys: keys, pepper: configuration.pepper), devices: devices,
-            realms: RealmDirectory(redis: redis, keys: keys), clients: RedisClientCounters(redis: redis, keys: keys),
+            legacyDevices: ZulipLegacyDevices(devices: devices), realms: RealmDirectory(redis: redis, keys: keys),
+            clients: RedisClientCounters(redis: redis, keys: keys),
             idempotency: RedisIdempotencyStore(redis: redis, keys: keys),
             gorush: RedisGorushStore(redis: redis, keys: keys),
             status: RedisStatusRegistrationStore(redis: redis, keys: keys, storage: configuration.storageKeys))
@@ -63,7 +80,7 @@ public struct IngestAPI: Sendable {
             logger: logger, deliveriesTopic: configuration.common.topics.deliveries)
         let registrar = DeviceRegistrar(
             devices: stores.devices, realms: stores.realms, bouncerKeys: configuration.bouncerKeys, limits: limits)
-        let ownership = RealmOwnership(servers: stores.servers)
+        let ownership = RealmOwnership(realms: stores.realms)
         let sealer = PayloadSealer(keys: configuration.pipelineKeys)
         native = NativeController(
             authenticator: authenticator, registrar: registrar, ownership: ownership, devices: stores.devices,
@@ -78,7 +95,7 @@ public struct IngestAPI: Sendable {
             acceptor: acceptor, limits: limits)
         zulipLegacy = ZulipLegacyController(
             authenticator: authenticator, ownership: ownership,
-            legacyDevices: ZulipLegacyDevices(devices: stores.devices),
+            legacyDevices: stores.legacyDevices,
             realms: stores.realms, acceptor: acceptor, sealer: sealer, limits: limits)
         gorush = GorushController(
             authenticator: authenticator, registrar: registrar, realms: stores.realms, store: stores.gorush,

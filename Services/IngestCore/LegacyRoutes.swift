@@ -12,8 +12,8 @@ import PushModels
 struct ZulipLegacyController: Sendable {
     let authenticator: ServerAuthenticator
     let ownership: RealmOwnership
-    let legacyDevices: ZulipLegacyDevices
-    let realms: RealmDirectory
+    let legacyDevices: any LegacyDeviceRegistry
+    let realms: any RealmRegistry
     let acceptor: Acceptor
     let sealer: PayloadSealer
     let limits: Limits
@@ -127,7 +127,8 @@ struct ZulipLegacyController: Sendable {
             throw APIError.deviceQuotaExceeded(limit: limits.maxDevicesPerServer)
         }
         let (_, delta) = try await legacyDevices.register(
-            server: server, user: user, token: token, appID: appID, realm: realm.map { RealmID($0) })
+            server: server, user: user, token: token, appID: appID, realm: realm.map { RealmID($0) },
+            nowMs: Wire.nowMillis())
         if delta != 0 { try await realms.countDevice(server: server, by: delta) }
         return success()
     }

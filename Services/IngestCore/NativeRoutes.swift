@@ -11,8 +11,8 @@ struct NativeController: Sendable {
     let authenticator: ServerAuthenticator
     let registrar: DeviceRegistrar
     let ownership: RealmOwnership
-    let devices: DeviceStore
-    let realms: RealmDirectory
+    let devices: any DeviceRegistry
+    let realms: any RealmRegistry
     let idempotency: any IdempotencyStore
     let acceptor: Acceptor
     let sealer: PayloadSealer

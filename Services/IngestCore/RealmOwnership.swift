@@ -4,11 +4,11 @@ import PushModels
 
 /// Whose a realm is, as each API tells it.
 struct RealmOwnership: Sendable {
-    let servers: ServerStore
+    let realms: any RealmRegistry
 
     /// The server a realm belongs to, if any.
     func owner(of realm: String) async throws -> String? {
-        try await servers.realmOwner(realm)
+        try await realms.owners([realm]).first ?? nil
     }
 
     /// Checks that `realm` belongs to `server` (the native API). An unknown realm and

@@ -15,8 +15,8 @@ struct OpenedRegistration {
 /// keys opened and checked, token kinds and app ids checked, and devices registered
 /// within the server's device quota.
 struct DeviceRegistrar: Sendable {
-    let devices: DeviceStore
-    let realms: RealmDirectory
+    let devices: any DeviceRegistry
+    let realms: any RealmRegistry
     let bouncerKeys: BouncerKeyring
     let limits: Limits
 
@@ -30,7 +30,7 @@ struct DeviceRegistrar: Sendable {
         {
             throw APIError.deviceQuotaExceeded(limit: limits.maxDevicesPerServer)
         }
-        let result = try await devices.register(registration)
+        let result = try await devices.register(registration, nowMs: Wire.nowMillis())
         if result.created { try await realms.countDevice(server: server, by: 1) }
         return result
     }

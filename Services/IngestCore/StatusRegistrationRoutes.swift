@@ -93,7 +93,8 @@ extension StatusController {
                 appID: provider == .apns ? registration.apnTopic : nil,
                 pushAccountID: StatusServer.pushAccount(
                     hashedKey: hashedKey, installation: registration.installationID),
-                pushKey: nil))
+                pushKey: nil),
+            nowMs: Wire.nowMillis())
         let outcome = try await store.store(
             hashedKey: hashedKey, installation: installation, version: registration.version,
             registration: try registration.serializedBytes(), device: device,

@@ -18,8 +18,8 @@ struct StatusController: Sendable {
     let server: StatusServer?
     /// For the client address the per-address limit keys on.
     let authenticator: ServerAuthenticator
-    let devices: DeviceStore
-    let realms: RealmDirectory
+    let devices: any DeviceRegistry
+    let realms: any RealmRegistry
     let store: any StatusRegistrationStore
     let acceptor: Acceptor
     let sealer: PayloadSealer

@@ -110,7 +110,7 @@ struct StatusServer: Sendable {
     }
 
     /// Registers the Status realm to its reserved owner; false when another server holds it.
-    func reserveRealm(_ realms: RealmDirectory) async throws -> Bool {
+    func reserveRealm(_ realms: any RealmRegistry) async throws -> Bool {
         switch try await realms.register(realm.rawValue, to: Self.realmOwner, maxRealms: Int.max) {
         case .registered, .alreadyYours: true
         case .taken, .quotaExceeded: false

@@ -10,7 +10,7 @@ struct ZulipE2EEController: Sendable {
     let authenticator: ServerAuthenticator
     let registrar: DeviceRegistrar
     let ownership: RealmOwnership
-    let devices: DeviceStore
+    let devices: any DeviceRegistry
     let acceptor: Acceptor
     let limits: Limits
 

@@ -9,8 +9,8 @@ import PushModels
 /// its realms become its own.
 struct ZulipServerController: Sendable {
     let authenticator: ServerAuthenticator
-    let servers: ServerStore
-    let realms: RealmDirectory
+    let servers: any ServerRegistry
+    let realms: any RealmRegistry
     /// Seals the realms' owner secrets at rest.
     let storage: StorageKeyring
     let limits: Limits
@@ -25,7 +25,7 @@ struct ZulipServerController: Sendable {
         router.post("/api/v1/remotes/server/deactivate") { request, context in
             let server = try await authenticator.authenticate(request, context: context, api: .zulip)
             // Zulip's bouncer keeps everything a deactivated server owns; it only refuses it.
-            try await servers.deactivate(uuid: server)
+            try await servers.deactivate(uuid: server, nowMs: Wire.nowMillis())
             authenticator.forgetAll()
             return success()
         }
@@ -71,7 +71,7 @@ struct ZulipServerController: Sendable {
         do {
             let created = try await servers.register(
                 uuid: uuid, apiKey: key, hostname: hostname, contactEmail: email, newAPIKey: newKey,
-                allowCreate: openRegistration)
+                allowCreate: openRegistration, nowMs: Wire.nowMillis())
             if newKey != nil { authenticator.forgetAll() }
             return success(["created": .bool(created)])
         } catch ServerRegistrationError.keyMismatch {
@@ -124,7 +124,7 @@ struct ZulipServerController: Sendable {
             throw APIError.badRequest("Duplicate registration detected.")
         }
         let outcomes = try await realms.register(
-            infos.map(\.uuid), to: server, maxRealms: limits.maxRealmsPerServer)
+            infos.map(\.uuid), to: server, maxRealms: limits.maxRealmsPerServer, nowMs: Wire.nowMillis())
         var statuses: [String: JSONValue] = [:]
         for (info, outcome) in zip(infos, outcomes) {
             switch outcome {
@@ -137,7 +137,7 @@ struct ZulipServerController: Sendable {
             }
         }
         if !infos.isEmpty || body.has("realms") {
-            try await realms.describe(infos, of: server, storage: storage)
+            try await realms.describe(infos, of: server, storage: storage, nowMs: Wire.nowMillis())
         }
         let featureLevel: Int64?
         switch try Self.jsonField(body, "api_feature_level") {
@@ -148,7 +148,7 @@ struct ZulipServerController: Sendable {
         try await servers.recordAnalytics(
             uuid: server, version: Self.shortText(try Self.jsonField(body, "version")),
             mergeBase: Self.shortText(try Self.jsonField(body, "merge_base")), apiFeatureLevel: featureLevel,
-            lastIDs: lastIDs)
+            lastIDs: lastIDs, nowMs: Wire.nowMillis())
         return success(["realms": .object(statuses)])
     }
 

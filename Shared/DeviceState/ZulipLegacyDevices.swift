@@ -29,6 +29,12 @@ public struct ZulipLegacyEntry: Sendable, Equatable {
     public var deviceID: DeviceID
     /// The index field: `{provider}:{digest of the token}`.
     public var field: String
+
+    public init(provider: Provider, deviceID: DeviceID, field: String) {
+        self.provider = provider
+        self.deviceID = deviceID
+        self.field = field
+    }
 }
 
 /// Devices of Zulip's legacy (non-E2EE) bouncer API, kept as Zulip's bouncer keeps

@@ -16,8 +16,10 @@ import ServiceKit
 import Synchronization
 import Testing
 
-// Helpers of IngestRouterTests: ingest's router (IngestCore) on the dev stack's real Redis,
-// under its own key prefix, with an in-memory publisher in place of Kafka.
+// Helpers of IngestRouterTests: ingest's router (IngestCore) on in-memory stores
+// (MemoryStores.swift) with an in-memory publisher in place of Kafka: no Redis, no broker,
+// no child process. The rate-lease tests run the same router on the dev stack's real
+// Redis (`.redis`), under its own key prefix.
 
 /// The publisher ingest's handlers get: it keeps what they publish, and fails on demand
 /// (as a broker that does not acknowledge within the bound would).
@@ -42,21 +44,30 @@ final class RouterRecordingPublisher: RecordPublisher {
     func fail(_ failing: Bool) { state.withLock { $0.failing = failing } }
 }
 
-/// One ingest router with its own secrets (in a temp directory), its own Redis key prefix,
-/// and a recording publisher.
+/// One ingest router with its own secrets (in a temp directory), its own stores (in
+/// memory, or under its own Redis key prefix), and a recording publisher.
 struct RouterFixture: Sendable {
+    /// Where the router keeps its state.
+    enum Backend {
+        case memory
+        case redis
+    }
+
     private(set) var api: IngestAPI
     let publisher: RouterRecordingPublisher
     let prefix: String
-    let redis: RedisClient
+    /// The stores in memory (`.memory`), nil on Redis.
+    let memory: MemoryIngestStores?
+    /// The Redis client (`.redis`), nil in memory.
+    let redis: RedisClient?
     let pipelineKeys: PipelineKeyring
     let storageKeys: StorageKeyring
     let bouncerPublicKey: String
     let configuration: IngestConfiguration
 
     /// `settings` are extra `pushrelay.*` settings (values as text, as the environment gives them).
-    static func make(_ settings: [String: String] = [:]) async throws -> RouterFixture {
-        let stack = try await Stack.get()
+    static func make(_ settings: [String: String] = [:], on backend: Backend = .memory) async throws -> RouterFixture {
+        let redisPort = backend == .redis ? try await Stack.get().redisPort : 1
         let directory = FileManager.default.temporaryDirectory
             .appendingPathComponent("pushrelay-router-\(UUID().uuidString.lowercased())").path
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
@@ -70,7 +81,7 @@ struct RouterFixture: Sendable {
 
         let prefix = "router-\(UUID().uuidString.prefix(13).lowercased()):"
         var values: [String: String] = [
-            "pushrelay.redis.port": "\(stack.redisPort)",
+            "pushrelay.redis.port": "\(redisPort)",
             "pushrelay.redis.prefix": prefix,
             "pushrelay.kafka.brokers": "unused:9092",
             "pushrelay.pipeline.keys.file": "\(directory)/pipeline-keys",
@@ -89,24 +100,45 @@ struct RouterFixture: Sendable {
         // The secrets are read; the files are not needed any more.
         try? FileManager.default.removeItem(atPath: directory)
 
-        let redis = RedisClient(configuration: configuration.common.redis)
         let publisher = RouterRecordingPublisher()
+        var memory: MemoryIngestStores?
+        var redis: RedisClient?
+        let stores: IngestStores
+        switch backend {
+        case .memory:
+            let inMemory = MemoryIngestStores(pepper: configuration.pepper)
+            inMemory.devices.maxStoredKeys = configuration.limits.maxStoredKeys
+            stores = inMemory.ingestStores
+            memory = inMemory
+        case .redis:
+            let client = RedisClient(configuration: configuration.common.redis)
+            stores = .redis(client, configuration: configuration)
+            redis = client
+        }
         let api = try IngestAPI(
-            configuration: configuration, redis: redis, publisher: publisher,
+            configuration: configuration, stores: stores, publisher: publisher,
             logger: Logger(label: "ingest-router-tests"))
         return RouterFixture(
-            api: api, publisher: publisher, prefix: configuration.common.redisPrefix, redis: redis,
+            api: api, publisher: publisher, prefix: configuration.common.redisPrefix, memory: memory, redis: redis,
             pipelineKeys: try PipelineKeyring(fileContents: pipelineLine),
             storageKeys: try StorageKeyring(fileContents: storageLine),
             bouncerPublicKey: try BouncerKeyring(fileContents: bouncerLine).publicKeysBase64[0],
             configuration: configuration)
     }
 
-    /// A second ingest instance on the same settings, Redis and publisher.
-    func twin() -> RouterFixture {
+    /// A second ingest instance on the same settings, stores and publisher.
+    func twin() throws -> RouterFixture {
         var twin = self
-        twin.api = try! IngestAPI(
-            configuration: configuration, redis: redis, publisher: publisher,
+        let stores: IngestStores
+        if let memory {
+            stores = memory.ingestStores
+        } else if let redis {
+            stores = .redis(redis, configuration: configuration)
+        } else {
+            throw MemoryFailure(what: "a fixture without stores")
+        }
+        twin.api = try IngestAPI(
+            configuration: configuration, stores: stores, publisher: publisher,
             logger: Logger(label: "ingest-router-tests-twin"))
         return twin
     }
@@ -119,9 +151,6 @@ struct RouterFixture: Sendable {
         let app = Application(router: api.router())
         try await app.test(.router) { client in try await test(RouterClient(client: client)) }
     }
-
-    /// The device store on the same Redis keys, for what no route does (a provider's invalidation).
-    var devices: DeviceStore { DeviceStore(redis: redis, keys: RedisKeys(prefix: prefix), storage: storageKeys) }
 
     /// The published records, each as the next stage reads it.
     func published() throws -> [RouterPublished] {

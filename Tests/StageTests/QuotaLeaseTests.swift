@@ -95,9 +95,9 @@ import Testing
 
     /// The lease script on Redis: grants add up to the limit at most, leftovers come back.
     @Test func theSharedCounterNeverGrantsMoreThanTheLimit() async throws {
-        let fixture = try await RouterFixture.make()
+        let fixture = try await RouterFixture.make(on: .redis)
         let servers = ServerStore(
-            redis: fixture.redis, keys: RedisKeys(prefix: fixture.prefix),
+            redis: try #require(fixture.redis), keys: RedisKeys(prefix: fixture.prefix),
             pepper: try APIKeyPepper(bytes: Array(repeating: 7, count: 32)))
         let server = UUID().uuidString.lowercased()
         let nowMs = Wire.nowMillis()
@@ -120,8 +120,8 @@ import Testing
     /// Two ingest instances on one Redis, and a server registered through the first that
     /// has used its key on the second.
     func withTwins(_ test: @Sendable (RouterClient, RouterClient, RouterServer) async throws -> Void) async throws {
-        let first = try await RouterFixture.make()
-        let second = first.twin()
+        let first = try await RouterFixture.make(on: .redis)
+        let second = try first.twin()
         try await first.run { one in
             try await second.run { two in
                 let server = try await one.registeredServer()
@@ -168,10 +168,9 @@ import Testing
     }
 
     @Test func twoInstancesTogetherAdmitTheLimitAndNoMore() async throws {
-        let first = try await RouterFixture.make([
-            "pushrelay.ratelimit.requests": "96", "pushrelay.ratelimit.window.seconds": "86400",
-        ])
-        let second = first.twin()
+        let first = try await RouterFixture.make(
+            ["pushrelay.ratelimit.requests": "96", "pushrelay.ratelimit.window.seconds": "86400"], on: .redis)
+        let second = try first.twin()
         let windowBefore = WindowCounter.window(nowMs: Wire.nowMillis(), seconds: 86400)
         let counts = Mutex((admitted: 0, limited: 0))
         try await first.run { one in
