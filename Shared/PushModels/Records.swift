@@ -4,10 +4,13 @@
 /// sealed with the pipeline key (`SealedBlob`); pass-through payloads are already
 /// ciphertext encrypted by the realm; legacy Zulip payloads travel sealed like native
 /// plaintext, and their provider bodies stay sealed on `push.outbound`.
+///
+/// Each record's fields are declared once, in `Records.wire`: `scripts/wiregen.py`
+/// generates the structs, their stored properties, `init(fields:)` and `write(to:)`
+/// (`Generated/Records+Wire.swift`). What is written by hand is here: initializers,
+/// nested types, schema versions and views.
 
-/// Ciphertext sealed with a pipeline key that only the stages hold (ingest, encryptor,
-/// dispatcher).
-public struct SealedBlob: WireObject, Equatable {
+extension SealedBlob {
     /// How a blob is sealed. Extensible, so a record sealed by a newer relay still
     /// decodes here and merely fails to open.
     public struct Algorithm: RawRepresentable, Sendable, Codable, Hashable {
@@ -19,42 +22,14 @@ public struct SealedBlob: WireObject, Equatable {
         public static let xchacha20poly1305 = Algorithm(rawValue: "xchacha20poly1305")
     }
 
-    /// Which pipeline key sealed it, so keys can rotate while records are in flight.
-    public var keyID: String
-    /// Absent: the first form, libsodium secretbox without associated data
-    /// (`nonce(24) || MAC(16) || ciphertext`), still opened for records already in flight.
-    public var alg: Algorithm?
-    /// base64 of the sealed bytes, framed as `alg` says.
-    public var box: String
-
     public init(keyID: String, alg: Algorithm? = nil, box: String) {
         self.keyID = keyID
         self.alg = alg
         self.box = box
     }
-
-    public init(fields: WireFields) throws {
-        keyID = try fields.string("key_id")
-        alg = try fields.string(ifPresent: "alg").map(Algorithm.init(rawValue:))
-        box = try fields.string("box")
-    }
-
-    public func write(to object: inout JSONObjectWriter) {
-        object.field("alg", alg?.rawValue)
-        object.field("box", box)
-        object.field("key_id", keyID)
-    }
 }
 
-/// One item of a pass-through (bouncer API) notify: a payload the realm already encrypted.
-public struct PassThroughItem: WireObject, Equatable {
-    public var deviceID: DeviceID
-    public var apnsPriority: APNsPriority?
-    public var apnsPushType: Named<APNsPushType>?
-    public var fcmPriority: Named<FCMPriority>?
-    /// The provider body as the realm sent it (APNs body, or the FCM data before stringification).
-    public var payload: JSONValue
-
+extension PassThroughItem {
     public init(
         deviceID: DeviceID, apnsPriority: APNsPriority? = nil, apnsPushType: Named<APNsPushType>? = nil,
         fcmPriority: Named<FCMPriority>? = nil, payload: JSONValue
@@ -64,22 +39,6 @@ public struct PassThroughItem: WireObject, Equatable {
         self.apnsPushType = apnsPushType
         self.fcmPriority = fcmPriority
         self.payload = payload
-    }
-
-    public init(fields: WireFields) throws {
-        deviceID = DeviceID(try fields.int64("device_id"))
-        apnsPriority = try fields.int(ifPresent: "apns_priority").map { APNsPriority($0) }
-        apnsPushType = try fields.string(ifPresent: "apns_push_type").map { Named($0) }
-        fcmPriority = try fields.string(ifPresent: "fcm_priority").map { Named($0) }
-        payload = try fields.value("payload")
-    }
-
-    public func write(to object: inout JSONObjectWriter) {
-        object.field("apns_priority", apnsPriority?.value)
-        object.field("apns_push_type", apnsPushType?.name)
-        object.field("device_id", deviceID.rawValue)
-        object.field("fcm_priority", fcmPriority?.name)
-        object.field("payload", payload)
     }
 }
 
@@ -103,26 +62,8 @@ public enum PushRequest: Sendable, Equatable {
     case gorush(deviceIDs: [DeviceID], sealedPayload: SealedBlob)
 }
 
-/// `push.requests`: what ingest accepted, keyed by realm and user so one user's
-/// notifications stay in order. On the wire: a flat JSON object, `kind` naming which of
-/// the other fields are present (unchanged since schema 1).
-public struct PushRequestRecord: WireObject, Equatable {
+extension PushRequestRecord {
     public static let currentSchema = 1
-
-    public enum Kind: String, Sendable {
-        case native
-        case passThrough = "pass_through"
-        case legacy
-        case gorush
-    }
-
-    public var schema: Int
-    public var notificationID: NotificationID
-    public var serverUUID: ServerID
-    public var realmUUID: RealmID
-    /// When ingest accepted it (ms since the epoch), for latency and expiry.
-    public var acceptedAtMs: Int64
-    public var request: PushRequest
 
     public init(
         notificationID: NotificationID, serverUUID: ServerID, realmUUID: RealmID, acceptedAtMs: Int64,
@@ -134,83 +75,6 @@ public struct PushRequestRecord: WireObject, Equatable {
         self.realmUUID = realmUUID
         self.acceptedAtMs = acceptedAtMs
         self.request = request
-    }
-
-    public var kind: Kind {
-        switch request {
-        case .native: .native
-        case .passThrough: .passThrough
-        case .legacy: .legacy
-        case .gorush: .gorush
-        }
-    }
-
-    /// A record whose kind lacks a field it needs does not decode: it is counted and
-    /// skipped as unreadable, never half-handled.
-    public init(fields: WireFields) throws {
-        schema = try fields.int("schema")
-        notificationID = NotificationID(try fields.string("notification_id"))
-        serverUUID = ServerID(try fields.string("server_uuid"))
-        realmUUID = RealmID(try fields.string("realm_uuid"))
-        acceptedAtMs = try fields.int64("accepted_at_ms")
-        switch try fields.named("kind") as Kind {
-        case .native:
-            request = .native(
-                userID: try fields.int64("user_id"),
-                deviceIDs: try fields.int64s(ifPresent: "device_ids")?.map { DeviceID($0) },
-                type: try fields.named(ifPresent: "notification_type") ?? .message,
-                sealedPayload: try fields.object("sealed_payload"))
-        case .passThrough:
-            request = .passThrough(items: try fields.objects("items"))
-        case .legacy:
-            request = .legacy(
-                user: try fields.string("legacy_user"), deviceIDs: try fields.int64s("device_ids").map { DeviceID($0) },
-                sealedPayload: try fields.object("sealed_payload"))
-        case .gorush:
-            request = .gorush(
-                deviceIDs: try fields.int64s("device_ids").map { DeviceID($0) },
-                sealedPayload: try fields.object("sealed_payload"))
-        }
-    }
-
-    public func write(to object: inout JSONObjectWriter) {
-        object.field("accepted_at_ms", acceptedAtMs)
-        switch request {
-        case .native(let userID, let deviceIDs, let type, let sealed):
-            object.field("device_ids", deviceIDs?.map(\.rawValue))
-            object.field("kind", kind)
-            object.field("notification_id", notificationID.rawValue)
-            object.field("notification_type", type)
-            object.field("realm_uuid", realmUUID.rawValue)
-            object.field("schema", schema)
-            object.field("sealed_payload", sealed)
-            object.field("server_uuid", serverUUID.rawValue)
-            object.field("user_id", userID)
-        case .passThrough(let items):
-            object.field("items", items)
-            object.field("kind", kind)
-            object.field("notification_id", notificationID.rawValue)
-            object.field("realm_uuid", realmUUID.rawValue)
-            object.field("schema", schema)
-            object.field("server_uuid", serverUUID.rawValue)
-        case .legacy(let user, let deviceIDs, let sealed):
-            object.field("device_ids", deviceIDs.map(\.rawValue))
-            object.field("kind", kind)
-            object.field("legacy_user", user)
-            object.field("notification_id", notificationID.rawValue)
-            object.field("realm_uuid", realmUUID.rawValue)
-            object.field("schema", schema)
-            object.field("sealed_payload", sealed)
-            object.field("server_uuid", serverUUID.rawValue)
-        case .gorush(let deviceIDs, let sealed):
-            object.field("device_ids", deviceIDs.map(\.rawValue))
-            object.field("kind", kind)
-            object.field("notification_id", notificationID.rawValue)
-            object.field("realm_uuid", realmUUID.rawValue)
-            object.field("schema", schema)
-            object.field("sealed_payload", sealed)
-            object.field("server_uuid", serverUUID.rawValue)
-        }
     }
 
     /// The partition key: one user's notifications (or one realm's pass-through batch) in order.
@@ -271,56 +135,8 @@ public struct ZulipLegacyPayload: Sendable, Codable, Equatable {
     }
 }
 
-/// `push.outbound` (and the retry and dead-letter topics): one ready-to-send push for
-/// one device. Schema 2 added `attempts`, `last_error` and `not_before_ms`; schema 3
-/// carries the token sealed (`sealed_token`, no `token`); schema 4 may carry the body
-/// sealed (`sealed_body`, no `body`); schema 5 carries the provider body as the exact
-/// bytes to send, in the JSON string `body_json`, instead of a JSON object in `body`.
-/// Older records decode with those absent (a schema ≤ 4 `body` object is written out
-/// canonically once, as the encryptor of that time would have sent it).
-public struct OutboundRecord: WireObject, Equatable {
+extension OutboundRecord {
     public static let currentSchema = 5
-
-    public var schema: Int
-    public var notificationID: NotificationID
-    public var deviceID: DeviceID
-    public var realmUUID: RealmID
-    public var provider: Provider
-    /// The device token in the clear, in memory only while the record carries
-    /// `sealedToken`: it is then never encoded. Empty after decoding a sealed record
-    /// until the dispatcher opens `sealedToken`. Records before the token was sealed
-    /// carry it here, in the clear, and still decode.
-    public var token: String
-    /// The token sealed with the pipeline key, bound to (notification, realm, device).
-    /// When present, `token` is left out of the encoded record.
-    public var sealedToken: SealedBlob?
-    /// APNs topic (the app's bundle id); unused for FCM.
-    public var appID: String?
-    public var delivery: DeliveryClass
-    /// The provider body, built once by the encryptor and sent unchanged: the APNs JSON
-    /// body, or the FCM `data` object (all values strings), as canonical JSON bytes.
-    /// Empty in memory while `sealedBody` holds it, until the dispatcher opens it.
-    public var body: [UInt8]
-    /// A body the relay can read (legacy Zulip content), sealed with the pipeline key and
-    /// bound to (notification, realm, device). When present, `body` is not encoded.
-    /// Schema 4.
-    public var sealedBody: SealedBlob?
-    /// How FCM and Huawei read `body`: nil, the data object (or string) alone; `message`,
-    /// the message's own fields (`notification`, `data`, `android`, …) without the token,
-    /// as gorush's API sends them.
-    public var bodyForm: BodyForm?
-    /// Unix seconds after which the push is useless; nil keeps the provider's default.
-    public var expiresAt: Int64?
-    public var collapseID: String?
-    public var acceptedAtMs: Int64
-    /// When the device's registration was last renewed (ms), to judge APNs 410 timestamps.
-    public var registeredAtMs: Int64?
-    /// Provider attempts made so far (nil: none yet).
-    public var attempts: Int?
-    /// The reason of the last retryable answer, carried to the dead-letter topic.
-    public var lastError: String?
-    /// On a retry topic: not to be sent before this time (ms since the epoch).
-    public var notBeforeMs: Int64?
 
     public init(
         notificationID: NotificationID, deviceID: DeviceID, realmUUID: RealmID, provider: Provider, token: String,
@@ -345,59 +161,6 @@ public struct OutboundRecord: WireObject, Equatable {
         self.registeredAtMs = registeredAtMs
     }
 
-    public init(fields: WireFields) throws {
-        schema = try fields.int("schema")
-        notificationID = NotificationID(try fields.string("notification_id"))
-        deviceID = DeviceID(try fields.int64("device_id"))
-        realmUUID = RealmID(try fields.string("realm_uuid"))
-        provider = try fields.named("provider")
-        sealedToken = try fields.object(ifPresent: "sealed_token")
-        // A record carries the token in one form or the other.
-        token = sealedToken == nil ? try fields.string("token") : try fields.string(ifPresent: "token") ?? ""
-        appID = try fields.string(ifPresent: "app_id")
-        delivery = try fields.object("delivery")
-        sealedBody = try fields.object(ifPresent: "sealed_body")
-        bodyForm = try fields.named(ifPresent: "body_form")
-        if sealedBody != nil {
-            body = []
-        } else if let text = try fields.string(ifPresent: "body_json") {
-            body = Array(text.utf8)
-        } else {
-            body = Wire.canonical(try fields.value("body"))
-        }
-        expiresAt = try fields.int64(ifPresent: "expires_at")
-        collapseID = try fields.string(ifPresent: "collapse_id")
-        acceptedAtMs = try fields.int64("accepted_at_ms")
-        registeredAtMs = try fields.int64(ifPresent: "registered_at_ms")
-        attempts = try fields.int(ifPresent: "attempts")
-        lastError = try fields.string(ifPresent: "last_error")
-        notBeforeMs = try fields.int64(ifPresent: "not_before_ms")
-    }
-
-    /// The clear token is written only when the record has no sealed one, the body only
-    /// when it is not sealed.
-    public func write(to object: inout JSONObjectWriter) {
-        object.field("accepted_at_ms", acceptedAtMs)
-        object.field("app_id", appID)
-        object.field("attempts", attempts)
-        if sealedBody == nil { object.field("body_json", utf8: body) }
-        if let bodyForm { object.field("body_form", bodyForm) }
-        object.field("collapse_id", collapseID)
-        object.field("delivery", delivery)
-        object.field("device_id", deviceID.rawValue)
-        object.field("expires_at", expiresAt)
-        object.field("last_error", lastError)
-        object.field("not_before_ms", notBeforeMs)
-        object.field("notification_id", notificationID.rawValue)
-        object.field("provider", provider)
-        object.field("realm_uuid", realmUUID.rawValue)
-        object.field("registered_at_ms", registeredAtMs)
-        object.field("schema", schema)
-        object.field("sealed_body", sealedBody)
-        object.field("sealed_token", sealedToken)
-        if sealedToken == nil { object.field("token", token) }
-    }
-
     /// Partition key: one device's pushes stay in order.
     public var partitionKey: String { "\(deviceID)" }
 
@@ -414,9 +177,7 @@ public enum BodyForm: String, Sendable, Equatable {
     case message
 }
 
-/// `push.deadletter`: a push the relay gave up on, with its last error, so an operator
-/// can inspect it and re-drive it once the cause is fixed.
-public struct DeadLetterRecord: WireObject, Equatable {
+extension DeadLetterRecord {
     public static let currentSchema = 1
 
     public enum Cause: String, Sendable {
@@ -427,16 +188,6 @@ public struct DeadLetterRecord: WireObject, Equatable {
         /// The provider refused it for good (bad payload, topic, credentials, no provider).
         case rejected
     }
-
-    public var schema: Int
-    public var cause: Cause
-    public var lastError: String?
-    public var httpStatus: Int?
-    public var attempts: Int
-    public var deadAtMs: Int64
-    /// The push as it was last tried, so it can be re-driven: ciphertext, and the token
-    /// sealed (only records from before tokens were sealed carry it in the clear).
-    public var record: OutboundRecord
 
     public init(
         cause: Cause, lastError: String?, httpStatus: Int?, attempts: Int, deadAtMs: Int64, record: OutboundRecord
@@ -449,44 +200,10 @@ public struct DeadLetterRecord: WireObject, Equatable {
         self.deadAtMs = deadAtMs
         self.record = record
     }
-
-    public init(fields: WireFields) throws {
-        schema = try fields.int("schema")
-        cause = try fields.named("cause")
-        lastError = try fields.string(ifPresent: "last_error")
-        httpStatus = try fields.int(ifPresent: "http_status")
-        attempts = try fields.int("attempts")
-        deadAtMs = try fields.int64("dead_at_ms")
-        record = try fields.object("record")
-    }
-
-    public func write(to object: inout JSONObjectWriter) {
-        object.field("attempts", attempts)
-        object.field("cause", cause)
-        object.field("dead_at_ms", deadAtMs)
-        object.field("http_status", httpStatus)
-        object.field("last_error", lastError)
-        object.field("record", record)
-        object.field("schema", schema)
-    }
 }
 
-/// `push.feedback`: a provider said a token is dead.
-public struct FeedbackRecord: WireObject, Equatable {
+extension FeedbackRecord {
     public static let currentSchema = 1
-
-    public var schema: Int
-    public var deviceID: DeviceID
-    public var realmUUID: RealmID
-    public var provider: Provider
-    /// SHA-256 prefix of the token the provider rejected, so feedback can ignore a
-    /// report about a token the device has since replaced.
-    public var tokenFingerprint: String
-    public var reason: String
-    /// APNs 410 `timestamp` (ms): the token was invalid from then on.
-    public var providerTimestampMs: Int64?
-    public var notificationID: NotificationID
-    public var observedAtMs: Int64
 
     public init(
         deviceID: DeviceID, realmUUID: RealmID, provider: Provider, tokenFingerprint: String, reason: String,
@@ -501,30 +218,6 @@ public struct FeedbackRecord: WireObject, Equatable {
         self.providerTimestampMs = providerTimestampMs
         self.notificationID = notificationID
         self.observedAtMs = observedAtMs
-    }
-
-    public init(fields: WireFields) throws {
-        schema = try fields.int("schema")
-        deviceID = DeviceID(try fields.int64("device_id"))
-        realmUUID = RealmID(try fields.string("realm_uuid"))
-        provider = try fields.named("provider")
-        tokenFingerprint = try fields.string("token_fingerprint")
-        reason = try fields.string("reason")
-        providerTimestampMs = try fields.int64(ifPresent: "provider_timestamp_ms")
-        notificationID = NotificationID(try fields.string("notification_id"))
-        observedAtMs = try fields.int64("observed_at_ms")
-    }
-
-    public func write(to object: inout JSONObjectWriter) {
-        object.field("device_id", deviceID.rawValue)
-        object.field("notification_id", notificationID.rawValue)
-        object.field("observed_at_ms", observedAtMs)
-        object.field("provider", provider)
-        object.field("provider_timestamp_ms", providerTimestampMs)
-        object.field("realm_uuid", realmUUID.rawValue)
-        object.field("reason", reason)
-        object.field("schema", schema)
-        object.field("token_fingerprint", tokenFingerprint)
     }
 }
 
@@ -541,24 +234,8 @@ public enum DeliveryOutcome: String, Sendable, Codable, CaseIterable {
     case filtered
 }
 
-/// `push.deliveries`: one record per final outcome, for accounting and incident analysis.
-public struct DeliveryRecord: WireObject, Equatable {
+extension DeliveryRecord {
     public static let currentSchema = 1
-
-    public var schema: Int
-    public var notificationID: NotificationID
-    public var realmUUID: RealmID
-    public var deviceID: DeviceID?
-    public var provider: Provider?
-    public var outcome: DeliveryOutcome
-    /// Provider reason or relay reason (`device_inactive`, `not_in_realm`, …).
-    public var reason: String?
-    public var httpStatus: Int?
-    public var attempts: Int
-    public var acceptedAtMs: Int64
-    public var completedAtMs: Int64
-    /// The provider's id for the push (APNs `apns-id`, FCM message name).
-    public var providerMessageID: String?
 
     public init(
         notificationID: NotificationID, realmUUID: RealmID, deviceID: DeviceID?, provider: Provider?,
@@ -578,36 +255,6 @@ public struct DeliveryRecord: WireObject, Equatable {
         self.acceptedAtMs = acceptedAtMs
         self.completedAtMs = completedAtMs
         self.providerMessageID = providerMessageID
-    }
-
-    public init(fields: WireFields) throws {
-        schema = try fields.int("schema")
-        notificationID = NotificationID(try fields.string("notification_id"))
-        realmUUID = RealmID(try fields.string("realm_uuid"))
-        deviceID = try fields.int64(ifPresent: "device_id").map { DeviceID($0) }
-        provider = try fields.named(ifPresent: "provider")
-        outcome = try fields.named("outcome")
-        reason = try fields.string(ifPresent: "reason")
-        httpStatus = try fields.int(ifPresent: "http_status")
-        attempts = try fields.int("attempts")
-        acceptedAtMs = try fields.int64("accepted_at_ms")
-        completedAtMs = try fields.int64("completed_at_ms")
-        providerMessageID = try fields.string(ifPresent: "provider_message_id")
-    }
-
-    public func write(to object: inout JSONObjectWriter) {
-        object.field("accepted_at_ms", acceptedAtMs)
-        object.field("attempts", attempts)
-        object.field("completed_at_ms", completedAtMs)
-        object.field("device_id", deviceID?.rawValue)
-        object.field("http_status", httpStatus)
-        object.field("notification_id", notificationID.rawValue)
-        object.field("outcome", outcome)
-        object.field("provider", provider)
-        object.field("provider_message_id", providerMessageID)
-        object.field("realm_uuid", realmUUID.rawValue)
-        object.field("reason", reason)
-        object.field("schema", schema)
     }
 }
 

@@ -24,7 +24,8 @@ extension WireObject {
 }
 
 /// One JSON object being written, compact, keys in the order the caller gives them
-/// (ascending, checked in debug builds).
+/// (ascending, checked in debug builds). The records in `Records.wire` get that order
+/// from `scripts/wiregen.py`; the check is for writers written by hand (`DeliveryClass`).
 public struct JSONObjectWriter {
     fileprivate var out: [UInt8]
     private var empty = true

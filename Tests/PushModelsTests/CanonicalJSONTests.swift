@@ -106,6 +106,14 @@ import Testing
         let outbound = Self.outbound()
         try expectWireForm(outbound, Self.outboundJSON)
 
+        // `body_form` sorts before `body_json` (the writer before Records.wire had them the
+        // other way round, an order no canonical rewrite keeps).
+        var message = outbound
+        message.bodyForm = .message
+        try expectWireForm(
+            message,
+            Self.outboundJSON.replacingOccurrences(of: #""body_json":"#, with: #""body_form":"message","body_json":"#))
+
         var sealed = outbound
         sealed.sealedToken = SealedBlob(keyID: "p1", alg: .xchacha20poly1305, box: "QUJD")
         sealed.sealedBody = SealedBlob(keyID: "p1", box: "REVG")
