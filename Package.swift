@@ -303,12 +303,13 @@ let package = Package(
             ],
             swiftSettings: strict),
         // Each stage's logic driven with in-memory seams (no sockets), and ingest's routes
-        // through Hummingbird's router test framework.
+        // through Hummingbird's router test framework on in-memory stores.
         .testTarget(
             name: "StageTests",
             dependencies: [
                 "IngestCore", "EncryptorCore", "DispatcherCore", "FeedbackCore", "ServiceKit", "Providers", "DevStack",
-                "PushModels", "PushCrypto", "DeviceState", "RedisClient", "Kafka",
+                "PushModels", "PushCrypto", "DeviceState", "RedisClient", "Kafka", "StatusPush",
+                .product(name: "SwiftProtobuf", package: "swift-protobuf"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Configuration", package: "swift-configuration"),

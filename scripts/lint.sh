@@ -8,4 +8,6 @@ if [ "${1:-}" = "--fix" ]; then
   exec swift format format --in-place --recursive --parallel "${paths[@]}"
 fi
 swift format lint --strict --recursive --parallel "${paths[@]}"
+# The records' generated reader and writer match their declaration (Shared/PushModels/Records.wire).
+python3 scripts/wiregen.py --check
 echo "lint: clean"
