@@ -201,45 +201,8 @@ struct NativeController: Sendable {
         let body = try await RequestFields.read(request, limit: limits.maxBodyBytes)
         let realm = try body.uuid("realm_uuid")
         let userID = try body.int("user_id")
-        guard let payloadJSON = body.json["payload"] else {
-            throw APIError.badRequest("payload: is required", field: "payload")
-        }
-        // Zulip's payload, or Telegram's `{"data": {"loc_key", …}}`.
-        let type: NotificationType
-        let payloadUserID: Int64?
-        let userField: String
-        do {
-            if TelegramNotification.isTelegram(payloadJSON) {
-                let telegram = try TelegramNotification(validating: payloadJSON)
-                (type, payloadUserID, userField) = (telegram.type, telegram.userID, "payload.data.user_id")
-            } else {
-                let zulip = try ZulipNotification(validating: payloadJSON)
-                (type, payloadUserID, userField) = (zulip.type, zulip.userID, "payload.user_id")
-            }
-        } catch {
-            throw APIError.invalid(error, code: "INVALID_PAYLOAD")
-        }
-        if let payloadUserID, payloadUserID != userID {
-            throw APIError.badRequest("\(userField): must equal user_id", code: "INVALID_PAYLOAD", field: userField)
-        }
-        var requestedIDs: [DeviceID]?
-        if body.has("device_ids") {
-            // A repeated id is one device: it gets one push and is listed once.
-            do { requestedIDs = Self.unique(try body.reader.intArray("device_ids").map { DeviceID($0) }) } catch {
-                throw APIError.invalid(error)
-            }
-            if let count = requestedIDs?.count, count > limits.maxDeviceIDs {
-                throw APIError.tooManyTargets(field: "device_ids", limit: limits.maxDeviceIDs)
-            }
-        }
-        let plaintext = Wire.canonical(payloadJSON)
-        guard plaintext.count <= limits.maxPlaintextBytes else {
-            throw APIError(
-                status: .contentTooLarge, code: "PAYLOAD_TOO_LARGE",
-                message:
-                    "payload: encrypted it would exceed the providers' 4096-byte limit (max \(limits.maxPlaintextBytes) bytes of JSON)",
-                field: "payload")
-        }
+        let (type, plaintext) = try notificationPayload(body, userID: userID)
+        let requestedIDs = try deviceIDs(body)
         try await ownership.requireOwn(realm, server: server)
         if let key,
             let earlier = try await key.claim(
@@ -267,6 +230,53 @@ struct NativeController: Sendable {
             RelayMetrics.idempotencyStoreFailures.increment()
         }
         return response.http
+    }
+
+    /// The notification's type and its plaintext (canonical JSON): Zulip's payload, or
+    /// Telegram's `{"data": {"loc_key", …}}`, for `userID`, within the plaintext limit.
+    func notificationPayload(_ body: RequestFields, userID: Int64) throws -> (NotificationType, [UInt8]) {
+        guard let payloadJSON = body.json["payload"] else {
+            throw APIError.badRequest("payload: is required", field: "payload")
+        }
+        let type: NotificationType
+        let payloadUserID: Int64?
+        let userField: String
+        do {
+            if TelegramNotification.isTelegram(payloadJSON) {
+                let telegram = try TelegramNotification(validating: payloadJSON)
+                (type, payloadUserID, userField) = (telegram.type, telegram.userID, "payload.data.user_id")
+            } else {
+                let zulip = try ZulipNotification(validating: payloadJSON)
+                (type, payloadUserID, userField) = (zulip.type, zulip.userID, "payload.user_id")
+            }
+        } catch {
+            throw APIError.invalid(error, code: "INVALID_PAYLOAD")
+        }
+        if let payloadUserID, payloadUserID != userID {
+            throw APIError.badRequest("\(userField): must equal user_id", code: "INVALID_PAYLOAD", field: userField)
+        }
+        let plaintext = Wire.canonical(payloadJSON)
+        guard plaintext.count <= limits.maxPlaintextBytes else {
+            throw APIError(
+                status: .contentTooLarge, code: "PAYLOAD_TOO_LARGE",
+                message:
+                    "payload: encrypted it would exceed the providers' 4096-byte limit (max \(limits.maxPlaintextBytes) bytes of JSON)",
+                field: "payload")
+        }
+        return (type, plaintext)
+    }
+
+    /// `device_ids`, when given: each once (a repeated id is one device: one push, listed once).
+    func deviceIDs(_ body: RequestFields) throws -> [DeviceID]? {
+        guard body.has("device_ids") else { return nil }
+        let ids: [DeviceID]
+        do { ids = Self.unique(try body.reader.intArray("device_ids").map { DeviceID($0) }) } catch {
+            throw APIError.invalid(error)
+        }
+        guard ids.count <= limits.maxDeviceIDs else {
+            throw APIError.tooManyTargets(field: "device_ids", limit: limits.maxDeviceIDs)
+        }
+        return ids
     }
 
     static func unique(_ ids: [DeviceID]) -> [DeviceID] {

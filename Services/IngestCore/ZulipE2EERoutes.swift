@@ -55,25 +55,7 @@ struct ZulipE2EEController: Sendable {
         let server = try await authenticator.authenticate(request, context: context, api: .zulip)
         let body = try await RequestFields.read(request, limit: limits.maxBodyBytes)
         let realm = try body.uuid("realm_uuid")
-        guard let requests = body.json["push_requests"]?.arrayValue else {
-            throw APIError.badRequest("push_requests: must be an array", field: "push_requests")
-        }
-        var parsed: [(item: PassThroughItem, tokenID: String?)] = []
-        var seen = Set<String>()
-        for (index, item) in requests.enumerated() {
-            let path = "push_requests[\(index)]"
-            let tokenID = try Self.tokenIDField(item, path: path)
-            if index > 0, (tokenID == nil) != (parsed.first?.tokenID == nil) {
-                throw APIError.badRequest(
-                    "\(path): all push requests name their device alike (token_id or device_id)", field: path)
-            }
-            let entry = try Self.passThroughItem(item, path: path, byTokenID: tokenID != nil)
-            // One push per device: a repeated device is sent once (its first entry).
-            if seen.insert(tokenID ?? "\(entry.deviceID)").inserted { parsed.append((entry, tokenID)) }
-        }
-        guard parsed.count <= limits.maxDeviceIDs else {
-            throw APIError.tooManyTargets(field: "push_requests", limit: limits.maxDeviceIDs)
-        }
+        var parsed = try pushRequests(body)
         try await ownership.requireZulipRealm(realm, server: server)
         let byTokenID = parsed.first?.tokenID != nil
         if byTokenID {
@@ -119,6 +101,30 @@ struct ZulipE2EEController: Sendable {
                 deleted.compactMap(\.intValue).reduce(into: Set<Int64>()) { $0.insert($1) }.sorted().map { .int($0) })
         }
         return success(answer)
+    }
+
+    /// `push_requests`, each checked, one per device (a repeated device is sent once: its
+    /// first entry), all naming their device alike.
+    func pushRequests(_ body: RequestFields) throws -> [(item: PassThroughItem, tokenID: String?)] {
+        guard let requests = body.json["push_requests"]?.arrayValue else {
+            throw APIError.badRequest("push_requests: must be an array", field: "push_requests")
+        }
+        var parsed: [(item: PassThroughItem, tokenID: String?)] = []
+        var seen = Set<String>()
+        for (index, item) in requests.enumerated() {
+            let path = "push_requests[\(index)]"
+            let tokenID = try Self.tokenIDField(item, path: path)
+            if index > 0, (tokenID == nil) != (parsed.first?.tokenID == nil) {
+                throw APIError.badRequest(
+                    "\(path): all push requests name their device alike (token_id or device_id)", field: path)
+            }
+            let entry = try Self.passThroughItem(item, path: path, byTokenID: tokenID != nil)
+            if seen.insert(tokenID ?? "\(entry.deviceID)").inserted { parsed.append((entry, tokenID)) }
+        }
+        guard parsed.count <= limits.maxDeviceIDs else {
+            throw APIError.tooManyTargets(field: "push_requests", limit: limits.maxDeviceIDs)
+        }
+        return parsed
     }
 
     /// An item's `token_id` (12.x), or nil when it names its device by `device_id` (11.x).

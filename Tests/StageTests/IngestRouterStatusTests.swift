@@ -179,6 +179,21 @@ import Testing
                 Array(repeating: user.target(), count: 101), messageID: Array("m".utf8))
             expectRouterError(
                 try await Self.post(client, "/status/v1/notify", crowd), 400, "TOO_MANY_TARGETS", "101 targets")
+            var query = StatusQuery()
+            query.publicKeys = Array(repeating: Data(user.hashedKey), count: 101)
+            let wide = try StatusEnvelope.seal(
+                try query.serializedBytes(), type: .pushNotificationQuery, key: try Secp256k1.PrivateKey.generate())
+            expectRouterError(
+                try await Self.post(client, "/status/v1/query", wide), 400, "TOO_MANY_KEYS", "a query of 101 keys")
+            let garbled = try StatusEnvelope.seal([0xff, 0xff, 0xff], type: .pushNotificationQuery, key: user.key)
+            expectRouterError(
+                try await Self.post(client, "/status/v1/query", garbled), 400, "MALFORMED_MESSAGE",
+                "a query payload that is not a PushNotificationQuery")
+            let garbledNotify = try StatusEnvelope.seal(
+                [0xff, 0xff, 0xff], type: .pushNotificationRequest, key: user.key)
+            expectRouterError(
+                try await Self.post(client, "/status/v1/notify", garbledNotify), 400, "MALFORMED_MESSAGE",
+                "a notify payload that is not a PushNotificationRequest")
         }
         #expect(fixture.publisher.records.isEmpty)
     }

@@ -1,0 +1,302 @@
+import DeviceState
+import Foundation
+import Kafka
+import Logging
+import Metrics
+import PushCrypto
+import PushModels
+import RedisClient
+import ServiceKit
+
+/// The encryptor's fan-out: a request's target devices resolved, and one ready-to-send
+/// push (or one outcome) built per device, by request kind.
+extension EncryptorStage {
+    /// The outbound and delivery records one request turns into.
+    public func messages(for request: PushRequestRecord) async throws -> [KafkaOutgoing] {
+        try await messages(for: request, from: devices)
+    }
+
+    func messages(for request: PushRequestRecord, from devices: any DeviceDirectory) async throws -> [KafkaOutgoing] {
+        switch request.request {
+        case .native(let userID, let deviceIDs, let type, let sealed):
+            try await nativeMessages(
+                request, userID: userID, deviceIDs: deviceIDs, type: type, sealed: sealed, devices: devices)
+        case .passThrough(let items): try await passThroughMessages(request, items: items, devices: devices)
+        case .legacy(_, let deviceIDs, let sealed):
+            try await legacyMessages(request, ids: deviceIDs, sealed: sealed, devices: devices)
+        case .gorush(let deviceIDs, let sealed):
+            try await gorushMessages(request, ids: deviceIDs, sealed: sealed, devices: devices)
+        }
+    }
+
+    func unsent(
+        _ request: PushRequestRecord, device: DeviceID?, provider: Provider?, _ outcome: DeliveryOutcome,
+        _ reason: String
+    ) throws -> KafkaOutgoing {
+        try .delivery(
+            DeliveryRecord(
+                notificationID: request.notificationID, realmUUID: request.realmUUID, deviceID: device,
+                provider: provider, outcome: outcome, reason: reason, attempts: 0, acceptedAtMs: request.acceptedAtMs,
+                completedAtMs: clock.nowMillis()), topic: topics.deliveries)
+    }
+
+    /// The outcome of a device the provider called dead, or nil while it is active.
+    func inactive(_ request: PushRequestRecord, _ device: DeviceRecord) throws -> KafkaOutgoing? {
+        guard device.status != .active else { return nil }
+        return try unsent(
+            request, device: device.id, provider: device.provider, .invalidToken,
+            device.invalidReason ?? "device_invalid")
+    }
+
+    func nativeMessages(
+        _ request: PushRequestRecord, userID: Int64, deviceIDs: [DeviceID]?, type: NotificationType, sealed: SealedBlob,
+        devices: any DeviceDirectory
+    ) async throws -> [KafkaOutgoing] {
+        let plaintext: [UInt8]
+        do {
+            plaintext = try pipelineKeys.open(
+                sealed,
+                binding: .payload(notificationID: request.notificationID, realmUUID: request.realmUUID, userID: userID))
+        } catch {
+            logger.error(
+                "cannot open sealed payload",
+                metadata: [LogKey.notificationID: "\(request.notificationID)", LogKey.error: "\(error)"])
+            return [try unsent(request, device: nil, provider: nil, .failed, "pipeline_key_unavailable")]
+        }
+        let ids: [DeviceID]
+        if let requested = deviceIDs {
+            ids = requested
+        } else {
+            ids = try await devices.deviceIDs(realm: request.realmUUID, userID: userID)
+        }
+        let found = try await devices.devices(ids)
+        var messages: [KafkaOutgoing] = []
+        for id in ids {
+            guard let device = found[id] else {
+                messages.append(try unsent(request, device: id, provider: nil, .unknownDevice, "unknown_device"))
+                continue
+            }
+            guard device.realmUUID == request.realmUUID, device.userID == userID else {
+                messages.append(
+                    try unsent(request, device: id, provider: device.provider, .unknownDevice, "not_users_device"))
+                continue
+            }
+            if let outcome = try inactive(request, device) {
+                messages.append(outcome)
+                continue
+            }
+            let body: JSONValue
+            switch try Self.body(for: device, plaintext: plaintext, type: type, acceptedAtMs: request.acceptedAtMs) {
+            case .body(let built): body = built
+            case .unsent(let reason):
+                messages.append(try unsent(request, device: id, provider: device.provider, .failed, reason))
+                continue
+            }
+            messages.append(
+                try .outbound(
+                    try outbound(request, device: device, delivery: DeliveryClass(type), body: body),
+                    topic: topics.outbound))
+        }
+        return messages
+    }
+
+    enum BuiltBody: Equatable {
+        case body(JSONValue)
+        /// Nothing can be sent to this device; the reason goes on its outcome.
+        case unsent(String)
+    }
+
+    /// The provider body for one device, encrypted by its scheme:
+    /// - Web Push, and simple push with Web Push keys: `aes128gcm` to the subscription;
+    /// - simple push without keys: a wake-up, no content (the `version` number only);
+    /// - a device `secret`: MTProto 2.0, `{"p": …}`;
+    /// - a push key: secretbox, Zulip's `push_key_id` and `encrypted_data`.
+    static func body(for device: DeviceRecord, plaintext: [UInt8], type: NotificationType, acceptedAtMs: Int64) throws
+        -> BuiltBody
+    {
+        if let subscription = DeviceToken.webPushSubscription(provider: device.provider, token: device.token) {
+            guard plaintext.count <= WebPushEncryption.maxPlaintext else { return .unsent("payload_too_large") }
+            return .body(ProviderBody.webPush(try WebPushEncryption.encrypt(plaintext, to: subscription)))
+        }
+        if device.provider == .simplepush { return .body(ProviderBody.wakeUp(version: acceptedAtMs)) }
+        guard let keyID = device.currentKeyID, let key = device.currentKey else { return .unsent("no_push_key") }
+        switch key.scheme {
+        case .mtproto2:
+            return .body(ProviderBody.mtproto(try key.encrypt(plaintext)))
+        case .secretbox, .aes128gcm:
+            return .body(
+                ProviderBody.encrypted(
+                    provider: device.provider, pushKeyID: keyID, encryptedData: try key.encrypt(plaintext), type: type))
+        }
+    }
+
+    func passThroughMessages(
+        _ request: PushRequestRecord, items: [PassThroughItem], devices: any DeviceDirectory
+    ) async throws -> [KafkaOutgoing] {
+        let found = try await devices.devices(items.map(\.deviceID))
+        var messages: [KafkaOutgoing] = []
+        for item in items {
+            let wanted: Provider = item.apnsPushType != nil || item.apnsPriority != nil ? .apns : .fcm
+            guard let device = found[item.deviceID], device.realmUUID == request.realmUUID,
+                device.zulipLegacyOwner == nil
+            else {
+                messages.append(
+                    try unsent(request, device: item.deviceID, provider: wanted, .unknownDevice, "unknown_device"))
+                continue
+            }
+            if let outcome = try inactive(request, device) {
+                messages.append(outcome)
+                continue
+            }
+            guard device.provider == wanted else {
+                messages.append(
+                    try unsent(request, device: item.deviceID, provider: device.provider, .failed, "provider_mismatch"))
+                continue
+            }
+            let delivery = DeliveryClass(
+                apnsPriority: item.apnsPriority ?? .immediate, apnsPushType: item.apnsPushType ?? .known(.alert),
+                fcmPriority: item.fcmPriority ?? .known(.high))
+            let body = ProviderBody.passThrough(provider: device.provider, payload: item.payload)
+            messages.append(
+                try .outbound(
+                    try outbound(request, device: device, delivery: delivery, body: body), topic: topics.outbound))
+        }
+        return messages
+    }
+
+    /// Zulip's legacy API: the server's own APNs and FCM payloads, readable by the relay,
+    /// built into provider bodies as Zulip's bouncer builds them. The bodies travel
+    /// sealed on `push.outbound`, like the token.
+    func legacyMessages(
+        _ request: PushRequestRecord, ids: [DeviceID], sealed: SealedBlob, devices: any DeviceDirectory
+    ) async throws -> [KafkaOutgoing] {
+        guard
+            let payload = openContent(
+                request, sealed, "legacy", { try Wire.decode(ZulipLegacyPayload.self, from: $0) })
+        else {
+            return try ids.map { try unsent(request, device: $0, provider: nil, .failed, "pipeline_key_unavailable") }
+        }
+        let found = try await devices.devices(ids)
+        let owner = "\(request.serverUUID)|"
+        var messages: [KafkaOutgoing] = []
+        for id in ids {
+            guard let device = found[id], device.zulipLegacyOwner?.hasPrefix(owner) == true else {
+                messages.append(try unsent(request, device: id, provider: nil, .unknownDevice, "unknown_device"))
+                continue
+            }
+            if let outcome = try inactive(request, device) {
+                messages.append(outcome)
+                continue
+            }
+            let body: JSONValue
+            let delivery: DeliveryClass
+            switch device.provider {
+            case .apnsVoIP, .webpush, .simplepush, .hms, .wns:
+                // Zulip's legacy API registers APNs and FCM devices only.
+                messages.append(
+                    try unsent(request, device: id, provider: device.provider, .failed, "provider_mismatch"))
+                continue
+            case .apns:
+                let (pushType, priority) = ZulipLegacy.apnsDelivery(payload.apnsPayload)
+                body = ZulipLegacy.apnsBody(payload.apnsPayload)
+                delivery = DeliveryClass(
+                    apnsPriority: APNsPriority(priority), apnsPushType: Named(pushType),
+                    fcmPriority: Named(payload.fcmPriority))
+            case .fcm:
+                body = ZulipLegacy.fcmData(payload.gcmPayload)
+                delivery = DeliveryClass(
+                    apnsPriority: .immediate, apnsPushType: .known(.alert), fcmPriority: Named(payload.fcmPriority))
+            }
+            messages.append(
+                try .outbound(
+                    try sealedOutbound(request, device: device, delivery: delivery, body: body), topic: topics.outbound)
+            )
+        }
+        return messages
+    }
+
+    /// Opens a sealed payload bound to no user (legacy and gorush content) and reads it;
+    /// nil (logged) when it cannot be.
+    func openContent<T>(
+        _ request: PushRequestRecord, _ sealed: SealedBlob, _ kind: String, _ read: ([UInt8]) throws -> T?
+    ) -> T? {
+        do {
+            let plaintext = try pipelineKeys.open(
+                sealed,
+                binding: .payload(notificationID: request.notificationID, realmUUID: request.realmUUID, userID: nil))
+            guard let content = try read(plaintext) else { throw EncodingError.unreadable }
+            return content
+        } catch {
+            logger.error(
+                "cannot open sealed \(kind) payload",
+                metadata: [LogKey.notificationID: "\(request.notificationID)", LogKey.error: "\(error)"])
+            return nil
+        }
+    }
+
+    /// A push whose body travels sealed (content the relay can read), bound to the notification and device.
+    func sealedOutbound(
+        _ request: PushRequestRecord, device: DeviceRecord, delivery: DeliveryClass, body: JSONValue
+    ) throws -> OutboundRecord {
+        var record = try outbound(request, device: device, delivery: delivery, body: .null)
+        record.body = []
+        record.sealedBody = try pipelineKeys.seal(
+            Wire.canonical(body),
+            binding: .body(notificationID: request.notificationID, realmUUID: request.realmUUID, deviceID: device.id))
+        return record
+    }
+
+    /// gorush's API and the Status push server: the notification in gorush's form, built
+    /// into each device's provider body as gorush builds it (`GorushNotification`). Like
+    /// legacy content, the bodies travel sealed on `push.outbound`.
+    func gorushMessages(
+        _ request: PushRequestRecord, ids: [DeviceID], sealed: SealedBlob, devices: any DeviceDirectory
+    ) async throws -> [KafkaOutgoing] {
+        guard let notification = openContent(request, sealed, "gorush", { GorushNotification(sealedForm: $0) }) else {
+            return try ids.map { try unsent(request, device: $0, provider: nil, .failed, "pipeline_key_unavailable") }
+        }
+        let found = try await devices.devices(ids)
+        var messages: [KafkaOutgoing] = []
+        for id in ids {
+            guard let device = found[id], device.realmUUID == request.realmUUID, device.zulipLegacyOwner == nil else {
+                messages.append(try unsent(request, device: id, provider: nil, .unknownDevice, "unknown_device"))
+                continue
+            }
+            if let outcome = try inactive(request, device) {
+                messages.append(outcome)
+                continue
+            }
+            let body: JSONValue
+            switch device.provider {
+            case .apns: body = notification.apnsPayload()
+            case .fcm: body = notification.fcmMessage()
+            case .hms: body = notification.hmsMessage()
+            case .apnsVoIP, .webpush, .simplepush, .wns:
+                messages.append(
+                    try unsent(request, device: id, provider: device.provider, .failed, "provider_mismatch"))
+                continue
+            }
+            var record = try sealedOutbound(request, device: device, delivery: notification.delivery, body: body)
+            record.bodyForm = device.provider == .apns ? nil : .message
+            if let expiresAt = notification.expiresAt { record.expiresAt = expiresAt }
+            record.collapseID = notification.collapseID
+            messages.append(try .outbound(record, topic: topics.outbound))
+        }
+        return messages
+    }
+
+    /// The push for one device. The token travels sealed, bound to this notification
+    /// and device, so only the dispatcher (which holds the pipeline keys) reads it.
+    func outbound(
+        _ request: PushRequestRecord, device: DeviceRecord, delivery: DeliveryClass, body: JSONValue
+    ) throws -> OutboundRecord {
+        let sealedToken = try pipelineKeys.seal(
+            Array(device.token.utf8),
+            binding: .token(notificationID: request.notificationID, realmUUID: request.realmUUID, deviceID: device.id))
+        return OutboundRecord(
+            notificationID: request.notificationID, deviceID: device.id, realmUUID: request.realmUUID,
+            provider: device.provider, token: "", appID: device.appID, delivery: delivery, body: body,
+            expiresAt: request.acceptedAtMs / 1000 + ttlSeconds, acceptedAtMs: request.acceptedAtMs,
+            registeredAtMs: device.registeredAtMs, sealedToken: sealedToken)
+    }
+}
