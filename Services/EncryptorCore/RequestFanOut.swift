@@ -42,10 +42,10 @@ extension EncryptorStage {
 
     /// The outcome of a device the provider called dead, or nil while it is active.
     func inactive(_ request: PushRequestRecord, _ device: DeviceRecord) throws -> KafkaOutgoing? {
-        guard device.status != .active else { return nil }
+        guard !device.status.isActive else { return nil }
         return try unsent(
             request, device: device.id, provider: device.provider, .invalidToken,
-            device.invalidReason ?? "device_invalid")
+            device.status.invalidReason ?? "device_invalid")
     }
 
     func nativeMessages(
@@ -177,10 +177,9 @@ extension EncryptorStage {
             return try ids.map { try unsent(request, device: $0, provider: nil, .failed, "pipeline_key_unavailable") }
         }
         let found = try await devices.devices(ids)
-        let owner = "\(request.serverUUID)|"
         var messages: [KafkaOutgoing] = []
         for id in ids {
-            guard let device = found[id], device.zulipLegacyOwner?.hasPrefix(owner) == true else {
+            guard let device = found[id], device.zulipLegacyOwner?.server == request.serverUUID.rawValue else {
                 messages.append(try unsent(request, device: id, provider: nil, .unknownDevice, "unknown_device"))
                 continue
             }

@@ -169,7 +169,7 @@ struct NativeController: Sendable {
         let list: [JSONValue] = found.values.sorted { $0.id < $1.id }.map { d in
             var entry: [String: JSONValue] = [
                 "device_id": .int(d.id.rawValue), "token_kind": .string(d.provider.rawValue),
-                "token": .string(DeviceToken.redact(d.token)), "status": .string(d.status.rawValue),
+                "token": .string(DeviceToken.redact(d.token)), "status": .string(d.status.name),
                 "registered_at_ms": .int(d.registeredAtMs),
                 "push_key_ids": .array(d.keys.keys.sorted().map { .int(Int64($0)) }),
             ]
@@ -180,7 +180,7 @@ struct NativeController: Sendable {
             if let app = d.appID { entry["ios_app_id"] = .string(app) }
             if let account = d.pushAccountID { entry["push_account_id"] = .int(account) }
             if let current = d.currentKeyID { entry["current_push_key_id"] = .int(Int64(current)) }
-            if let reason = d.invalidReason { entry["invalid_reason"] = .string(reason) }
+            if let reason = d.status.invalidReason { entry["invalid_reason"] = .string(reason) }
             return .object(entry)
         }
         return success(["devices": .array(list)])

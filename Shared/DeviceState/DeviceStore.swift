@@ -3,12 +3,31 @@ import PushCrypto
 import PushModels
 import RedisClient
 
+/// Whether a device can be pushed to.
+public enum DeviceStatus: Sendable, Equatable {
+    case active
+    /// A provider called the token dead: its reason (as `push.feedback` carried it) and when (ms).
+    case invalid(reason: String, atMs: Int64)
+
+    /// The status as the device hash and the device listing name it.
+    public var name: String {
+        switch self {
+        case .active: "active"
+        case .invalid: "invalid"
+        }
+    }
+
+    public var isActive: Bool { self == .active }
+
+    /// The provider's reason, when invalid and one was given.
+    public var invalidReason: String? {
+        if case .invalid(let reason, _) = self, !reason.isEmpty { return reason }
+        return nil
+    }
+}
+
 /// A device as stored in Redis.
 public struct DeviceRecord: Sendable, Equatable {
-    public enum Status: String, Sendable {
-        case active
-        case invalid
-    }
 
     public var id: DeviceID
     public var realmUUID: RealmID
@@ -20,13 +39,11 @@ public struct DeviceRecord: Sendable, Equatable {
     /// The key new notifications are encrypted with (native devices only).
     public var currentKeyID: UInt32?
     public var keys: [UInt32: PushKey]
-    public var status: Status
-    public var invalidReason: String?
-    public var invalidAtMs: Int64?
+    public var status: DeviceStatus
     public var registeredAtMs: Int64
     public var createdAtMs: Int64
-    /// For a device of Zulip's legacy (non-E2EE) API: `{server}|{user}`, its owner.
-    public var zulipLegacyOwner: String? = nil
+    /// For a device of Zulip's legacy (non-E2EE) API: the server and user it belongs to.
+    public var zulipLegacyOwner: ZulipLegacyOwner? = nil
 
     public var currentKey: PushKey? { currentKeyID.flatMap { keys[$0] } }
 }
@@ -283,12 +300,12 @@ public struct DeviceStore: Sendable {
             token: token, appID: fields["app_id"].flatMap { $0.isEmpty ? nil : $0 },
             pushAccountID: fields["push_account_id"].flatMap { Int64($0) },
             currentKeyID: fields["key_id"].flatMap { UInt32($0) }, keys: keys,
-            status: fields["status"] == "invalid" ? .invalid : .active,
-            invalidReason: fields["reason"].flatMap { $0.isEmpty ? nil : $0 },
-            invalidAtMs: fields["invalid_ms"].flatMap { Int64($0) },
+            status: fields["status"] == "invalid"
+                ? .invalid(reason: fields["reason"] ?? "", atMs: fields["invalid_ms"].flatMap { Int64($0) } ?? 0)
+                : .active,
             registeredAtMs: fields["registered_ms"].flatMap { Int64($0) } ?? 0,
             createdAtMs: fields["created_ms"].flatMap { Int64($0) } ?? 0,
-            zulipLegacyOwner: fields["zulip_legacy"].flatMap { $0.isEmpty ? nil : $0 })
+            zulipLegacyOwner: fields["zulip_legacy"].flatMap(ZulipLegacyOwner.init(stored:)))
     }
 
     /// A secret that does not open for its slot reads as absent; an unknown storage key id throws.

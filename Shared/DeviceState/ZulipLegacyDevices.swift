@@ -23,6 +23,28 @@ public struct ZulipLegacyUser: Sendable, Hashable {
     var all: [String] { [primary, secondary].compactMap { $0 } }
 }
 
+/// The server and user a legacy-API device belongs to, stored as `{server}|{user}`.
+public struct ZulipLegacyOwner: Sendable, Equatable {
+    public var server: String
+    /// The user's key: `uuid:{user_uuid}` or `id:{user_id}`.
+    public var user: String
+
+    public init(server: String, user: String) {
+        self.server = server
+        self.user = user
+    }
+
+    /// Reads the stored form; nil when it is not `{server}|{user}` with a server.
+    public init?(stored: String) {
+        guard let bar = stored.firstIndex(of: "|"), bar != stored.startIndex else { return nil }
+        server = String(stored[..<bar])
+        user = String(stored[stored.index(after: bar)...])
+    }
+
+    /// The stored form.
+    public var stored: String { "\(server)|\(user)" }
+}
+
 /// One legacy device of a user as its index holds it.
 public struct ZulipLegacyEntry: Sendable, Equatable {
     public var provider: Provider
@@ -87,7 +109,7 @@ public struct ZulipLegacyDevices: Sendable {
             "token", RedisArgument(try devices.storage.sealString(token.value, slot: .deviceToken(id))),
             "status", "active", "reason", "", "invalid_ms", "",
             "registered_ms", RedisArgument(nowMs),
-            "zulip_legacy", RedisArgument("\(server)|\(primary)"),
+            "zulip_legacy", RedisArgument(ZulipLegacyOwner(server: server, user: primary).stored),
         ]
         if let appID { fields += ["app_id", RedisArgument(appID)] }
         try await redis.checkedPipeline([
@@ -168,9 +190,9 @@ public struct ZulipLegacyDevices: Sendable {
 
     /// Deletes a legacy device a provider called dead (feedback); true if it was there.
     public func remove(_ device: DeviceRecord) async throws -> Bool {
-        guard let owner = device.zulipLegacyOwner, let bar = owner.firstIndex(of: "|") else { return false }
-        let server = String(owner[..<bar])
-        let userKey = String(owner[owner.index(after: bar)...])
+        guard let owner = device.zulipLegacyOwner else { return false }
+        let server = owner.server
+        let userKey = owner.user
         // Only the index fields that still name this device, compared and removed in one step.
         if let token = try? DeviceToken(provider: device.provider, value: device.token, rules: .zulip) {
             try await redis.command(

@@ -162,11 +162,13 @@ import Testing
 
     @Test func devicesWithNothingToSendGetTheirOutcomeOnTheDeliveriesTopic() async throws {
         directory.add(F.device(1, provider: .apns, key: (11, apnsKey)))
-        directory.add(F.device(3, provider: .fcm, key: (1, fcmKey), status: .invalid, invalidReason: "Unregistered"))
+        directory.add(
+            F.device(3, provider: .fcm, key: (1, fcmKey), status: .invalid(reason: "Unregistered", atMs: F.now - 1000)))
         directory.add(F.device(4, provider: .fcm))  // registered without a push key
         directory.add(F.device(5, provider: .apns, userID: 99, key: (1, try F.pushKey())))
         directory.add(F.device(6, provider: .fcm, realm: F.otherRealm, userID: 10, key: (1, try F.pushKey())))
-        directory.add(F.device(7, provider: .apns, key: (1, try F.pushKey()), status: .invalid))
+        directory.add(
+            F.device(7, provider: .apns, key: (1, try F.pushKey()), status: .invalid(reason: "", atMs: F.now - 1000)))
 
         let request = try nativeRequest(id: "n-mixed", deviceIDs: [999, 5, 6, 3, 7, 4, 1])
         #expect(try await handle(request) == .done)
@@ -234,7 +236,8 @@ import Testing
         directory.add(F.device(20, provider: .apns, userID: nil, appID: "org.zulip.Zulip"))
         directory.add(F.device(21, provider: .fcm, userID: nil))
         directory.add(F.device(22, provider: .fcm, userID: nil))
-        directory.add(F.device(23, provider: .fcm, userID: nil, status: .invalid, invalidReason: "UNREGISTERED"))
+        directory.add(
+            F.device(23, provider: .fcm, userID: nil, status: .invalid(reason: "UNREGISTERED", atMs: F.now - 1000)))
         directory.add(F.device(24, provider: .fcm, realm: F.otherRealm, userID: nil))
         directory.add(F.device(25, provider: .fcm, userID: nil, legacyOwner: "\(F.server)|uuid:u1"))
 
@@ -316,7 +319,8 @@ import Testing
         directory.add(F.device(33, provider: .fcm, key: (1, fcmKey)))  // a native device
         directory.add(
             F.device(
-                34, provider: .apns, userID: nil, status: .invalid, invalidReason: "Unregistered", legacyOwner: owner))
+                34, provider: .apns, userID: nil, status: .invalid(reason: "Unregistered", atMs: F.now - 1000),
+                legacyOwner: owner))
 
         let request = try legacyRequest(id: "n-legacy", deviceIDs: [30, 31, 32, 33, 34], payload: Self.legacyPayload)
         #expect(try await handle(request) == .done)
@@ -429,7 +433,8 @@ import Testing
 
     @Test func aFailedPublishIsRetriedAndEachRecordIsPublishedOnce() async throws {
         addUserDevices()
-        directory.add(F.device(3, provider: .fcm, key: (1, fcmKey), status: .invalid, invalidReason: "Unregistered"))
+        directory.add(
+            F.device(3, provider: .fcm, key: (1, fcmKey), status: .invalid(reason: "Unregistered", atMs: F.now - 1000)))
         publisher.failNext(1)
         let request = try nativeRequest(id: "n-retry", deviceIDs: [1, 2, 3])
         #expect(try await handle(request) == .done)

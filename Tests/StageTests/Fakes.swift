@@ -307,9 +307,7 @@ final class MemoryDeviceInvalidations: DeviceInvalidations, Sendable {
                 Fingerprint.token(device.token) == tokenFingerprint
             else { return false }
             if let ts = providerTimestampMs, ts >= 0, device.registeredAtMs > ts { return false }
-            device.status = .invalid
-            device.invalidReason = reason
-            device.invalidAtMs = now
+            device.status = .invalid(reason: reason, atMs: now)
             s.devices[deviceID] = device
             s.invalidations.append(Invalidation(deviceID: deviceID, reason: reason, atMs: now))
             return true
@@ -411,7 +409,7 @@ enum MemoryFixtures {
     static func device(
         _ id: DeviceID, provider: Provider = .apns, realm: RealmID = realm, userID: Int64? = 10,
         token: String? = nil, appID: String? = nil, key: (id: UInt32, key: PushKey)? = nil,
-        status: DeviceRecord.Status = .active, invalidReason: String? = nil, registeredAtMs: Int64 = now - 86_400_000,
+        status: DeviceStatus = .active, registeredAtMs: Int64 = now - 86_400_000,
         legacyOwner: String? = nil
     ) -> DeviceRecord {
         DeviceRecord(
@@ -419,8 +417,8 @@ enum MemoryFixtures {
             token: token ?? "\(provider.rawValue)-token-\(id)",
             appID: appID ?? (provider == .apns ? "org.zulip.Zulip" : nil), pushAccountID: nil,
             currentKeyID: key?.id, keys: key.map { [$0.id: $0.key] } ?? [:], status: status,
-            invalidReason: invalidReason, invalidAtMs: status == .invalid ? now - 1000 : nil,
-            registeredAtMs: registeredAtMs, createdAtMs: registeredAtMs, zulipLegacyOwner: legacyOwner)
+            registeredAtMs: registeredAtMs, createdAtMs: registeredAtMs,
+            zulipLegacyOwner: legacyOwner.flatMap(ZulipLegacyOwner.init(stored:)))
     }
 
     /// A consumed record, as the Kafka consumer hands it to a stage.

@@ -44,9 +44,7 @@ import Testing
 
         #expect(try await handle(stage, report(reason: "UNREGISTERED")) == .done)
         let invalid = try #require(devices.stored(1))
-        #expect(invalid.status == .invalid)
-        #expect(invalid.invalidReason == "UNREGISTERED")
-        #expect(invalid.invalidAtMs == F.now)
+        #expect(invalid.status == .invalid(reason: "UNREGISTERED", atMs: F.now))
         #expect(devices.invalidations == [.init(deviceID: 1, reason: "UNREGISTERED", atMs: F.now)])
         #expect(devices.stored(2)?.status == .active, "only the reported device")
 
@@ -54,7 +52,7 @@ import Testing
         #expect(try await handle(stage, report(reason: "UNREGISTERED")) == .done)
         #expect(try await stage.apply(report(reason: "NOT_FOUND")) == .none)
         #expect(devices.invalidations.count == 1, "reported to the realm once")
-        #expect(devices.stored(1)?.invalidReason == "UNREGISTERED")
+        #expect(devices.stored(1)?.status.invalidReason == "UNREGISTERED")
     }
 
     @Test func applyTellsWhetherTheReportChangedTheDevice() async throws {
@@ -85,7 +83,7 @@ import Testing
         #expect(
             try await stage.apply(report(device: 2, providerTimestampMs: F.now - 1_000, provider: .apns))
                 == .invalidated)
-        #expect(devices.stored(2)?.status == .invalid)
+        #expect(devices.stored(2)?.status.isActive == false)
     }
 
     @Test func aLegacyDeviceIsDeletedAndUncountedOnce() async throws {
@@ -130,7 +128,7 @@ import Testing
         #expect(try await handle(stage(devices), report()) == .done)
         #expect(devices.calls(.device) == 4, "two failures, then each retry reads the device again")
         #expect(devices.calls(.invalidate) == 2)
-        #expect(devices.stored(1)?.status == .invalid)
+        #expect(devices.stored(1)?.status.isActive == false)
         #expect(devices.invalidations.count == 1)
     }
 

@@ -208,8 +208,8 @@ final class MemoryDeviceRegistry: DeviceRegistry {
                 state.devices[id]
                 ?? DeviceRecord(
                     id: id, realmUUID: r.realmUUID, userID: nil, provider: r.token.provider, token: r.token.value,
-                    appID: nil, pushAccountID: nil, currentKeyID: nil, keys: [:], status: .active, invalidReason: nil,
-                    invalidAtMs: nil, registeredAtMs: nowMs, createdAtMs: nowMs)
+                    appID: nil, pushAccountID: nil, currentKeyID: nil, keys: [:], status: .active,
+                    registeredAtMs: nowMs, createdAtMs: nowMs)
             if let previous = record.userID, let userID = r.userID, previous != userID {
                 state.users[Self.userKey(r.realmUUID, previous)]?.remove(id)
             }
@@ -217,8 +217,6 @@ final class MemoryDeviceRegistry: DeviceRegistry {
             record.appID = r.appID ?? record.appID
             record.pushAccountID = r.pushAccountID ?? record.pushAccountID
             record.status = .active
-            record.invalidReason = nil
-            record.invalidAtMs = nil
             record.registeredAtMs = nowMs
             if let (keyID, pushKey) = r.pushKey {
                 record.keys[keyID] = pushKey
@@ -285,9 +283,9 @@ final class MemoryDeviceRegistry: DeviceRegistry {
                 }()
             var record = DeviceRecord(
                 id: id, realmUUID: realm ?? RealmID(""), userID: nil, provider: token.provider, token: token.value,
-                appID: appID, pushAccountID: nil, currentKeyID: nil, keys: [:], status: .active, invalidReason: nil,
-                invalidAtMs: nil, registeredAtMs: nowMs, createdAtMs: state.devices[id]?.createdAtMs ?? nowMs)
-            record.zulipLegacyOwner = owner
+                appID: appID, pushAccountID: nil, currentKeyID: nil, keys: [:], status: .active,
+                registeredAtMs: nowMs, createdAtMs: state.devices[id]?.createdAtMs ?? nowMs)
+            record.zulipLegacyOwner = ZulipLegacyOwner(stored: owner)
             state.devices[id] = record
             return id
         }
@@ -299,9 +297,7 @@ final class MemoryDeviceRegistry: DeviceRegistry {
     func invalidate(_ id: DeviceID, reason: String, nowMs: Int64 = Wire.nowMillis()) -> Bool {
         state.withLock { state in
             guard var record = state.devices[id], record.status == .active else { return false }
-            record.status = .invalid
-            record.invalidReason = reason
-            record.invalidAtMs = nowMs
+            record.status = .invalid(reason: reason, atMs: nowMs)
             state.devices[id] = record
             let sequence = state.feedback[record.realmUUID]?.count ?? 0
             state.feedback[record.realmUUID, default: []].append(
