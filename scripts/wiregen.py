@@ -37,7 +37,7 @@ class DeclarationError(Exception):
 @dataclass
 class Wrapper:
     name: str
-    label: str | None  # `rawValue` for TYPE(rawValue: BASE), None for TYPE(BASE)
+    label: str | None  # the label of TYPE(LABEL: BASE) (`rawValue`, `name`), None for TYPE(BASE)
     base: str  # string, int or int64
     accessor: str  # the property that gives the base value back
 
@@ -104,7 +104,7 @@ FIELD_LINE = re.compile(rf"^({IDENTIFIER}):\s+(\S+)\s+({KEY})\s+(\S+)((?:\s+\S+)
 UNION_LINE = re.compile(rf"^union\s+({IDENTIFIER}):\s+(\S+)\s+({KEY})\s+({IDENTIFIER})$")
 CASE_LINE = re.compile(rf"^case\s+({IDENTIFIER})\s+({KEY})$")
 RECORD_LINE = re.compile(rf"^record\s+({IDENTIFIER})$")
-WRAPPER_LINE = re.compile(rf"^wrapper\s+({IDENTIFIER})\((?:(rawValue):\s*)?(string|int|int64)\)\s+\.({IDENTIFIER})$")
+WRAPPER_LINE = re.compile(rf"^wrapper\s+({IDENTIFIER})\((?:({IDENTIFIER}):\s*)?(string|int|int64)\)\s+\.({IDENTIFIER})$")
 
 SIMPLE_CODECS = {"string", "int", "int64", "int64s", "named", "object"}
 REQUIRED_ONLY_CODECS = {"json", "objects"}

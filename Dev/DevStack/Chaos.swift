@@ -287,7 +287,7 @@ public struct ChaosRun: Sendable {
                 realms.contains(delivery.realmUUID.rawValue), let device = delivery.deviceID
             {
                 outcomes["\(delivery.notificationID):\(device)", default: []].insert(delivery.outcome)
-                if delivery.reason == "resent_after_interrupted_send" {
+                if delivery.reason == .stage(.resentAfterInterruptedSend) {
                     resent.insert("\(delivery.notificationID):\(device)")
                 }
             }

@@ -171,7 +171,7 @@ public struct DispatchStage: Sendable {
         guard var decoded = decodeRecord(OutboundRecord.self, from: record, logger: logger) else {
             // Counted and skipped; the realm's outcome stream says so when the record names its push.
             return malformedOutcome(
-                record, reason: "malformed_record", nowMs: clock.nowMillis(), topic: topics.deliveries
+                record, reason: .malformedRecord, nowMs: clock.nowMillis(), topic: topics.deliveries
             ).map { [$0] } ?? []
         }
         let unreadable: RelayReason? =
@@ -372,7 +372,9 @@ public struct DispatchStage: Sendable {
         ) -> DeliveryRecord {
             DeliveryRecord(
                 notificationID: record.notificationID, realmUUID: record.realmUUID, deviceID: record.deviceID,
-                provider: record.provider, outcome: outcome, reason: reason, httpStatus: status, attempts: attempts,
+                provider: record.provider, outcome: outcome, reason: reason.map(OutcomeReason.init(name:)),
+                httpStatus: status,
+                attempts: attempts,
                 acceptedAtMs: record.acceptedAtMs, completedAtMs: now, providerMessageID: id)
         }
         var metadata: Logger.Metadata = [
@@ -416,7 +418,7 @@ public struct DispatchStage: Sendable {
                 RelayMetrics.endToEnd(provider: record.provider.rawValue).recordMilliseconds(
                     max(0, now.saturatingSubtract(record.acceptedAtMs)))
                 // An ambiguous re-send is marked, so accounting can tell a possible duplicate from a bug.
-                let reason = ambiguous ? "resent_after_interrupted_send" : nil
+                let reason = ambiguous ? StageReason.resentAfterInterruptedSend.rawValue : nil
                 return [
                     try .delivery(
                         delivery(.sent, reason: reason, status: status, attempts: attempts, id: id),

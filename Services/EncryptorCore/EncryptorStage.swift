@@ -193,7 +193,7 @@ public struct EncryptorStage: Sendable {
         await publishOutcomes(
             [
                 malformedOutcome(
-                    record, reason: "malformed_request", nowMs: clock.nowMillis(), topic: topics.deliveries)
+                    record, reason: .malformedRequest, nowMs: clock.nowMillis(), topic: topics.deliveries)
             ].compactMap { $0 })
     }
 

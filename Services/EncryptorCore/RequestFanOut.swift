@@ -31,7 +31,7 @@ extension EncryptorStage {
 
     func unsent(
         _ request: PushRequestRecord, device: DeviceID?, provider: Provider?, _ outcome: DeliveryOutcome,
-        _ reason: String
+        _ reason: OutcomeReason
     ) throws -> KafkaOutgoing {
         try .delivery(
             DeliveryRecord(
@@ -45,7 +45,7 @@ extension EncryptorStage {
         guard !device.status.isActive else { return nil }
         return try unsent(
             request, device: device.id, provider: device.provider, .invalidToken,
-            device.status.invalidReason ?? "device_invalid")
+            device.status.invalidReason.map(OutcomeReason.init(name:)) ?? .stage(.deviceInvalid))
     }
 
     func nativeMessages(
@@ -61,7 +61,7 @@ extension EncryptorStage {
             logger.error(
                 "cannot open sealed payload",
                 metadata: [LogKey.notificationID: "\(request.notificationID)", LogKey.error: "\(error)"])
-            return [try unsent(request, device: nil, provider: nil, .failed, "pipeline_key_unavailable")]
+            return [try unsent(request, device: nil, provider: nil, .failed, .stage(.pipelineKeyUnavailable))]
         }
         let ids: [DeviceID]
         if let requested = deviceIDs {
@@ -73,7 +73,7 @@ extension EncryptorStage {
         var messages: [KafkaOutgoing] = []
         for id in ids {
             guard let device = found[id] else {
-                messages.append(try unsent(request, device: id, provider: nil, .unknownDevice, "unknown_device"))
+                messages.append(try unsent(request, device: id, provider: nil, .unknownDevice, .stage(.unknownDevice)))
                 continue
             }
             guard device.realmUUID == request.realmUUID, device.userID == userID else {
@@ -89,7 +89,7 @@ extension EncryptorStage {
             switch try Self.body(for: device, plaintext: plaintext, type: type, acceptedAtMs: request.acceptedAtMs) {
             case .body(let built): body = built
             case .unsent(let reason):
-                messages.append(try unsent(request, device: id, provider: device.provider, .failed, reason))
+                messages.append(try unsent(request, device: id, provider: device.provider, .failed, .stage(reason)))
                 continue
             }
             messages.append(
@@ -103,7 +103,7 @@ extension EncryptorStage {
     enum BuiltBody: Equatable {
         case body(JSONValue)
         /// Nothing can be sent to this device; the reason goes on its outcome.
-        case unsent(String)
+        case unsent(StageReason)
     }
 
     /// The provider body for one device, encrypted by its scheme:
@@ -115,11 +115,11 @@ extension EncryptorStage {
         -> BuiltBody
     {
         if let subscription = DeviceToken.webPushSubscription(provider: device.provider, token: device.token) {
-            guard plaintext.count <= WebPushEncryption.maxPlaintext else { return .unsent("payload_too_large") }
+            guard plaintext.count <= WebPushEncryption.maxPlaintext else { return .unsent(.payloadTooLarge) }
             return .body(ProviderBody.webPush(try WebPushEncryption.encrypt(plaintext, to: subscription)))
         }
         if device.provider == .simplepush { return .body(ProviderBody.wakeUp(version: acceptedAtMs)) }
-        guard let keyID = device.currentKeyID, let key = device.currentKey else { return .unsent("no_push_key") }
+        guard let keyID = device.currentKeyID, let key = device.currentKey else { return .unsent(.noPushKey) }
         switch key.scheme {
         case .mtproto2:
             return .body(ProviderBody.mtproto(try key.encrypt(plaintext)))
@@ -141,7 +141,8 @@ extension EncryptorStage {
                 device.zulipLegacyOwner == nil
             else {
                 messages.append(
-                    try unsent(request, device: item.deviceID, provider: wanted, .unknownDevice, "unknown_device"))
+                    try unsent(request, device: item.deviceID, provider: wanted, .unknownDevice, .stage(.unknownDevice))
+                )
                 continue
             }
             if let outcome = try inactive(request, device) {
@@ -150,7 +151,8 @@ extension EncryptorStage {
             }
             guard device.provider == wanted else {
                 messages.append(
-                    try unsent(request, device: item.deviceID, provider: device.provider, .failed, "provider_mismatch"))
+                    try unsent(
+                        request, device: item.deviceID, provider: device.provider, .failed, .stage(.providerMismatch)))
                 continue
             }
             let delivery = DeliveryClass(
@@ -174,13 +176,15 @@ extension EncryptorStage {
             let payload = openContent(
                 request, sealed, "legacy", { try Wire.decode(ZulipLegacyPayload.self, from: $0) })
         else {
-            return try ids.map { try unsent(request, device: $0, provider: nil, .failed, "pipeline_key_unavailable") }
+            return try ids.map {
+                try unsent(request, device: $0, provider: nil, .failed, .stage(.pipelineKeyUnavailable))
+            }
         }
         let found = try await devices.devices(ids)
         var messages: [KafkaOutgoing] = []
         for id in ids {
             guard let device = found[id], device.zulipLegacyOwner?.server == request.serverUUID.rawValue else {
-                messages.append(try unsent(request, device: id, provider: nil, .unknownDevice, "unknown_device"))
+                messages.append(try unsent(request, device: id, provider: nil, .unknownDevice, .stage(.unknownDevice)))
                 continue
             }
             if let outcome = try inactive(request, device) {
@@ -193,7 +197,7 @@ extension EncryptorStage {
             case .apnsVoIP, .webpush, .simplepush, .hms, .wns:
                 // Zulip's legacy API registers APNs and FCM devices only.
                 messages.append(
-                    try unsent(request, device: id, provider: device.provider, .failed, "provider_mismatch"))
+                    try unsent(request, device: id, provider: device.provider, .failed, .stage(.providerMismatch)))
                 continue
             case .apns:
                 let (pushType, priority) = ZulipLegacy.apnsDelivery(payload.apnsPayload)
@@ -252,13 +256,15 @@ extension EncryptorStage {
         _ request: PushRequestRecord, ids: [DeviceID], sealed: SealedBlob, devices: any DeviceDirectory
     ) async throws -> [KafkaOutgoing] {
         guard let notification = openContent(request, sealed, "gorush", { GorushNotification(sealedForm: $0) }) else {
-            return try ids.map { try unsent(request, device: $0, provider: nil, .failed, "pipeline_key_unavailable") }
+            return try ids.map {
+                try unsent(request, device: $0, provider: nil, .failed, .stage(.pipelineKeyUnavailable))
+            }
         }
         let found = try await devices.devices(ids)
         var messages: [KafkaOutgoing] = []
         for id in ids {
             guard let device = found[id], device.realmUUID == request.realmUUID, device.zulipLegacyOwner == nil else {
-                messages.append(try unsent(request, device: id, provider: nil, .unknownDevice, "unknown_device"))
+                messages.append(try unsent(request, device: id, provider: nil, .unknownDevice, .stage(.unknownDevice)))
                 continue
             }
             if let outcome = try inactive(request, device) {
@@ -272,7 +278,7 @@ extension EncryptorStage {
             case .hms: body = notification.hmsMessage()
             case .apnsVoIP, .webpush, .simplepush, .wns:
                 messages.append(
-                    try unsent(request, device: id, provider: device.provider, .failed, "provider_mismatch"))
+                    try unsent(request, device: id, provider: device.provider, .failed, .stage(.providerMismatch)))
                 continue
             }
             var record = try sealedOutbound(request, device: device, delivery: notification.delivery, body: body)

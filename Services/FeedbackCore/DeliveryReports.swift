@@ -139,7 +139,7 @@ public struct DeliveryReports: Sendable {
             "platform": .string(
                 GorushNotification.Platform(provider: device.provider)?.name ?? device.provider.rawValue),
             "token": .string(device.token), "message": "",
-            "error": .string(delivery.reason ?? delivery.outcome.rawValue),
+            "error": .string(delivery.reason?.name ?? delivery.outcome.rawValue),
             "outcome": .string(delivery.outcome.rawValue),
             "pushrelay_notification_id": .string(delivery.notificationID.rawValue),
             "device_id": .int(device.id.rawValue),

@@ -231,7 +231,9 @@ struct GorushController: Sendable {
                 }
                 if outcome.outcome != .sent && outcome.outcome != .alreadySent {
                     logs.append(
-                        Self.log(accepted.notification, token: token, error: outcome.reason ?? outcome.outcome.rawValue)
+                        Self.log(
+                            accepted.notification, token: token, error: outcome.reason?.name ?? outcome.outcome.rawValue
+                        )
                     )
                 }
             }

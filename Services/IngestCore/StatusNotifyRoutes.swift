@@ -101,7 +101,8 @@ extension StatusController {
                     DeliveryRecord(
                         notificationID: notificationID, realmUUID: server.realm, deviceID: device,
                         provider: registration.tokenType == .apnToken ? .apns : .fcm, outcome: .filtered,
-                        reason: reason, attempts: 0, acceptedAtMs: acceptedAt, completedAtMs: Wire.nowMillis()))
+                        reason: .preference(reason), attempts: 0, acceptedAtMs: acceptedAt,
+                        completedAtMs: Wire.nowMillis()))
                 continue
             }
             let notification = Self.gorushNotification(

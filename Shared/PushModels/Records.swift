@@ -240,7 +240,7 @@ extension DeliveryRecord {
     public init(
         notificationID: NotificationID, realmUUID: RealmID, deviceID: DeviceID?, provider: Provider?,
         outcome: DeliveryOutcome,
-        reason: String?, httpStatus: Int? = nil, attempts: Int, acceptedAtMs: Int64, completedAtMs: Int64,
+        reason: OutcomeReason?, httpStatus: Int? = nil, attempts: Int, acceptedAtMs: Int64, completedAtMs: Int64,
         providerMessageID: String? = nil
     ) {
         self.schema = Self.currentSchema

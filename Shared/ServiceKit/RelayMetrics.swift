@@ -117,7 +117,7 @@ public enum RelayMetrics {
             label: Name.deliveries,
             dimensions: [
                 (Label.outcome, record.outcome.rawValue), (Label.provider, record.provider?.rawValue ?? "none"),
-                (Label.reason, record.reason ?? ""),
+                (Label.reason, record.reason?.name ?? ""),
             ])
     }
 

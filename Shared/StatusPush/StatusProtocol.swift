@@ -223,20 +223,20 @@ public enum StatusPreferences {
     ///   access token, so nobody may notify (`contacts_only`). With a list, the token is the
     ///   gate: only contacts can decrypt it from the query answer.
     public static func filterReason(_ notification: StatusNotification, for registration: StatusRegistration)
-        -> String?
+        -> PreferenceReason?
     {
         let chat = notification.chatID
         let author = notification.author
-        if !registration.enabled { return "disabled" }
-        if registration.allowFromContactsOnly, registration.allowedKeyList.isEmpty { return "contacts_only" }
-        if !author.isEmpty, registration.blockedChatList.contains(author) { return "blocked_author" }
+        if !registration.enabled { return .disabled }
+        if registration.allowFromContactsOnly, registration.allowedKeyList.isEmpty { return .contactsOnly }
+        if !author.isEmpty, registration.blockedChatList.contains(author) { return .blockedAuthor }
         switch notification.type {
         case .message:
-            if registration.blockedChatList.contains(chat) { return "blocked_chat" }
-            if registration.mutedChatList.contains(chat) { return "muted_chat" }
+            if registration.blockedChatList.contains(chat) { return .blockedChat }
+            if registration.mutedChatList.contains(chat) { return .mutedChat }
         case .mention:
-            if registration.blockMentions { return "mentions_blocked" }
-            if !registration.allowedMentionsChatList.contains(chat) { return "mention_not_allowed" }
+            if registration.blockMentions { return .mentionsBlocked }
+            if !registration.allowedMentionsChatList.contains(chat) { return .mentionNotAllowed }
         default:
             break
         }

@@ -206,7 +206,9 @@ import Testing
         #expect(try await handle(try nativeRequest(userID: 10)) == .done)
         #expect(try outbound().isEmpty)
         #expect(
-            try deliveries().map { [$0.outcome.rawValue, $0.reason ?? ""] } == [["unknown_device", "unknown_device"]])
+            try deliveries().map { [$0.outcome.rawValue, $0.reason?.name ?? ""] } == [
+                ["unknown_device", "unknown_device"]
+            ])
 
         let before = publisher.records.count
         #expect(try await handle(try nativeRequest(id: "n-nobody", userID: 11)) == .done)

@@ -123,40 +123,47 @@ import Testing
             StatusPreferences.filterReason(notification(.requestToJoinCommunity, chat: "x"), for: plain) == nil)
 
         let disabled = try registration { $0.enabled = false }
-        #expect(StatusPreferences.filterReason(notification(.message, chat: "general"), for: disabled) == "disabled")
+        #expect(
+            StatusPreferences.filterReason(notification(.message, chat: "general"), for: disabled)?.rawValue
+                == "disabled")
 
         let blocked = try registration {
             $0.blockedChatList = [hash("spam"), hash("mallory")]
             $0.allowedMentionsChatList = [hash("spam"), hash("general")]
         }
-        #expect(StatusPreferences.filterReason(notification(.message, chat: "spam"), for: blocked) == "blocked_chat")
+        #expect(
+            StatusPreferences.filterReason(notification(.message, chat: "spam"), for: blocked)?.rawValue
+                == "blocked_chat")
         #expect(StatusPreferences.filterReason(notification(.message, chat: "general"), for: blocked) == nil)
         #expect(
-            StatusPreferences.filterReason(notification(.message, chat: "general", author: "mallory"), for: blocked)
+            StatusPreferences.filterReason(notification(.message, chat: "general", author: "mallory"), for: blocked)?
+                .rawValue
                 == "blocked_author")
         #expect(
-            StatusPreferences.filterReason(notification(.mention, chat: "general", author: "mallory"), for: blocked)
+            StatusPreferences.filterReason(notification(.mention, chat: "general", author: "mallory"), for: blocked)?
+                .rawValue
                 == "blocked_author")
 
         let muted = try registration { $0.mutedChatList = [hash("noisy")] }
-        #expect(StatusPreferences.filterReason(notification(.message, chat: "noisy"), for: muted) == "muted_chat")
+        #expect(
+            StatusPreferences.filterReason(notification(.message, chat: "noisy"), for: muted)?.rawValue == "muted_chat")
 
         let noMentions = try registration {
             $0.blockMentions = true
             $0.allowedMentionsChatList = [hash("general")]
         }
         #expect(
-            StatusPreferences.filterReason(notification(.mention, chat: "general"), for: noMentions)
+            StatusPreferences.filterReason(notification(.mention, chat: "general"), for: noMentions)?.rawValue
                 == "mentions_blocked")
         #expect(StatusPreferences.filterReason(notification(.message, chat: "general"), for: noMentions) == nil)
         // Mentions only from the chats listed.
         #expect(
-            StatusPreferences.filterReason(notification(.mention, chat: "elsewhere"), for: plain)
+            StatusPreferences.filterReason(notification(.mention, chat: "elsewhere"), for: plain)?.rawValue
                 == "mention_not_allowed")
 
         let contactsOnly = try registration { $0.allowFromContactsOnly = true }
         #expect(
-            StatusPreferences.filterReason(notification(.message, chat: "general"), for: contactsOnly)
+            StatusPreferences.filterReason(notification(.message, chat: "general"), for: contactsOnly)?.rawValue
                 == "contacts_only")
         let contactsWithList = try registration {
             $0.allowFromContactsOnly = true

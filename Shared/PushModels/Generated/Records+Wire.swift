@@ -342,8 +342,8 @@ public struct DeliveryRecord: WireObject, Equatable {
     public var deviceID: DeviceID?
     public var provider: Provider?
     public var outcome: DeliveryOutcome
-    /// Provider reason or relay reason (`device_inactive`, `not_in_realm`, …).
-    public var reason: String?
+    /// Why: a stage's reason, a device preference, or the provider's answer.
+    public var reason: OutcomeReason?
     public var httpStatus: Int?
     public var attempts: Int
     public var acceptedAtMs: Int64
@@ -358,7 +358,7 @@ public struct DeliveryRecord: WireObject, Equatable {
         deviceID = try fields.int64(ifPresent: "device_id").map { DeviceID($0) }
         provider = try fields.named(ifPresent: "provider")
         outcome = try fields.named("outcome")
-        reason = try fields.string(ifPresent: "reason")
+        reason = try fields.string(ifPresent: "reason").map { OutcomeReason(name: $0) }
         httpStatus = try fields.int(ifPresent: "http_status")
         attempts = try fields.int("attempts")
         acceptedAtMs = try fields.int64("accepted_at_ms")
@@ -377,7 +377,7 @@ public struct DeliveryRecord: WireObject, Equatable {
         object.field("provider", provider)
         object.field("provider_message_id", providerMessageID)
         object.field("realm_uuid", realmUUID.rawValue)
-        object.field("reason", reason)
+        object.field("reason", reason?.name)
         object.field("schema", schema)
     }
 }
