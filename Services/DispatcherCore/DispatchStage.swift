@@ -94,8 +94,8 @@ public enum Dispatcher {
 /// The dispatcher's logic, on its seams: provider clients, a delivery ledger, a record
 /// publisher, a clock.
 public struct DispatchStage: Sendable {
-    /// Opens the sealed device tokens (and seals the clear ones of older records).
-    let pipelineKeys: PipelineKeyring
+    /// Opens each record into the push its client sends (and seals the clear tokens of older records).
+    let opener: RecordOpener
     let clients: [Provider: any PushProviderClient]
     let limiters: [Provider: ConcurrencyLimiter]
     let rates: AdaptiveRateLimiter
@@ -112,7 +112,7 @@ public struct DispatchStage: Sendable {
         publisher: any RecordPublisher, topics: TopicNames, schedule: RetrySchedule, clock: any WallClock,
         logger: Logger
     ) {
-        self.pipelineKeys = pipelineKeys
+        self.opener = RecordOpener(pipelineKeys: pipelineKeys, logger: logger)
         self.clients = clients
         self.limiters = limiters
         self.rates = rates
@@ -168,26 +168,28 @@ public struct DispatchStage: Sendable {
     /// (outcome, retry or dead letter). Nil when shutdown interrupted it: the record
     /// stays uncommitted and the next consumer takes it.
     func sendAndAccount(_ record: KafkaRecord, maxRateWait: Duration) async -> [KafkaOutgoing]? {
-        guard var decoded = decodeRecord(OutboundRecord.self, from: record, logger: logger) else {
+        guard let received = decodeRecord(OutboundRecord.self, from: record, logger: logger) else {
             // Counted and skipped; the realm's outcome stream says so when the record names its push.
             return malformedOutcome(
                 record, reason: .malformedRecord, nowMs: clock.nowMillis(), topic: topics.deliveries
             ).map { [$0] } ?? []
         }
-        let unreadable: RelayReason? =
-            !readToken(&decoded) ? .tokenUnreadable : !readBody(&decoded) ? .bodyUnreadable : nil
-        let outbound = decoded
+        // What is published for it (retry, dead letter) is the record as it came, its token sealed.
+        let outbound = opener.resealed(received)
         let force = record.header(RecordHeader.replay).map { String(decoding: $0, as: UTF8.self) } == "force"
         let decision: Decision
-        if let unreadable {
+        let token: String
+        switch opener.open(received) {
+        case .unreadable(let reason):
             // Nothing can be sent without the token or body; the dead letter keeps them sealed for a re-drive.
+            token = ""
             decision = Decision(
                 step: .dead(
-                    .rejected, .failed(reason: .relay(unreadable), status: nil),
-                    attempts: max(0, outbound.attempts ?? 0)),
+                    .rejected, .failed(reason: .relay(reason), status: nil), attempts: max(0, outbound.attempts ?? 0)),
                 claimed: false, ambiguous: false)
-        } else {
-            guard let decided = await decide(outbound, force: force, maxRateWait: maxRateWait) else {
+        case .push(let push):
+            token = push.token
+            guard let decided = await decide(outbound, push: push, force: force, maxRateWait: maxRateWait) else {
                 return nil
             }
             decision = decided
@@ -203,68 +205,17 @@ public struct DispatchStage: Sendable {
             if released == nil { return nil }
         }
         do {
-            return try self.messages(outbound, step: decision.step, ambiguous: decision.ambiguous)
+            return try self.messages(outbound, token: token, step: decision.step, ambiguous: decision.ambiguous)
         } catch {
             logger.error("cannot encode outcome", metadata: [LogKey.error: "\(error)"])
             return nil
         }
     }
 
-    /// Puts the clear token in `record.token` for the provider request, and keeps it sealed
-    /// in `record.sealedToken` for whatever is published next (retry, dead letter). A record
-    /// from before tokens were sealed gets its token sealed here. False when the sealed
-    /// token does not open for this record (unknown key, or moved from another record).
-    func readToken(_ record: inout OutboundRecord) -> Bool {
-        let binding = SealBinding.token(
-            notificationID: record.notificationID, realmUUID: record.realmUUID, deviceID: record.deviceID)
-        guard let sealed = record.sealedToken else {
-            record.sealedToken = try? pipelineKeys.seal(Array(record.token.utf8), binding: binding)
-            return true
-        }
-        do {
-            let bytes = try pipelineKeys.open(sealed, binding: binding)
-            guard let token = String(validating: bytes, as: UTF8.self) else {
-                throw CryptoError(.invalidCiphertext, "sealed token is not UTF-8")
-            }
-            record.token = token
-            return true
-        } catch {
-            return unreadable("token", record, error)
-        }
-    }
-
-    /// Puts a sealed body (legacy Zulip content) in `record.body` for the provider request;
-    /// `record.sealedBody` stays, so whatever is published next carries it sealed. False
-    /// when it does not open for this record.
-    func readBody(_ record: inout OutboundRecord) -> Bool {
-        guard let sealed = record.sealedBody else { return true }
-        do {
-            let bytes = try pipelineKeys.open(
-                sealed,
-                binding: .body(
-                    notificationID: record.notificationID, realmUUID: record.realmUUID, deviceID: record.deviceID))
-            record.body = bytes
-            return true
-        } catch {
-            return unreadable("body", record, error)
-        }
-    }
-
-    /// Counts and logs a sealed part (`token` or `body`) that does not open; returns false.
-    private func unreadable(_ part: String, _ record: OutboundRecord, _ error: any Error) -> Bool {
-        RelayMetrics.unreadable(part, provider: record.provider.rawValue).increment()
-        logger.error(
-            "cannot open the sealed \(part)",
-            metadata: [
-                LogKey.notificationID: "\(record.notificationID)", LogKey.deviceID: "\(record.deviceID)",
-                LogKey.error: "\(error)",
-            ])
-        return false
-    }
-
-    /// Claims, decides and (when it is time) sends. Nil when shutdown interrupted waiting
-    /// for Redis: the record stays uncommitted and the next consumer takes it.
-    func decide(_ record: OutboundRecord, force: Bool, maxRateWait: Duration) async -> Decision? {
+    /// Claims, decides and (when it is time) sends `push`, the record opened. Nil when
+    /// shutdown interrupted waiting for Redis: the record stays uncommitted and the next
+    /// consumer takes it.
+    func decide(_ record: OutboundRecord, push: ProviderPush, force: Bool, maxRateWait: Duration) async -> Decision? {
         var ambiguous = false
         if !force {
             let state: LedgerState? = await untilSuccess("claim the pair in the delivery ledger", logger: logger) {
@@ -287,7 +238,7 @@ public struct DispatchStage: Sendable {
             case .unknown?: break
             }
         }
-        guard let step = await step(for: record, maxRateWait: maxRateWait) else { return nil }
+        guard let step = await step(for: record, push: push, maxRateWait: maxRateWait) else { return nil }
         if step.isSent {
             // Recorded before the outcome is published: a crash from here on never re-sends.
             guard case .outcome(.sent(_, let id), _) = step else { return nil }
@@ -302,8 +253,9 @@ public struct DispatchStage: Sendable {
         return Decision(step: step, claimed: !force, ambiguous: ambiguous)
     }
 
-    /// Expiry, rate limit, one provider attempt, and what follows from its answer.
-    func step(for record: OutboundRecord, maxRateWait: Duration) async -> Step? {
+    /// Expiry, rate limit, one provider attempt with `push`, and what follows from its
+    /// answer (a retry carries `record` on).
+    func step(for record: OutboundRecord, push: ProviderPush, maxRateWait: Duration) async -> Step? {
         let attemptsSoFar = max(0, record.attempts ?? 0)
         if record.isExpired(atMs: clock.nowMillis()) {
             return .dead(
@@ -315,7 +267,7 @@ public struct DispatchStage: Sendable {
             return .dead(
                 .rejected, .failed(reason: .relay(.providerNotConfigured), status: nil), attempts: attemptsSoFar)
         }
-        let target = AdaptiveRateLimiter.target(of: record)
+        let target = AdaptiveRateLimiter.target(of: push)
         guard await rates.acquire(target, maxWait: maxRateWait) else {
             // The provider asked us to slow down: park the push rather than hold the stream.
             RelayMetrics.rateDeferred(target: target).increment()
@@ -324,7 +276,7 @@ public struct DispatchStage: Sendable {
                 result: .retry(reason: .relay(.rateLimited), status: nil, retryAfter: nil))
         }
         let start = ContinuousClock.now
-        let result = await limiter.withSlot { await client.send(record) }
+        let result = await limiter.withSlot { await client.send(push) }
         rates.observe(target, result: result)
         RelayMetrics.sendDuration(provider: record.provider.rawValue).record(duration: ContinuousClock.now - start)
         RelayMetrics.sendAttempts(provider: record.provider.rawValue, result: Self.label(result)).increment()
@@ -365,31 +317,23 @@ public struct DispatchStage: Sendable {
         }
     }
 
-    func messages(_ record: OutboundRecord, step: Step, ambiguous: Bool = false) throws -> [KafkaOutgoing] {
+    /// What is published for a record's step. `token` is its clear token (empty when it
+    /// did not open), for the redacted log line and a dead token's fingerprint.
+    func messages(_ record: OutboundRecord, token: String, step: Step, ambiguous: Bool = false) throws
+        -> [KafkaOutgoing]
+    {
         let now = clock.nowMillis()
-        func delivery(
-            _ outcome: DeliveryOutcome, reason: String?, status: Int?, attempts: Int, id: String? = nil
-        ) -> DeliveryRecord {
-            DeliveryRecord(
-                notificationID: record.notificationID, realmUUID: record.realmUUID, deviceID: record.deviceID,
-                provider: record.provider, outcome: outcome, reason: reason.map(OutcomeReason.init(name:)),
-                httpStatus: status,
-                attempts: attempts,
-                acceptedAtMs: record.acceptedAtMs, completedAtMs: now, providerMessageID: id)
-        }
         var metadata: Logger.Metadata = [
             LogKey.notificationID: "\(record.notificationID)", LogKey.deviceID: "\(record.deviceID)",
-            LogKey.provider: "\(record.provider.rawValue)", LogKey.token: "\(DeviceToken.redact(record.token))",
+            LogKey.provider: "\(record.provider.rawValue)", LogKey.token: "\(DeviceToken.redact(token))",
         ]
         switch step {
         case .alreadySent(let providerMessageID):
             logger.info("already sent; not sending again", metadata: metadata)
-            return [
-                try .delivery(
-                    delivery(
-                        .alreadySent, reason: nil, status: nil, attempts: record.attempts ?? 0, id: providerMessageID),
-                    topic: topics.deliveries)
-            ]
+            let outcome = delivery(
+                record, .alreadySent, reason: nil, status: nil, attempts: record.attempts ?? 0, id: providerMessageID,
+                now: now)
+            return [try .delivery(outcome, topic: topics.deliveries)]
         case .retry(let next, let stage, let due):
             metadata[LogKey.reason] = "\(next.lastError ?? "")"
             metadata["retry_stage"] = "\(stage)"
@@ -405,47 +349,58 @@ public struct DispatchStage: Sendable {
             logger.warning("push dead-lettered", metadata: metadata)
             let dead = DeadLetterRecord(
                 cause: cause, lastError: reason, httpStatus: status, attempts: attempts, deadAtMs: now, record: record)
-            return [
-                try .deadLetter(dead, topic: topics.deadLetter),
-                try .delivery(
-                    delivery(
-                        cause == .expired ? .expired : .failed, reason: reason, status: status, attempts: attempts),
-                    topic: topics.deliveries),
-            ]
+            let outcome = delivery(
+                record, cause == .expired ? .expired : .failed, reason: reason, status: status, attempts: attempts,
+                now: now)
+            return [try .deadLetter(dead, topic: topics.deadLetter), try .delivery(outcome, topic: topics.deliveries)]
         case .outcome(let result, let attempts):
-            switch result {
-            case .sent(let status, let id):
-                RelayMetrics.endToEnd(provider: record.provider.rawValue).recordMilliseconds(
-                    max(0, now.saturatingSubtract(record.acceptedAtMs)))
-                // An ambiguous re-send is marked, so accounting can tell a possible duplicate from a bug.
-                let reason = ambiguous ? StageReason.resentAfterInterruptedSend.rawValue : nil
-                return [
-                    try .delivery(
-                        delivery(.sent, reason: reason, status: status, attempts: attempts, id: id),
-                        topic: topics.deliveries)
-                ]
-            case .invalidToken(let providerReason, let status, let timestamp):
-                let reason = providerReason.name
-                metadata[LogKey.reason] = "\(reason)"
-                logger.info("provider reports a dead token", metadata: metadata)
-                let feedback = FeedbackRecord(
-                    deviceID: record.deviceID, realmUUID: record.realmUUID, provider: record.provider,
-                    tokenFingerprint: Fingerprint.token(record.token), reason: reason, providerTimestampMs: timestamp,
-                    notificationID: record.notificationID, observedAtMs: now)
-                return [
-                    try .feedback(feedback, topic: topics.feedback),
-                    try .delivery(
-                        delivery(.invalidToken, reason: reason, status: status, attempts: attempts),
-                        topic: topics.deliveries),
-                ]
-            case .retry, .failed:
-                let (reason, status) = Self.reasonAndStatus(result)
-                return [
-                    try .delivery(
-                        delivery(.failed, reason: reason, status: status, attempts: attempts), topic: topics.deliveries)
-                ]
-            }
+            return try outcomeMessages(
+                record, token: token, result: result, attempts: attempts, ambiguous: ambiguous, metadata: metadata,
+                now: now)
         }
+    }
+
+    /// What a provider's final answer publishes: the outcome, and for a dead token its feedback.
+    private func outcomeMessages(
+        _ record: OutboundRecord, token: String, result: SendResult, attempts: Int, ambiguous: Bool,
+        metadata: Logger.Metadata, now: Int64
+    ) throws -> [KafkaOutgoing] {
+        switch result {
+        case .sent(let status, let id):
+            RelayMetrics.endToEnd(provider: record.provider.rawValue).recordMilliseconds(
+                max(0, now.saturatingSubtract(record.acceptedAtMs)))
+            // An ambiguous re-send is marked, so accounting can tell a possible duplicate from a bug.
+            let reason = ambiguous ? StageReason.resentAfterInterruptedSend.rawValue : nil
+            let outcome = delivery(record, .sent, reason: reason, status: status, attempts: attempts, id: id, now: now)
+            return [try .delivery(outcome, topic: topics.deliveries)]
+        case .invalidToken(let providerReason, let status, let timestamp):
+            let reason = providerReason.name
+            var metadata = metadata
+            metadata[LogKey.reason] = "\(reason)"
+            logger.info("provider reports a dead token", metadata: metadata)
+            let feedback = FeedbackRecord(
+                deviceID: record.deviceID, realmUUID: record.realmUUID, provider: record.provider,
+                tokenFingerprint: Fingerprint.token(token), reason: reason, providerTimestampMs: timestamp,
+                notificationID: record.notificationID, observedAtMs: now)
+            let outcome = delivery(record, .invalidToken, reason: reason, status: status, attempts: attempts, now: now)
+            return [try .feedback(feedback, topic: topics.feedback), try .delivery(outcome, topic: topics.deliveries)]
+        case .retry, .failed:
+            let (reason, status) = Self.reasonAndStatus(result)
+            let outcome = delivery(record, .failed, reason: reason, status: status, attempts: attempts, now: now)
+            return [try .delivery(outcome, topic: topics.deliveries)]
+        }
+    }
+
+    /// The record's outcome on `push.deliveries`.
+    private func delivery(
+        _ record: OutboundRecord, _ outcome: DeliveryOutcome, reason: String?, status: Int?, attempts: Int,
+        id: String? = nil, now: Int64
+    ) -> DeliveryRecord {
+        DeliveryRecord(
+            notificationID: record.notificationID, realmUUID: record.realmUUID, deviceID: record.deviceID,
+            provider: record.provider, outcome: outcome, reason: reason.map(OutcomeReason.init(name:)),
+            httpStatus: status,
+            attempts: attempts, acceptedAtMs: record.acceptedAtMs, completedAtMs: now, providerMessageID: id)
     }
 
     static func reasonAndStatus(_ result: SendResult) -> (String, Int?) {

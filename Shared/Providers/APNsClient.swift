@@ -130,22 +130,22 @@ public final class APNsClient: PushProviderClient {
     /// The headers that differ between kinds: (topic, push type, priority, expiration).
     /// VoIP (Apple's "Sending notification requests to APNs"): topic `<bundle id>.voip`,
     /// push type `voip`, priority 10, and expiration 0: a call rings now or never.
-    static func kindHeaders(_ record: OutboundRecord, topic: String)
+    static func kindHeaders(_ push: ProviderPush, topic: String)
         -> (topic: String, pushType: String, priority: Int, expiration: Int64?)
     {
-        if record.provider == .apnsVoIP {
+        if push.provider == .apnsVoIP {
             let voipTopic = topic.hasSuffix(".voip") ? topic : topic + ".voip"
             return (voipTopic, APNsPushType.voip.rawValue, 10, 0)
         }
-        return (topic, record.delivery.apnsPushType.name, record.delivery.apnsPriority.value, record.expiresAt)
+        return (topic, push.delivery.apnsPushType.name, push.delivery.apnsPriority.value, push.expiresAt)
     }
 
-    public func send(_ record: OutboundRecord) async -> SendResult {
-        guard let topic = record.appID, !topic.isEmpty else {
+    public func send(_ push: ProviderPush) async -> SendResult {
+        guard let topic = push.appID, !topic.isEmpty else {
             return .failed(reason: .apns(.missingTopic), status: nil)
         }
-        let body = record.body
-        let limit = record.provider == .apnsVoIP ? Self.maxVoIPPayloadBytes : 4096
+        let body = push.body
+        let limit = push.provider == .apnsVoIP ? Self.maxVoIPPayloadBytes : 4096
         guard body.count <= limit else { return .failed(reason: .apns(.payloadTooLarge), status: nil) }
         let bearer: String
         do {
@@ -154,18 +154,18 @@ public final class APNsClient: PushProviderClient {
             logger.error("cannot sign APNs provider token", metadata: ["error": "\(error)"])
             return .failed(reason: .relay(.providerTokenSigning), status: nil)
         }
-        var request = http.request(path: "/3/device/\(record.token)", body: ByteBuffer(bytes: body))
+        var request = http.request(path: "/3/device/\(push.token)", body: ByteBuffer(bytes: body))
         request.headers.add(name: "authorization", value: "bearer \(bearer)")
-        let kind = Self.kindHeaders(record, topic: topic)
+        let kind = Self.kindHeaders(push, topic: topic)
         request.headers.add(name: "apns-topic", value: kind.topic)
         request.headers.add(name: "apns-push-type", value: kind.pushType)
         request.headers.add(name: "apns-priority", value: String(kind.priority))
-        let apnsID = Self.apnsID(record)
+        let apnsID = Self.apnsID(push)
         request.headers.add(name: "apns-id", value: apnsID)
         if let expiration = kind.expiration { request.headers.add(name: "apns-expiration", value: String(expiration)) }
         // Without a realm-chosen collapse id, the per-(notification, device) id: it collapses
         // nothing but a re-send of this very push, which the phone then shows once.
-        if let collapse = record.collapseID, collapse.utf8.count <= 64 {
+        if let collapse = push.collapseID, collapse.utf8.count <= 64 {
             request.headers.add(name: "apns-collapse-id", value: collapse)
         } else {
             request.headers.add(name: "apns-collapse-id", value: apnsID)
@@ -183,16 +183,16 @@ public final class APNsClient: PushProviderClient {
             return reason.result(
                 status: status, timestampMs: error?.timestamp, retryAfter: retryAfter(response.headers))
         } catch {
-            return transportFailure(error, token: record.token, logger: logger)
+            return transportFailure(error, token: push.token, logger: logger)
         }
     }
 
     /// A stable apns-id per (notification, device), so a resend is recognisable.
-    static func apnsID(_ record: OutboundRecord) -> String {
-        if let uuid = UUID(uuidString: record.notificationID.rawValue) {
+    static func apnsID(_ push: ProviderPush) -> String {
+        if let uuid = UUID(uuidString: push.notificationID.rawValue) {
             // Mix the device id into the last 8 bytes so each device's push has its own id.
             var bytes = withUnsafeBytes(of: uuid.uuid) { Array($0) }
-            let id = UInt64(bitPattern: record.deviceID.rawValue).bigEndian
+            let id = UInt64(bitPattern: push.deviceID.rawValue).bigEndian
             withUnsafeBytes(of: id) { raw in
                 for i in 0..<8 { bytes[8 + i] ^= raw[i] }
             }

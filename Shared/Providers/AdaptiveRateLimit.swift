@@ -82,12 +82,12 @@ public final class AdaptiveRateLimiter: Sendable {
     /// The target a push counts against: an APNs topic, a provider project, or for
     /// endpoints devices chose (Web Push, simple push, WNS), the endpoint's origin, so
     /// one push service that pushes back slows only the pushes to it.
-    public static func target(of record: OutboundRecord) -> String {
-        switch record.provider {
-        case .apns, .apnsVoIP: "\(record.provider.rawValue):\(record.appID ?? "")"
+    public static func target(of push: ProviderPush) -> String {
+        switch push.provider {
+        case .apns, .apnsVoIP: "\(push.provider.rawValue):\(push.appID ?? "")"
         case .webpush, .simplepush, .wns:
-            "\(record.provider.rawValue):\(DeviceToken.endpoint(provider: record.provider, token: record.token)?.origin ?? "")"
-        case .fcm, .hms: record.provider.rawValue
+            "\(push.provider.rawValue):\(DeviceToken.endpoint(provider: push.provider, token: push.token)?.origin ?? "")"
+        case .fcm, .hms: push.provider.rawValue
         }
     }
 

@@ -151,51 +151,51 @@ public final class FCMClient: PushProviderClient {
         self.logger = logger
     }
 
-    public func send(_ record: OutboundRecord) async -> SendResult {
+    public func send(_ push: ProviderPush) async -> SendResult {
         let message: [UInt8]
-        if record.bodyForm == .message {
-            guard let built = Self.message(fields: record.body, record: record) else {
+        if push.bodyForm == .message {
+            guard let built = Self.message(fields: push.body, push: push) else {
                 return .failed(reason: .relay(.invalidData), status: nil)
             }
             message = built
         } else {
-            guard let built = dataMessage(record) else { return .failed(reason: .relay(.invalidData), status: nil) }
+            guard let built = dataMessage(push) else { return .failed(reason: .relay(.invalidData), status: nil) }
             if built.isEmpty { return .failed(reason: .relay(.messageTooBig), status: nil) }
             message = built
         }
-        return await post(message, record: record)
+        return await post(message, push: push)
     }
 
     /// The android block every message gets: the priority, the time left, the collapse key.
-    static func androidDefaults(_ record: OutboundRecord) -> [String: JSONValue] {
-        var android: [String: JSONValue] = ["priority": .string(record.delivery.fcmPriority.name.uppercased())]
-        if let expiresAt = record.expiresAt {
+    static func androidDefaults(_ push: ProviderPush) -> [String: JSONValue] {
+        var android: [String: JSONValue] = ["priority": .string(push.delivery.fcmPriority.name.uppercased())]
+        if let expiresAt = push.expiresAt {
             let ttl = max(0, expiresAt - Int64(Date().timeIntervalSince1970))
             android["ttl"] = .string("\(ttl)s")
         }
-        if let collapse = record.collapseID { android["collapse_key"] = .string(collapse) }
+        if let collapse = push.collapseID { android["collapse_key"] = .string(collapse) }
         return android
     }
 
     /// A message from its own fields (gorush's form): the token added, and the android
     /// block's priority, ttl and collapse key filled in where the fields leave them out.
-    static func message(fields body: [UInt8], record: OutboundRecord) -> [UInt8]? {
+    static func message(fields body: [UInt8], push: ProviderPush) -> [UInt8]? {
         guard var fields = (try? Wire.decode(JSONValue.self, from: body))?.objectValue else { return nil }
         var android = fields["android"]?.objectValue ?? [:]
-        for (key, value) in androidDefaults(record) where android[key] == nil { android[key] = value }
+        for (key, value) in androidDefaults(push) where android[key] == nil { android[key] = value }
         fields["android"] = .object(android)
-        fields["token"] = .string(record.token)
+        fields["token"] = .string(push.token)
         return Wire.canonical(.object(["message": .object(fields), "validate_only": false]))
     }
 
     /// The data message the encryptor's data object goes in; nil when the body is not an
     /// object of strings, empty when it is over FCM's 4096 bytes.
-    func dataMessage(_ record: OutboundRecord) -> [UInt8]? {
+    func dataMessage(_ push: ProviderPush) -> [UInt8]? {
         // The encryptor built the data object (string values only); its exact size (keys
         // and values, as FCM counts it) needs a parse only when the bytes come near the limit.
-        guard record.body.first == UInt8(ascii: "{"), record.body.last == UInt8(ascii: "}") else { return nil }
-        if record.body.count > 4096 {
-            guard let data = (try? Wire.decode(JSONValue.self, from: record.body))?.objectValue,
+        guard push.body.first == UInt8(ascii: "{"), push.body.last == UInt8(ascii: "}") else { return nil }
+        if push.body.count > 4096 {
+            guard let data = (try? Wire.decode(JSONValue.self, from: push.body))?.objectValue,
                 data.values.allSatisfy({ $0.stringValue != nil })
             else { return nil }
             let dataSize = data.reduce(0) { $0 + $1.key.utf8.count + ($1.value.stringValue?.utf8.count ?? 0) }
@@ -204,16 +204,16 @@ public final class FCMClient: PushProviderClient {
         // `{"message":{"android":…,"data":…,"token":…},"validate_only":false}`, keys sorted,
         // with the body's bytes spliced in as the encryptor built them.
         var message = Array(#"{"message":{"android":"#.utf8)
-        message += Wire.canonical(.object(Self.androidDefaults(record)))
+        message += Wire.canonical(.object(Self.androidDefaults(push)))
         message += Array(#","data":"#.utf8)
-        message += record.body
+        message += push.body
         message += Array(#","token":"#.utf8)
-        message += Wire.canonical(.string(record.token))
+        message += Wire.canonical(.string(push.token))
         message += Array(#"},"validate_only":false}"#.utf8)
         return message
     }
 
-    private func post(_ message: [UInt8], record: OutboundRecord) async -> SendResult {
+    private func post(_ message: [UInt8], push: ProviderPush) async -> SendResult {
         let bearer: String
         do {
             bearer = try await tokens.token()
@@ -237,7 +237,7 @@ public final class FCMClient: PushProviderClient {
             if status == 401 && error.code != .known(.thirdPartyAuthError) { await tokens.invalidate() }
             return error.result(status: status, retryAfter: retryAfter(response.headers))
         } catch {
-            return transportFailure(error, token: record.token, logger: logger)
+            return transportFailure(error, token: push.token, logger: logger)
         }
     }
 

@@ -60,7 +60,7 @@ public struct HMSConfiguration: Sendable {
     }
 }
 
-/// Sends data messages through Push Kit's v1 server API: the record's body bytes are the
+/// Sends data messages through Push Kit's v1 server API: the push's body bytes are the
 /// message's `data` string, as the app's `onMessageReceived` reads it.
 public final class HMSClient: PushProviderClient {
     public let provider = Provider.hms
@@ -89,21 +89,21 @@ public final class HMSClient: PushProviderClient {
         self.logger = logger
     }
 
-    public func send(_ record: OutboundRecord) async -> SendResult {
-        guard record.body.count <= Self.maxDataBytes else {
+    public func send(_ push: ProviderPush) async -> SendResult {
+        guard push.body.count <= Self.maxDataBytes else {
             return .failed(reason: .relay(.payloadTooLarge), status: nil)
         }
         let message: [UInt8]
-        if record.bodyForm == .message {
-            guard let fields = (try? Wire.decode(JSONValue.self, from: record.body))?.objectValue else {
+        if push.bodyForm == .message {
+            guard let fields = (try? Wire.decode(JSONValue.self, from: push.body))?.objectValue else {
                 return .failed(reason: .relay(.invalidBody), status: nil)
             }
-            message = Self.message(record, fields: fields, now: Date())
+            message = Self.message(push, fields: fields, now: Date())
         } else {
-            guard let data = String(validating: record.body, as: UTF8.self) else {
+            guard let data = String(validating: push.body, as: UTF8.self) else {
                 return .failed(reason: .relay(.invalidBody), status: nil)
             }
-            message = Self.message(record, fields: ["data": .string(data)], now: Date())
+            message = Self.message(push, fields: ["data": .string(data)], now: Date())
         }
         let bearer: String
         do {
@@ -125,9 +125,9 @@ public final class HMSClient: PushProviderClient {
             let answer = HMSAnswer(status: status, body: body)
             if answer.invalidatesAccessToken { await tokens.invalidate(bearer) }
             return answer.result(
-                token: record.token, retryAfter: retryAfter(HPACKHeaders(httpHeaders: response.headers)))
+                token: push.token, retryAfter: retryAfter(HPACKHeaders(httpHeaders: response.headers)))
         } catch {
-            return transportFailure(error, token: record.token, logger: logger)
+            return transportFailure(error, token: push.token, logger: logger)
         }
     }
 
@@ -140,21 +140,21 @@ public final class HMSClient: PushProviderClient {
     /// token, and the android block's urgency, ttl and collapse key where the fields leave
     /// them out. `collapse_key` is Huawei's integer (-1 to 100); a collapse id that is not
     /// one is left out rather than guessed.
-    static func message(_ record: OutboundRecord, fields: [String: JSONValue], now: Date) -> [UInt8] {
+    static func message(_ push: ProviderPush, fields: [String: JSONValue], now: Date) -> [UInt8] {
         var android = fields["android"]?.objectValue ?? [:]
         if android["urgency"] == nil {
-            android["urgency"] = record.delivery.fcmPriority == .known(.high) ? "HIGH" : "NORMAL"
+            android["urgency"] = push.delivery.fcmPriority == .known(.high) ? "HIGH" : "NORMAL"
         }
-        if let expiresAt = record.expiresAt, android["ttl"] == nil {
+        if let expiresAt = push.expiresAt, android["ttl"] == nil {
             let left = expiresAt.saturatingSubtract(Int64(now.timeIntervalSince1970))
             android["ttl"] = .string("\(min(max(left, 1), maxTTLSeconds))s")
         }
-        if let key = record.collapseID.flatMap(collapseKey), android["collapse_key"] == nil {
+        if let key = push.collapseID.flatMap(collapseKey), android["collapse_key"] == nil {
             android["collapse_key"] = .int(key)
         }
         var message = fields
         message["android"] = .object(android)
-        message["token"] = [.string(record.token)]
+        message["token"] = [.string(push.token)]
         return Wire.canonical(["validate_only": false, "message": .object(message)])
     }
 

@@ -117,11 +117,12 @@ public enum RelayReason: String, Sendable, Hashable, CaseIterable {
 }
 
 /// A push provider: one client per platform, all behind this small protocol, so new
-/// platforms (Web Push, HMS, WNS) plug in without touching the dispatcher.
+/// platforms (Web Push, HMS, WNS) plug in without touching the dispatcher. A client is
+/// given the push opened (`ProviderPush`), never the topic record.
 public protocol PushProviderClient: Sendable {
     var provider: Provider { get }
     /// Sends one push. Never throws: transport errors come back as `.retry`.
-    func send(_ record: OutboundRecord) async -> SendResult
+    func send(_ push: ProviderPush) async -> SendResult
     func shutdown() async
 }
 

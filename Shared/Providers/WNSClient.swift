@@ -92,12 +92,12 @@ public final class WNSClient: PushProviderClient {
         self.logger = logger
     }
 
-    public func send(_ record: OutboundRecord) async -> SendResult {
-        guard let endpoint = try? PushEndpoint(record.token, field: "token"), configuration.allows(host: endpoint.host)
+    public func send(_ push: ProviderPush) async -> SendResult {
+        guard let endpoint = try? PushEndpoint(push.token, field: "token"), configuration.allows(host: endpoint.host)
         else {
             return .failed(reason: .relay(.endpointRefused), status: nil)
         }
-        guard record.body.count <= Self.maxPayloadBytes else {
+        guard push.body.count <= Self.maxPayloadBytes else {
             return .failed(reason: .relay(.payloadTooLarge), status: nil)
         }
         let bearer: String
@@ -119,11 +119,11 @@ public final class WNSClient: PushProviderClient {
         request.headers.add(name: "content-type", value: "application/octet-stream")
         // Kept for a device that is offline, until the TTL ends.
         request.headers.add(name: "x-wns-cache-policy", value: "cache")
-        if let expiresAt = record.expiresAt {
+        if let expiresAt = push.expiresAt {
             let left = expiresAt.saturatingSubtract(Int64(Date().timeIntervalSince1970))
             request.headers.add(name: "x-wns-ttl", value: String(max(left, 1)))
         }
-        request.body = .bytes(ByteBuffer(bytes: record.body))
+        request.body = .bytes(ByteBuffer(bytes: push.body))
         do {
             let response = try await http.execute(
                 request, timeout: .milliseconds(configuration.requestTimeout.saturatingMilliseconds))
@@ -134,7 +134,7 @@ public final class WNSClient: PushProviderClient {
             if answer.status == 401 { await tokens.invalidate(bearer) }
             return answer.result(retryAfter: retryAfter(headers))
         } catch {
-            return transportFailure(error, token: record.token, logger: logger)
+            return transportFailure(error, token: push.token, logger: logger)
         }
     }
 

@@ -138,7 +138,7 @@ public final class WebPushClient: PushProviderClient {
         self.logger = logger
     }
 
-    /// The request a record becomes: a Web Push POST, or a wake-up PUT.
+    /// The request a push becomes: a Web Push POST, or a wake-up PUT.
     enum Message: Equatable {
         case webPush([UInt8])
         case wakeUp(version: Int64)
@@ -151,11 +151,11 @@ public final class WebPushClient: PushProviderClient {
         return nil
     }
 
-    public func send(_ record: OutboundRecord) async -> SendResult {
-        guard let endpoint = DeviceToken.endpoint(provider: record.provider, token: record.token) else {
+    public func send(_ push: ProviderPush) async -> SendResult {
+        guard let endpoint = DeviceToken.endpoint(provider: push.provider, token: push.token) else {
             return .failed(reason: .relay(.endpointRefused), status: nil)
         }
-        guard let message = Self.message(record.body) else {
+        guard let message = Self.message(push.body) else {
             return .failed(reason: .relay(.invalidBody), status: nil)
         }
         var request = HTTPClientRequest(url: endpoint.url)
@@ -175,9 +175,9 @@ public final class WebPushClient: PushProviderClient {
             request.method = .POST
             request.headers.add(name: "content-encoding", value: "aes128gcm")
             request.headers.add(name: "content-type", value: "application/octet-stream")
-            request.headers.add(name: "ttl", value: String(ttl(record)))
-            request.headers.add(name: "urgency", value: Self.urgency(record))
-            if let topic = Self.topic(record.collapseID) { request.headers.add(name: "topic", value: topic) }
+            request.headers.add(name: "ttl", value: String(ttl(push)))
+            request.headers.add(name: "urgency", value: Self.urgency(push))
+            if let topic = Self.topic(push.collapseID) { request.headers.add(name: "topic", value: topic) }
             request.body = .bytes(ByteBuffer(bytes: bytes))
         case .wakeUp(let version):
             request.method = .PUT
@@ -205,16 +205,16 @@ public final class WebPushClient: PushProviderClient {
     }
 
     /// Seconds the push service should keep the message for an offline device.
-    func ttl(_ record: OutboundRecord) -> Int64 {
+    func ttl(_ push: ProviderPush) -> Int64 {
         let fallback = configuration?.defaultTTLSeconds ?? 2_419_200
-        guard let expiresAt = record.expiresAt else { return fallback }
+        guard let expiresAt = push.expiresAt else { return fallback }
         return min(max(expiresAt.saturatingSubtract(Int64(Date().timeIntervalSince1970)), 0), fallback)
     }
 
     /// RFC 8030 §5.3: `high` for what the user should see now, `normal` for the rest
     /// (removals, read markers), so a phone on battery is not woken for them.
-    static func urgency(_ record: OutboundRecord) -> String {
-        record.delivery.fcmPriority == .known(.high) ? "high" : "normal"
+    static func urgency(_ push: ProviderPush) -> String {
+        push.delivery.fcmPriority == .known(.high) ? "high" : "normal"
     }
 
     /// RFC 8030 §5.4: a topic is at most 32 characters of the base64url alphabet; a

@@ -65,9 +65,9 @@ import Testing
     }
 
     @Test func targetsAreTheAPNsTopicOrTheProvider() {
-        let apns = OutboundRecord(
-            notificationID: "n", deviceID: 1, realmUUID: "r", provider: .apns, token: "t", appID: "org.zulip.Zulip",
-            delivery: DeliveryClass(.message), body: [:], acceptedAtMs: 0)
+        let apns = ProviderPush(
+            provider: .apns, token: "t", appID: "org.zulip.Zulip", delivery: DeliveryClass(.message),
+            body: Array("{}".utf8), notificationID: "n", deviceID: 1)
         var fcm = apns
         fcm.provider = .fcm
         fcm.appID = nil

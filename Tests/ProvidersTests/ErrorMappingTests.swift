@@ -99,15 +99,14 @@ import Testing
     }
 
     @Test func apnsIDIsStablePerNotificationAndDevice() {
-        func record(_ device: DeviceID) -> OutboundRecord {
-            OutboundRecord(
-                notificationID: "6dbcdd60-06da-45b6-8f37-867cf905469a", deviceID: device, realmUUID: "r",
-                provider: .apns,
-                token: "ab", appID: "a", delivery: DeliveryClass(.message), body: [:], acceptedAtMs: 0)
+        func push(_ device: DeviceID) -> ProviderPush {
+            ProviderPush(
+                provider: .apns, token: "ab", appID: "a", delivery: DeliveryClass(.message), body: Array("{}".utf8),
+                notificationID: "6dbcdd60-06da-45b6-8f37-867cf905469a", deviceID: device)
         }
-        #expect(APNsClient.apnsID(record(1)) == APNsClient.apnsID(record(1)))
-        #expect(APNsClient.apnsID(record(1)) != APNsClient.apnsID(record(2)))
-        #expect(APNsClient.apnsID(record(1)) == APNsClient.apnsID(record(1)).lowercased())
+        #expect(APNsClient.apnsID(push(1)) == APNsClient.apnsID(push(1)))
+        #expect(APNsClient.apnsID(push(1)) != APNsClient.apnsID(push(2)))
+        #expect(APNsClient.apnsID(push(1)) == APNsClient.apnsID(push(1)).lowercased())
     }
 }
 

@@ -110,15 +110,15 @@ func withFakeServer(
     await server.stop()
 }
 
-/// A record as the encryptor writes them: the body is the canonical bytes of `body`.
-func outbound(
+/// A push as the dispatcher hands it to a client: the body is the canonical bytes of
+/// `body`, as the encryptor builds it.
+func providerPush(
     _ provider: Provider, token: String, body: JSONValue = ["push_key_id": "7", "encrypted_data": "c2VhbGVk"],
     type: NotificationType = .message, expiresAt: Int64? = nil, collapseID: String? = nil
-) -> OutboundRecord {
-    OutboundRecord(
-        notificationID: "n-1", deviceID: 1, realmUUID: "realm", provider: provider, token: token, appID: nil,
-        delivery: DeliveryClass(type), body: body, expiresAt: expiresAt, collapseID: collapseID,
-        acceptedAtMs: Wire.nowMillis())
+) -> ProviderPush {
+    ProviderPush(
+        provider: provider, token: token, delivery: DeliveryClass(type), body: Wire.canonical(body),
+        expiresAt: expiresAt, collapseID: collapseID, notificationID: "n-1", deviceID: 1)
 }
 
 func nowSeconds() -> Int64 { Int64(Date().timeIntervalSince1970) }
@@ -159,8 +159,8 @@ func nowSeconds() -> Int64 { Int64(Date().timeIntervalSince1970) }
 
     @Test func aDataMessageReachesPushKitWithItsOptions() async throws {
         try await withHMS { client, state, _ in
-            let record = outbound(.hms, token: "IQAAAACy0kYhAAB", expiresAt: nowSeconds() + 600, collapseID: "3")
-            let result = await client.send(record)
+            let push = providerPush(.hms, token: "IQAAAACy0kYhAAB", expiresAt: nowSeconds() + 600, collapseID: "3")
+            let result = await client.send(push)
             guard case .sent(200, let requestID?) = result else {
                 Issue.record("expected sent with a request id, got \(result)")
                 return
@@ -173,7 +173,7 @@ func nowSeconds() -> Int64 { Int64(Date().timeIntervalSince1970) }
             #expect(received.first?.headers["android.collapse_key"] == "3")
             let ttl = received.first?.headers["android.ttl"] ?? ""
             #expect(ttl.hasSuffix("s") && (590...600).contains(Int(ttl.dropLast()) ?? 0), "ttl \(ttl)")
-            let sentBody = try Wire.decode(JSONValue.self, from: record.body)
+            let sentBody = try Wire.decode(JSONValue.self, from: push.body)
             #expect(received.first?.body == sentBody)
             #expect(received.first?.httpVersion == "2")
         }
@@ -182,10 +182,10 @@ func nowSeconds() -> Int64 { Int64(Date().timeIntervalSince1970) }
     @Test func oneAccessTokenServesManySends() async throws {
         try await withHMS { client, state, server in
             let results = await withTaskGroup(of: SendResult.self) { group in
-                for n in 0..<6 { group.addTask { await client.send(outbound(.hms, token: "token\(n)")) } }
+                for n in 0..<6 { group.addTask { await client.send(providerPush(.hms, token: "token\(n)")) } }
                 return await group.reduce(into: []) { $0.append($1) }
             }
-            for _ in 0..<3 { _ = await client.send(outbound(.hms, token: "later", type: .remove)) }
+            for _ in 0..<3 { _ = await client.send(providerPush(.hms, token: "later", type: .remove)) }
             #expect(results.allSatisfy { if case .sent = $0 { true } else { false } }, "\(results)")
             #expect(server.requests.count("/oauth2/v3/token") == 1)
             #expect(state.received(provider: "hms").count == 9)
@@ -197,7 +197,7 @@ func nowSeconds() -> Int64 { Int64(Date().timeIntervalSince1970) }
         try await withHMS { client, state, _ in
             state.markUnregistered(provider: "hms", token: "gone", timestampMs: 0)
             #expect(
-                await client.send(outbound(.hms, token: "gone"))
+                await client.send(providerPush(.hms, token: "gone"))
                     == .invalidToken(reason: .hms("80300007"), status: 400, timestampMs: nil))
         }
     }
@@ -206,9 +206,9 @@ func nowSeconds() -> Int64 { Int64(Date().timeIntervalSince1970) }
         try await withHMS { client, state, _ in
             state.inject(provider: "hms", try injected(status: 503, reason: "81000001", retryAfter: 7))
             #expect(
-                await client.send(outbound(.hms, token: "t"))
+                await client.send(providerPush(.hms, token: "t"))
                     == .retry(reason: .hms("81000001"), status: 503, retryAfter: .seconds(7)))
-            guard case .sent = await client.send(outbound(.hms, token: "t")) else {
+            guard case .sent = await client.send(providerPush(.hms, token: "t")) else {
                 Issue.record("the next send goes through")
                 return
             }
@@ -219,9 +219,9 @@ func nowSeconds() -> Int64 { Int64(Date().timeIntervalSince1970) }
         try await withHMS { client, state, server in
             state.inject(provider: "hms", try injected(status: 401, reason: "80200003"))
             #expect(
-                await client.send(outbound(.hms, token: "t"))
+                await client.send(providerPush(.hms, token: "t"))
                     == .retry(reason: .hms("80200003"), status: 401, retryAfter: nil))
-            guard case .sent = await client.send(outbound(.hms, token: "t")) else {
+            guard case .sent = await client.send(providerPush(.hms, token: "t")) else {
                 Issue.record("the next send goes through with a new token")
                 return
             }
@@ -232,7 +232,7 @@ func nowSeconds() -> Int64 { Int64(Date().timeIntervalSince1970) }
     @Test func wrongCredentialsAreRetriedWithoutSending() async throws {
         try await withHMS(secret: "wrong") { client, state, _ in
             #expect(
-                await client.send(outbound(.hms, token: "t"))
+                await client.send(providerPush(.hms, token: "t"))
                     == .retry(reason: .relay(.oauthUnavailable), status: nil, retryAfter: .seconds(5)))
             #expect(state.received(provider: "hms").isEmpty)
         }
@@ -240,7 +240,8 @@ func nowSeconds() -> Int64 { Int64(Date().timeIntervalSince1970) }
 
     @Test func dataOverHuaweisLimitIsRefusedBeforeSending() async throws {
         try await withHMS { client, state, server in
-            let big = outbound(.hms, token: "t", body: ["encrypted_data": .string(String(repeating: "x", count: 4096))])
+            let big = providerPush(
+                .hms, token: "t", body: ["encrypted_data": .string(String(repeating: "x", count: 4096))])
             #expect(await client.send(big) == .failed(reason: .relay(.payloadTooLarge), status: nil))
             #expect(state.received(provider: "hms").isEmpty)
             #expect(server.requests.count("/oauth2/v3/token") == 0)
@@ -274,18 +275,20 @@ func nowSeconds() -> Int64 { Int64(Date().timeIntervalSince1970) }
         }) { server in
             try await withClient(server) { client in
                 #expect(
-                    await client.send(outbound(.hms, token: "html"))
+                    await client.send(providerPush(.hms, token: "html"))
                         == .retry(reason: .hms("hms_502"), status: 502, retryAfter: nil))
-                #expect(await client.send(outbound(.hms, token: "empty")) == .sent(status: 200, providerMessageID: nil))
                 #expect(
-                    await client.send(outbound(.hms, token: "number"))
+                    await client.send(providerPush(.hms, token: "empty")) == .sent(status: 200, providerMessageID: nil))
+                #expect(
+                    await client.send(providerPush(.hms, token: "number"))
                         == .failed(reason: .hms("80100003"), status: 400))
-                #expect(await client.send(outbound(.hms, token: "huge")) == .sent(status: 200, providerMessageID: nil))
                 #expect(
-                    await client.send(outbound(.hms, token: "array"))
+                    await client.send(providerPush(.hms, token: "huge")) == .sent(status: 200, providerMessageID: nil))
+                #expect(
+                    await client.send(providerPush(.hms, token: "array"))
                         == .retry(reason: .hms("hms_503"), status: 503, retryAfter: nil))
                 #expect(
-                    await client.send(outbound(.hms, token: "other"))
+                    await client.send(providerPush(.hms, token: "other"))
                         == .retry(reason: .hms("hms_401"), status: 401, retryAfter: nil))
             }
         }
@@ -305,13 +308,13 @@ func nowSeconds() -> Int64 { Int64(Date().timeIntervalSince1970) }
     }
 
     @Test func theMessageIsHuaweisV1DataMessage() throws {
-        let record = outbound(.hms, token: "tok", type: .remove, expiresAt: 10_000_000, collapseID: "-1")
+        let push = providerPush(.hms, token: "tok", type: .remove, expiresAt: 10_000_000, collapseID: "-1")
         let now = Date(timeIntervalSince1970: 100)
         let bytes = HMSClient.message(
-            record, fields: ["data": .string(String(decoding: record.body, as: UTF8.self))], now: now)
+            push, fields: ["data": .string(String(decoding: push.body, as: UTF8.self))], now: now)
         let json = try Wire.decode(JSONValue.self, from: bytes)
         #expect(json["validate_only"] == false)
-        #expect(json["message"]?["data"] == .string(String(decoding: record.body, as: UTF8.self)))
+        #expect(json["message"]?["data"] == .string(String(decoding: push.body, as: UTF8.self)))
         #expect(json["message"]?["token"] == ["tok"])
         #expect(json["message"]?["android"] == ["urgency": "NORMAL", "ttl": "1296000s", "collapse_key": -1])
         for (text, key) in [("abc", nil), ("101", nil), ("+5", nil), ("100", 100), ("0", 0)] as [(String, Int64?)] {

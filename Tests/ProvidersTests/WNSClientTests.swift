@@ -80,8 +80,8 @@ final class TrustingEndpoints: EndpointClientSource {
     @Test func aRawNotificationReachesTheChannel() async throws {
         try await withWNS { client, state, server, _ in
             let uri = channel(server)
-            let record = outbound(.wns, token: uri, expiresAt: nowSeconds() + 600)
-            let result = await client.send(record)
+            let push = providerPush(.wns, token: uri, expiresAt: nowSeconds() + 600)
+            let result = await client.send(push)
             guard case .sent(200, let messageID?) = result else {
                 Issue.record("expected sent with X-WNS-Msg-ID, got \(result)")
                 return
@@ -94,7 +94,7 @@ final class TrustingEndpoints: EndpointClientSource {
             #expect(received.first?.headers["content-type"] == "application/octet-stream")
             #expect(received.first?.headers["x-wns-cache-policy"] == "cache")
             #expect((590...600).contains(Int(received.first?.headers["x-wns-ttl"] ?? "") ?? 0))
-            let sentBody = try Wire.decode(JSONValue.self, from: record.body)
+            let sentBody = try Wire.decode(JSONValue.self, from: push.body)
             #expect(received.first?.body == sentBody)
         }
     }
@@ -103,10 +103,10 @@ final class TrustingEndpoints: EndpointClientSource {
         try await withWNS { client, state, server, _ in
             let uri = channel(server)
             let results = await withTaskGroup(of: SendResult.self) { group in
-                for _ in 0..<6 { group.addTask { await client.send(outbound(.wns, token: uri)) } }
+                for _ in 0..<6 { group.addTask { await client.send(providerPush(.wns, token: uri)) } }
                 return await group.reduce(into: []) { $0.append($1) }
             }
-            for _ in 0..<3 { _ = await client.send(outbound(.wns, token: uri)) }
+            for _ in 0..<3 { _ = await client.send(providerPush(.wns, token: uri)) }
             #expect(results.allSatisfy { if case .sent = $0 { true } else { false } }, "\(results)")
             #expect(server.requests.count("/accesstoken.srf") == 1)
             #expect(state.received(provider: "wns").count == 9)
@@ -118,10 +118,10 @@ final class TrustingEndpoints: EndpointClientSource {
             let uri = channel(server, "expired")
             state.markUnregistered(provider: "wns", token: uri, timestampMs: 0)
             #expect(
-                await client.send(outbound(.wns, token: uri))
+                await client.send(providerPush(.wns, token: uri))
                     == .invalidToken(reason: .wns("The channel expired"), status: 410, timestampMs: nil))
             #expect(
-                await client.send(outbound(.wns, token: "\(server.baseURL)/w/no-token"))
+                await client.send(providerPush(.wns, token: "\(server.baseURL)/w/no-token"))
                     == .invalidToken(reason: .wns("The channel URI is not valid"), status: 404, timestampMs: nil))
         }
     }
@@ -130,9 +130,9 @@ final class TrustingEndpoints: EndpointClientSource {
         try await withWNS { client, state, server, _ in
             state.inject(provider: "wns", try injected(status: 503, reason: "Service Unavailable", retryAfter: 9))
             #expect(
-                await client.send(outbound(.wns, token: channel(server)))
+                await client.send(providerPush(.wns, token: channel(server)))
                     == .retry(reason: .wns("Service Unavailable"), status: 503, retryAfter: .seconds(9)))
-            guard case .sent = await client.send(outbound(.wns, token: channel(server))) else {
+            guard case .sent = await client.send(providerPush(.wns, token: channel(server))) else {
                 Issue.record("the next send goes through")
                 return
             }
@@ -141,7 +141,7 @@ final class TrustingEndpoints: EndpointClientSource {
 
     @Test func payloadsOverWNSsLimitAreRefusedBeforeSending() async throws {
         try await withWNS { client, state, server, endpoints in
-            let big = outbound(.wns, token: channel(server), body: .string(String(repeating: "x", count: 4999)))
+            let big = providerPush(.wns, token: channel(server), body: .string(String(repeating: "x", count: 4999)))
             #expect(big.body.count == 5001)
             #expect(await client.send(big) == .failed(reason: .relay(.payloadTooLarge), status: nil))
             #expect(state.received(provider: "wns").isEmpty)
@@ -152,7 +152,7 @@ final class TrustingEndpoints: EndpointClientSource {
     @Test func wrongCredentialsAreRetriedWithoutSending() async throws {
         try await withWNS(secret: "wrong") { client, state, server, endpoints in
             #expect(
-                await client.send(outbound(.wns, token: channel(server)))
+                await client.send(providerPush(.wns, token: channel(server)))
                     == .retry(reason: .relay(.oauthUnavailable), status: nil, retryAfter: .seconds(5)))
             #expect(state.received(provider: "wns").isEmpty)
             #expect(endpoints.endpointsAsked.isEmpty)
@@ -174,7 +174,7 @@ final class TrustingEndpoints: EndpointClientSource {
                     "http://db5p.notify.windows.com/w/?token=x", "not a url",
                 ] {
                     #expect(
-                        await client.send(outbound(.wns, token: uri))
+                        await client.send(providerPush(.wns, token: uri))
                             == .failed(reason: .relay(.endpointRefused), status: nil), "\(uri)")
                 }
                 #expect(endpoints.endpointsAsked.isEmpty)
@@ -189,7 +189,7 @@ final class TrustingEndpoints: EndpointClientSource {
         try await withWNS(refusal: EndpointRefusal(.endpointUnresolvable, "no such host")) {
             client, state, server, _ in
             #expect(
-                await client.send(outbound(.wns, token: channel(server)))
+                await client.send(providerPush(.wns, token: channel(server)))
                     == .retry(reason: .relay(.endpointUnresolvable), status: nil, retryAfter: .seconds(60)))
             #expect(state.received(provider: "wns").isEmpty)
         }
@@ -271,7 +271,7 @@ final class TrustingEndpoints: EndpointClientSource {
         }) { server in
             try await withClient(server) { client, _ in
                 func send(_ name: String) async -> SendResult {
-                    await client.send(outbound(.wns, token: "\(server.baseURL)/w/\(name)"))
+                    await client.send(providerPush(.wns, token: "\(server.baseURL)/w/\(name)"))
                 }
                 #expect(await send("redirect") == .failed(reason: .relay(.endpointRedirected), status: 302))
                 #expect(

@@ -84,6 +84,8 @@ import Testing
         #expect(sent.token == token, "the provider gets the token the sealed one opens to")
         #expect(sent.body == Wire.canonical(body), "the body bytes as the encryptor built them")
         #expect(sent.deviceID == 1 && sent.notificationID == notification)
+        #expect(sent.provider == .apns && sent.appID == "org.zulip.Zulip" && sent.expiresAt == F.now / 1000 + 3600)
+        #expect(sent.delivery == DeliveryClass(apnsPriority: 10, apnsPushType: "alert", fcmPriority: "high"))
         #expect(fcm.sent.isEmpty)
 
         #expect(publisher.topics == [F.topics.deliveries])
@@ -388,6 +390,22 @@ import Testing
         #expect(try parked.valueJSON()["body"] == nil && parked.valueJSON()["body_json"] == nil)
         #expect(!parked.valueText.contains("lunch"))
         #expect(try Wire.decode(OutboundRecord.self, from: parked.value).sealedBody == record.sealedBody)
+    }
+
+    @Test func aClearTokenOfAnOlderRecordIsSentAndSealedBeforeItIsPublishedAgain() async throws {
+        // As records carried it before schema 3: the token in the clear, no sealed one.
+        var record = try outbound()
+        record.sealedToken = nil
+        record.token = token
+        apns.enqueue(.retry(reason: .apns(.serviceUnavailable), status: 503, retryAfter: nil))
+        #expect(try await handle(record) == .done)
+        #expect(apns.sent.soleElement?.token == token)
+        let parked = try #require(publisher.records(on: "push.retry.1").soleElement)
+        #expect(try parked.valueJSON()["token"] == nil && !parked.valueText.contains(token))
+        let sealed = try #require(try Wire.decode(OutboundRecord.self, from: parked.value).sealedToken)
+        #expect(
+            try keys.open(sealed, binding: .token(notificationID: notification, realmUUID: F.realm, deviceID: 1))
+                == Array(token.utf8))
     }
 
     @Test func anUndecodableRecordIsSkipped() async throws {

@@ -337,7 +337,7 @@ final class MemoryProviderClient: PushProviderClient, Sendable {
     let provider: Provider
     private struct State {
         var script: [SendResult] = []
-        var sent: [OutboundRecord] = []
+        var sent: [ProviderPush] = []
         var shutdowns = 0
     }
 
@@ -352,9 +352,9 @@ final class MemoryProviderClient: PushProviderClient, Sendable {
         state.withLock { $0.script += answers }
     }
 
-    func send(_ record: OutboundRecord) async -> SendResult {
+    func send(_ push: ProviderPush) async -> SendResult {
         state.withLock { s in
-            s.sent.append(record)
+            s.sent.append(push)
             return s.script.isEmpty
                 ? .sent(status: 200, providerMessageID: "\(provider.rawValue)-\(s.sent.count)") : s.script.removeFirst()
         }
@@ -365,7 +365,7 @@ final class MemoryProviderClient: PushProviderClient, Sendable {
     }
 
     /// The pushes this client was asked to send, in order.
-    var sent: [OutboundRecord] { state.withLock { $0.sent } }
+    var sent: [ProviderPush] { state.withLock { $0.sent } }
 }
 
 /// Shared values and builders for the stage tests.

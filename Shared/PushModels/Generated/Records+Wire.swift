@@ -171,9 +171,10 @@ public struct OutboundRecord: WireObject, Equatable {
     /// When present, `token` is left out of the encoded record.
     public var sealedToken: SealedBlob?
     /// The device token in the clear, in memory only while the record carries
-    /// `sealedToken`: it is then never encoded. Empty after decoding a sealed record
-    /// until the dispatcher opens `sealedToken`. Records before the token was sealed
-    /// carry it here, in the clear, and still decode.
+    /// `sealedToken`: it is then never encoded. Empty after decoding a sealed record:
+    /// the dispatcher opens `sealedToken` into the push it sends (`ProviderPush`), not
+    /// into the record. Records before the token was sealed carry it here, in the
+    /// clear, and still decode.
     public var token: String
     /// APNs topic (the app's bundle id); unused for FCM.
     public var appID: String?
@@ -188,7 +189,8 @@ public struct OutboundRecord: WireObject, Equatable {
     public var bodyForm: BodyForm?
     /// The provider body, built once by the encryptor and sent unchanged: the APNs JSON
     /// body, or the FCM `data` object (all values strings), as canonical JSON bytes.
-    /// Empty in memory while `sealedBody` holds it, until the dispatcher opens it.
+    /// Empty while `sealedBody` holds it: the dispatcher opens that into the push it
+    /// sends, not into the record.
     public var body: [UInt8]
     /// Unix seconds after which the push is useless; nil keeps the provider's default.
     public var expiresAt: Int64?
