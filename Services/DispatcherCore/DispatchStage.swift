@@ -140,11 +140,10 @@ public struct DispatchStage: Sendable {
         /// back (a transport failure). Its ledger claim stays, so the next send of the pair
         /// is counted and marked as the re-send of an interrupted send.
         var mayHaveReachedProvider: Bool {
-            // By name: a record read back from a topic carries the reason as a string.
-            let transport = RelayReason.transportError.rawValue
             switch self {
-            case .retry(let next, _, _): return next.lastError == transport
-            case .dead(_, let result, _): return result.reasonName == transport
+            // A parked record carries its last reason by name: read back as the relay's own.
+            case .retry(let next, _, _): return next.lastError.flatMap(RelayReason.init(rawValue:)) == .transportError
+            case .dead(_, let result, _): return result.reason == .relay(.transportError)
             case .outcome, .alreadySent: return false
             }
         }

@@ -19,6 +19,14 @@ public enum SendResult: Sendable, Equatable {
         }
     }
 
+    /// The reason, for every answer but `sent`.
+    public var reason: ProviderReason? {
+        switch self {
+        case .sent: nil
+        case .invalidToken(let reason, _, _), .retry(let reason, _, _), .failed(let reason, _): reason
+        }
+    }
+
     /// The provider's HTTP status, when there was an answer.
     public var status: Int? {
         switch self {
@@ -77,7 +85,8 @@ public enum FCMErrorCode: String, Sendable, Hashable, CaseIterable {
     case resourceExhausted = "RESOURCE_EXHAUSTED"
 }
 
-/// Reasons the relay gives itself, with the names records have always carried.
+/// Reasons the relay gives itself, with the names records have always carried (the
+/// spellings differ by when each was added; they are wire names and stay as they are).
 public enum RelayReason: String, Sendable, Hashable, CaseIterable {
     /// The request was written and no answer came (timeout, connection lost, stream
     /// reset): the provider may have the push.
