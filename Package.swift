@@ -1,8 +1,12 @@
 // swift-tools-version:6.2
 import PackageDescription
 
-// Our targets: Swift 6 language mode, and every warning is an error.
-let strict: [SwiftSetting] = [.swiftLanguageMode(.v6), .treatAllWarnings(as: .error)]
+// Our targets: Swift 6 language mode, and every warning is an error; existentials
+// spelled `any`, and a module's members visible only where it is imported.
+let strict: [SwiftSetting] = [
+    .swiftLanguageMode(.v6), .treatAllWarnings(as: .error), .enableUpcomingFeature("ExistentialAny"),
+    .enableUpcomingFeature("MemberImportVisibility"),
+]
 
 let package = Package(
     name: "PushRelay",
@@ -221,7 +225,7 @@ let package = Package(
             name: "demo-device",
             dependencies: [
                 "PushCrypto", "PushModels", .product(name: "AsyncHTTPClient", package: "async-http-client"),
-                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Crypto", package: "swift-crypto"), .product(name: "NIOCore", package: "swift-nio"),
             ],
             path: "Tools/DemoDevice", swiftSettings: strict),
 

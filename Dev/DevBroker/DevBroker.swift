@@ -11,8 +11,15 @@ import ServiceLifecycle
 @main
 struct DevBroker {
     static func main() async {
-        await runMain { try await run(SettingsReader.environment()) }
+        await runMain { try await run(SettingsReader.environment(extraEntries: settings)) }
     }
+
+    /// The dev broker's own settings (not the services': they stay out of `SettingsCatalog`).
+    static let settings: [String: SettingsCatalog.Kind] = [
+        "pushrelay.devbroker.brokers": .int(1...9),
+        "pushrelay.devbroker.partitions": .int(1...1000),
+        "pushrelay.devbroker.topics": .text,
+    ]
 
     static func run(_ reader: SettingsReader) async throws {
         let brokers = try reader.int("pushrelay.devbroker.brokers", default: 1)

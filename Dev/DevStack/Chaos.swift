@@ -1,3 +1,4 @@
+import FakeProviders
 import Foundation
 import Kafka
 import Logging

@@ -2,6 +2,7 @@ import AsyncHTTPClient
 import Foundation
 @_spi(Dev) import Kafka
 import Logging
+import NIOCore
 import PushCrypto
 import PushModels
 import Synchronization

@@ -1,4 +1,5 @@
 import AsyncHTTPClient
+import FakeProviders
 import Foundation
 import PushCrypto
 import PushModels

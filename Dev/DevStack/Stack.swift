@@ -4,6 +4,7 @@ import Kafka
 import Logging
 import Foundation
 import NIOCore
+import NIOHTTP1
 import PushCrypto
 import PushModels
 import Synchronization

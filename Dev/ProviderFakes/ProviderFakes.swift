@@ -11,8 +11,23 @@ import ServiceLifecycle
 @main
 struct ProviderFakesMain {
     static func main() async {
-        await runMain { try await run(SettingsReader.environment()) }
+        await runMain { try await run(SettingsReader.environment(extraEntries: settings)) }
     }
+
+    /// The fakes' own settings (not the services': they stay out of `SettingsCatalog`).
+    static let settings: [String: SettingsCatalog.Kind] = [
+        "pushrelay.fakes.dir": .path,
+        "pushrelay.fakes.apns.port": .int(0...65535),
+        "pushrelay.fakes.fcm.port": .int(0...65535),
+        "pushrelay.fakes.control.port": .int(0...65535),
+        "pushrelay.fakes.push.port": .int(0...65535),
+        "pushrelay.fakes.host": .text,
+        "pushrelay.fakes.public.host": .text,
+        "pushrelay.fakes.apns.team.id": .text,
+        "pushrelay.fakes.apns.key.id": .text,
+        "pushrelay.fakes.max.recorded": .int(0...10_000_000),
+        "pushrelay.fakes.goaway.every": .int(0...1_000_000_000),
+    ]
 
     static func run(_ reader: SettingsReader) async throws {
         let directory = try reader.string("pushrelay.fakes.dir", default: ".run/fakes")

@@ -169,9 +169,8 @@ public struct DispatchStage: Sendable {
     func sendAndAccount(_ record: KafkaRecord, maxRateWait: Duration) async -> [KafkaOutgoing]? {
         guard let received = decodeRecord(OutboundRecord.self, from: record, logger: logger) else {
             // Counted and skipped; the realm's outcome stream says so when the record names its push.
-            return malformedOutcome(
-                record, reason: .malformedRecord, nowMs: clock.nowMillis(), topic: topics.deliveries
-            ).map { [$0] } ?? []
+            let outcome = DeliveryRecord.malformed(record.value, reason: .malformedRecord, nowMs: clock.nowMillis())
+            return outcome.flatMap { try? KafkaOutgoing.delivery($0, topic: topics.deliveries) }.map { [$0] } ?? []
         }
         // What is published for it (retry, dead letter) is the record as it came, its token sealed.
         let outbound = opener.resealed(received)

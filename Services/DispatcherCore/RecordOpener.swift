@@ -1,3 +1,4 @@
+import CoreMetrics
 import Logging
 import Providers
 import PushCrypto

@@ -190,11 +190,9 @@ public struct EncryptorStage: Sendable {
     /// notification and realm can still be read, the realm's outcome stream says it
     /// failed (`malformed_request`); either way it is counted and skipped.
     func accountForMalformed(_ record: KafkaRecord) async -> RecordDisposition {
-        await publishOutcomes(
-            [
-                malformedOutcome(
-                    record, reason: .malformedRequest, nowMs: clock.nowMillis(), topic: topics.deliveries)
-            ].compactMap { $0 })
+        let outcome = DeliveryRecord.malformed(record.value, reason: .malformedRequest, nowMs: clock.nowMillis())
+        return await publishOutcomes(
+            [outcome.flatMap { try? KafkaOutgoing.delivery($0, topic: topics.deliveries) }].compactMap { $0 })
     }
 
     /// Publishes outcomes, retrying until Kafka takes them.

@@ -1,10 +1,12 @@
 import AsyncHTTPClient
+import CoreMetrics
 import Crypto
 import DeviceState
 import Foundation
 import Kafka
 import Logging
 import NIOCore
+import NIOHTTP1
 import Providers
 import PushCrypto
 import PushModels

@@ -1,3 +1,4 @@
+import CoreMetrics
 import DeviceState
 import Kafka
 import Logging

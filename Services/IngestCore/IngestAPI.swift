@@ -2,6 +2,7 @@ import DeviceState
 import Hummingbird
 import Logging
 import PushCrypto
+import PushModels
 import RedisClient
 import ServiceKit
 

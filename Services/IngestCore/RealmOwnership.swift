@@ -1,4 +1,5 @@
 import DeviceState
+import HTTPTypes
 import PushCrypto
 import PushModels
 

@@ -4,6 +4,7 @@ import Hummingbird
 import PushCrypto
 import PushModels
 import StatusPush
+import SwiftProtobuf
 
 /// `POST /status/v1/notify` (type 20 → 21): one report per target; each accepted target
 /// becomes a gorush-form notification on `push.requests`, or a `filtered` outcome when the

@@ -4,6 +4,7 @@ import Hummingbird
 import PushCrypto
 import PushModels
 import StatusPush
+import SwiftProtobuf
 
 /// `POST /status/v1/registration` (type 16 → 17): a client's registration, encrypted to
 /// the server, checked by the spec's rules and stored with its own device.

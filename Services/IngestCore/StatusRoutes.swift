@@ -1,6 +1,7 @@
 import DeviceState
 import Foundation
 import Hummingbird
+import Logging
 import NIOCore
 import PushCrypto
 import PushModels

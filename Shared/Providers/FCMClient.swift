@@ -4,6 +4,7 @@ import JWTKit
 import Logging
 import NIOCore
 import NIOHPACK
+import NIOHTTP1
 import PushModels
 
 /// A Google service-account key file, the fields FCM's OAuth flow needs.

@@ -3,6 +3,7 @@ import Foundation
 import Logging
 import NIOCore
 import NIOHPACK
+import NIOHTTP1
 import PushModels
 
 /// Huawei Push Kit (HMS Core) server API settings.

@@ -5,6 +5,7 @@ import JWTKit
 import Logging
 import NIOCore
 import NIOHPACK
+import NIOHTTP1
 import PushCrypto
 import PushModels
 

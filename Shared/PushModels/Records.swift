@@ -289,3 +289,19 @@ public enum RecordHeader {
     /// re-send pairs already delivered); carried from `push.requests` to `push.outbound`.
     public static let replay = "pushrelay-replay"
 }
+
+extension DeliveryRecord {
+    /// The outcome of a topic record that does not decode, when its notification and realm
+    /// can still be read from `value` (`device_id` too, on `push.outbound`): `failed` with
+    /// `reason`, so the realm's outcome stream accounts for it. Nil when it names neither.
+    public static func malformed(_ value: [UInt8], reason: StageReason, nowMs: Int64) -> DeliveryRecord? {
+        guard let json = try? Wire.decode(JSONValue.self, from: value),
+            let notification = json["notification_id"]?.stringValue, let realm = json["realm_uuid"]?.stringValue
+        else { return nil }
+        return DeliveryRecord(
+            notificationID: NotificationID(notification), realmUUID: RealmID(realm),
+            deviceID: json["device_id"]?.intValue.map { DeviceID($0) }, provider: nil, outcome: .failed,
+            reason: .stage(reason), attempts: 0, acceptedAtMs: json["accepted_at_ms"]?.intValue ?? 0,
+            completedAtMs: nowMs)
+    }
+}

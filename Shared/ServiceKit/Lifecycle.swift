@@ -2,9 +2,12 @@ import Foundation
 import Kafka
 import Logging
 import ServiceLifecycle
+import UnixSignals
 
-/// Exits the process when the process that started it goes away, so a test run or
-/// dev stack never leaves orphans behind. Active only when `PUSHRELAY_EXIT_WITH_PARENT=1`.
+/// Stops the process gracefully (as SIGTERM does: the service group shuts down, records
+/// in flight finish or stay uncommitted) when the process that started it goes away, so
+/// a test run or dev stack never leaves orphans behind. Active only when
+/// `PUSHRELAY_EXIT_WITH_PARENT=1`, which only the dev stack sets.
 public struct ParentWatch: Service {
     let logger: Logger
 
@@ -19,7 +22,11 @@ public struct ParentWatch: Service {
         while !Task.isCancelled && !Task.isShuttingDownGracefully {
             if getppid() != parent {
                 logger.warning("parent process exited; stopping")
-                exit(0)
+                // The service group's SIGTERM handler starts the graceful shutdown, which
+                // ends this loop too; returning early would cancel the group instead.
+                kill(getpid(), SIGTERM)
+                try? await gracefulShutdown()
+                return
             }
             try? await Task.sleep(for: .milliseconds(500))
         }

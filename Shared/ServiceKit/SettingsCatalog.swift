@@ -140,21 +140,6 @@ public enum SettingsCatalog {
         "pushrelay.wns.client.secret.file": .path,
         "pushrelay.wns.allowed.hosts": .text,
         "pushrelay.wns.ca.file": .path,
-        // Development only: the dev broker and the provider fakes.
-        "pushrelay.devbroker.brokers": .int(1...9),
-        "pushrelay.devbroker.partitions": .int(1...1000),
-        "pushrelay.devbroker.topics": .text,
-        "pushrelay.fakes.dir": .path,
-        "pushrelay.fakes.apns.port": .int(0...65535),
-        "pushrelay.fakes.fcm.port": .int(0...65535),
-        "pushrelay.fakes.control.port": .int(0...65535),
-        "pushrelay.fakes.push.port": .int(0...65535),
-        "pushrelay.fakes.host": .text,
-        "pushrelay.fakes.public.host": .text,
-        "pushrelay.fakes.apns.team.id": .text,
-        "pushrelay.fakes.apns.key.id": .text,
-        "pushrelay.fakes.max.recorded": .int(0...10_000_000),
-        "pushrelay.fakes.goaway.every": .int(0...1_000_000_000),
     ]
 
     /// Variables that belong to the dev tools and the test harness, not to a service.

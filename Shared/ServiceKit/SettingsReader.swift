@@ -7,22 +7,27 @@ import Foundation
 /// does not list is a programming error and throws too.
 public struct SettingsReader: Sendable {
     public let config: ConfigReader
+    /// What may be read: the services' catalog, plus the entries of a dev tool's own
+    /// settings (the dev broker's and the provider fakes' live with them in `Dev/`).
+    let entries: [String: SettingsCatalog.Kind]
 
-    public init(_ config: ConfigReader) {
+    public init(_ config: ConfigReader, extraEntries: [String: SettingsCatalog.Kind] = [:]) {
         self.config = config
+        self.entries = SettingsCatalog.entries.merging(extraEntries) { catalogued, _ in catalogued }
     }
 
     /// The process environment, the services' one source of settings, after every
     /// `PUSHRELAY_` variable in it was checked (settings this executable does not read
     /// too, and unknown names, which are likely typos, are logged by the caller).
-    public static func environment() throws -> SettingsReader {
+    /// `extraEntries`: a dev tool's own settings.
+    public static func environment(extraEntries: [String: SettingsCatalog.Kind] = [:]) throws -> SettingsReader {
         try SettingsCatalog.validateEnvironment()
-        return SettingsReader(.environment)
+        return SettingsReader(.environment, extraEntries: extraEntries)
     }
 
     /// The value as given, after its check; nil when unset.
     public func raw(_ key: String) throws -> String? {
-        guard let kind = SettingsCatalog.entries[key] else {
+        guard let kind = entries[key] else {
             throw SettingsError("\(key) is read but not listed in SettingsCatalog")
         }
         guard let value = config.string(forKey: ConfigKey(key)) else { return nil }

@@ -77,22 +77,6 @@ public func decodeRecord<T: Decodable>(_ type: T.Type, from record: KafkaRecord,
     }
 }
 
-/// The outcome for a record that does not decode, when its notification and realm can
-/// still be read (`device_id` too, on `push.outbound`): `failed` with `reason`, so the
-/// realm's outcome stream accounts for it. Nil when the value names neither.
-public func malformedOutcome(_ record: KafkaRecord, reason: StageReason, nowMs: Int64, topic: String) -> KafkaOutgoing?
-{
-    guard let json = try? Wire.decode(JSONValue.self, from: record.value),
-        let notification = json["notification_id"]?.stringValue, let realm = json["realm_uuid"]?.stringValue
-    else { return nil }
-    let outcome = DeliveryRecord(
-        notificationID: NotificationID(notification), realmUUID: RealmID(realm),
-        deviceID: json["device_id"]?.intValue.map { DeviceID($0) }, provider: nil, outcome: .failed,
-        reason: .stage(reason),
-        attempts: 0, acceptedAtMs: json["accepted_at_ms"]?.intValue ?? 0, completedAtMs: nowMs)
-    return try? KafkaOutgoing.delivery(outcome, topic: topic)
-}
-
 /// Publishes a record's outcomes, retrying until Kafka acknowledges them. `.abandoned`
 /// only when shutdown interrupts the wait: the record stays uncommitted and is redelivered.
 public func publishUntilAcknowledged(

@@ -2,6 +2,7 @@ import DevStack
 import AsyncHTTPClient
 import Foundation
 import NIOCore
+import NIOHTTP1
 import NIOSSL
 import PushModels
 import Testing

@@ -1,4 +1,5 @@
 import DevStack
+import FakeProviders
 import Foundation
 import Kafka
 import Logging

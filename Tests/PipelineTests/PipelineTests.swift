@@ -1,5 +1,7 @@
 import DevStack
+import FakeProviders
 import Foundation
+import Kafka
 import PushCrypto
 import PushModels
 import Testing

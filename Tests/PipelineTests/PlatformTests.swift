@@ -1,5 +1,6 @@
 import Crypto
 import DevStack
+import FakeProviders
 import Foundation
 import PushCrypto
 import PushModels

@@ -1,6 +1,8 @@
 import Crypto
 import DevStack
+import FakeProviders
 import Foundation
+import Kafka
 import PushModels
 import Testing
 

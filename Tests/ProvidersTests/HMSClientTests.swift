@@ -4,6 +4,7 @@ import Foundation
 import Hummingbird
 import HummingbirdHTTP2
 import Logging
+import NIOHTTP1
 import NIOSSL
 import PushModels
 import ServiceLifecycle

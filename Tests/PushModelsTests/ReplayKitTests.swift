@@ -1,4 +1,5 @@
 import Foundation
+import Kafka
 import PushModels
 import ReplayKit
 import Testing

@@ -1,5 +1,7 @@
+import DeviceState
 import Foundation
 import HTTPTypes
+import Kafka
 import PushCrypto
 import PushModels
 import Testing

@@ -1,5 +1,6 @@
 import Foundation
 import HTTPTypes
+import Kafka
 import PushCrypto
 import PushModels
 import Testing

@@ -1,5 +1,6 @@
 import DeviceState
 import Foundation
+import HTTPTypes
 @testable import IngestCore
 import PushCrypto
 import PushModels

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import SwiftProtobuf
 import Testing
 
 @testable import StatusPush

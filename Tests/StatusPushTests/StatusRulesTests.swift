@@ -1,4 +1,5 @@
 import Foundation
+import PushModels
 import Testing
 
 @testable import StatusPush

@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import PushCrypto
+import SwiftProtobuf
 import Testing
 
 @testable import StatusPush

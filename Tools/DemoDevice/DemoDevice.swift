@@ -1,6 +1,7 @@
 import AsyncHTTPClient
 import Crypto
 import Foundation
+import NIOCore
 import PushCrypto
 import PushModels
 
