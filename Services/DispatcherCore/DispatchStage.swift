@@ -143,7 +143,7 @@ public struct DispatchStage: Sendable {
             switch self {
             // A parked record carries its last reason by name: read back as the relay's own.
             case .retry(let next, _, _): return next.lastError.flatMap(RelayReason.init(rawValue:)) == .transportError
-            case .dead(_, let result, _): return result.reason == .relay(.transportError)
+            case .dead(_, let result, _): return RelayReason(rawValue: result.reasonName) == .transportError
             case .outcome, .alreadySent: return false
             }
         }

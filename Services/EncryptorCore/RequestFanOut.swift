@@ -78,7 +78,7 @@ extension EncryptorStage {
             }
             guard device.realmUUID == request.realmUUID, device.userID == userID else {
                 messages.append(
-                    try unsent(request, device: id, provider: device.provider, .unknownDevice, "not_users_device"))
+                    try unsent(request, device: id, provider: device.provider, .unknownDevice, .stage(.notUsersDevice)))
                 continue
             }
             if let outcome = try inactive(request, device) {
@@ -183,7 +183,8 @@ extension EncryptorStage {
         let found = try await devices.devices(ids)
         var messages: [KafkaOutgoing] = []
         for id in ids {
-            guard let device = found[id], device.zulipLegacyOwner?.server == request.serverUUID.rawValue else {
+            guard let device = found[id], device.zulipLegacyOwner?.belongs(to: request.serverUUID.rawValue) == true
+            else {
                 messages.append(try unsent(request, device: id, provider: nil, .unknownDevice, .stage(.unknownDevice)))
                 continue
             }

@@ -75,7 +75,7 @@ extension GorushController {
     /// hook's secret is `[REDACTED]` as gorush redacts its secrets.
     func config(_ request: Request, context: IngestContext) async throws -> Response {
         let server = try await authenticator.authenticate(request, context: context, api: .native)
-        let hook = try await store.hook(server: server)?.url
+        let hook = try await store.hookURL(server: server)
         func quoted(_ text: String) -> String {
             String(decoding: Wire.canonical(.string(text)), as: UTF8.self)
         }
@@ -136,7 +136,7 @@ extension GorushController {
 
     func feedbackHook(_ request: Request, context: IngestContext) async throws -> Response {
         let server = try await authenticator.authenticate(request, context: context, api: .native)
-        let url = try await store.hook(server: server)?.url
+        let url = try await store.hookURL(server: server)
         return jsonResponse(.ok, ["url": url.map { .string($0) } ?? .null])
     }
 }

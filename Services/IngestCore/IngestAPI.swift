@@ -82,7 +82,7 @@ public struct IngestAPI: Sendable {
         let registrar = DeviceRegistrar(
             devices: stores.devices, realms: stores.realms, bouncerKeys: configuration.bouncerKeys, limits: limits)
         let ownership = RealmOwnership(realms: stores.realms)
-        let sealer = PayloadSealer(keys: configuration.pipelineKeys)
+        let sealer = PayloadSealer(keys: configuration.pipelineKeys, logger: logger)
         native = NativeController(
             authenticator: authenticator, registrar: registrar, ownership: ownership, devices: stores.devices,
             realms: stores.realms, idempotency: stores.idempotency, acceptor: acceptor, sealer: sealer,

@@ -201,8 +201,9 @@ struct NativeController: Sendable {
         let body = try await RequestFields.read(request, limit: limits.maxBodyBytes)
         let realm = try body.uuid("realm_uuid")
         let userID = try body.int("user_id")
-        let (type, plaintext) = try notificationPayload(body, userID: userID)
+        let (type, payload) = try notificationPayload(body, userID: userID)
         let requestedIDs = try deviceIDs(body)
+        let plaintext = try Self.plaintext(payload, limit: limits.maxPlaintextBytes)
         try await ownership.requireOwn(realm, server: server)
         if let key,
             let earlier = try await key.claim(
@@ -232,9 +233,9 @@ struct NativeController: Sendable {
         return response.http
     }
 
-    /// The notification's type and its plaintext (canonical JSON): Zulip's payload, or
-    /// Telegram's `{"data": {"loc_key", …}}`, for `userID`, within the plaintext limit.
-    func notificationPayload(_ body: RequestFields, userID: Int64) throws -> (NotificationType, [UInt8]) {
+    /// The notification's type and its payload: Zulip's, or Telegram's
+    /// `{"data": {"loc_key", …}}`, for `userID`.
+    func notificationPayload(_ body: RequestFields, userID: Int64) throws -> (NotificationType, JSONValue) {
         guard let payloadJSON = body.json["payload"] else {
             throw APIError.badRequest("payload: is required", field: "payload")
         }
@@ -255,15 +256,20 @@ struct NativeController: Sendable {
         if let payloadUserID, payloadUserID != userID {
             throw APIError.badRequest("\(userField): must equal user_id", code: "INVALID_PAYLOAD", field: userField)
         }
-        let plaintext = Wire.canonical(payloadJSON)
-        guard plaintext.count <= limits.maxPlaintextBytes else {
+        return (type, payloadJSON)
+    }
+
+    /// The payload's plaintext (canonical JSON), within the plaintext limit.
+    static func plaintext(_ payload: JSONValue, limit: Int) throws -> [UInt8] {
+        let plaintext = Wire.canonical(payload)
+        guard plaintext.count <= limit else {
             throw APIError(
                 status: .contentTooLarge, code: "PAYLOAD_TOO_LARGE",
                 message:
-                    "payload: encrypted it would exceed the providers' 4096-byte limit (max \(limits.maxPlaintextBytes) bytes of JSON)",
+                    "payload: encrypted it would exceed the providers' 4096-byte limit (max \(limit) bytes of JSON)",
                 field: "payload")
         }
-        return (type, plaintext)
+        return plaintext
     }
 
     /// `device_ids`, when given: each once (a repeated id is one device: one push, listed once).

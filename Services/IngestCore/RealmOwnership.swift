@@ -1,5 +1,6 @@
 import DeviceState
 import HTTPTypes
+import Logging
 import PushCrypto
 import PushModels
 
@@ -51,6 +52,7 @@ struct RealmOwnership: Sendable {
 /// and user, before it goes on `push.requests`.
 struct PayloadSealer: Sendable {
     let keys: PipelineKeyring
+    let logger: Logger
 
     func seal(_ plaintext: [UInt8], notificationID: NotificationID, realm: RealmID, userID: Int64?) throws
         -> SealedBlob
@@ -59,6 +61,9 @@ struct PayloadSealer: Sendable {
             return try keys.seal(
                 plaintext, binding: .payload(notificationID: notificationID, realmUUID: realm, userID: userID))
         } catch {
+            logger.error(
+                "could not seal accepted content",
+                metadata: ["notification_id": "\(notificationID)", "error": "\(error)"])
             throw APIError.internalError
         }
     }

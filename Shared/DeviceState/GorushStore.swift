@@ -29,7 +29,10 @@ public struct GorushCounters: Sendable, Equatable {
 /// The state gorush's API keeps beside the devices: each server's feedback hook, the
 /// callers' `notif_id`s, and the counters of `/api/stat/app`.
 public protocol GorushStore: Sendable {
+    /// The server's hook (url and sealed secret), when both are set.
     func hook(server: String) async throws -> GorushHook?
+    /// The server's hook URL, when set.
+    func hookURL(server: String) async throws -> String?
     func setHook(server: String, _ hook: GorushHook) async throws
     func deleteHook(server: String) async throws
     /// Keeps the caller's `notif_id` of each accepted notification for `ttlSeconds`, all or none.
@@ -58,6 +61,10 @@ public struct RedisGorushStore: GorushStore {
             .array
         guard fields.count == 2, let url = fields[0].string, let secret = fields[1].string else { return nil }
         return GorushHook(url: url, sealedSecret: secret)
+    }
+
+    public func hookURL(server: String) async throws -> String? {
+        try await redis.command("HGET", RedisArgument(keys.gorushHook(server: server)), "url").string
     }
 
     public func setHook(server: String, _ hook: GorushHook) async throws {
@@ -94,7 +101,8 @@ public struct RedisGorushStore: GorushStore {
     }
 
     public func counters(server: String, realm: RealmID) async throws -> GorushCounters {
-        let replies = try await redis.checkedPipeline([
+        // Counters read best effort: an error reply reads as no counts.
+        let replies = try await redis.pipeline([
             ["HGETALL", RedisArgument(keys.gorushStats(server: server))],
             ["HGETALL", RedisArgument(keys.realmStats(realm))],
         ])

@@ -34,12 +34,27 @@ public struct ZulipLegacyOwner: Sendable, Equatable {
         self.user = user
     }
 
-    /// Reads the stored form; nil when it is not `{server}|{user}` with a server.
+    /// Reads the stored form; nil when empty. Any other value marks a legacy device, as it
+    /// always has: one without `|` reads as a server with no user (`isComplete` false),
+    /// which no server's request and no removal matches.
     public init?(stored: String) {
-        guard let bar = stored.firstIndex(of: "|"), bar != stored.startIndex else { return nil }
+        guard !stored.isEmpty else { return nil }
+        guard let bar = stored.firstIndex(of: "|") else {
+            server = stored
+            user = ""
+            isComplete = false
+            return
+        }
         server = String(stored[..<bar])
         user = String(stored[stored.index(after: bar)...])
+        isComplete = true
     }
+
+    /// Whether the stored form had both parts (`{server}|{user}`).
+    public private(set) var isComplete = true
+
+    /// Whether the device is one of `server`'s.
+    public func belongs(to server: String) -> Bool { isComplete && self.server == server }
 
     /// The stored form.
     public var stored: String { "\(server)|\(user)" }
@@ -190,7 +205,7 @@ public struct ZulipLegacyDevices: Sendable {
 
     /// Deletes a legacy device a provider called dead (feedback); true if it was there.
     public func remove(_ device: DeviceRecord) async throws -> Bool {
-        guard let owner = device.zulipLegacyOwner else { return false }
+        guard let owner = device.zulipLegacyOwner, owner.isComplete else { return false }
         let server = owner.server
         let userKey = owner.user
         // Only the index fields that still name this device, compared and removed in one step.

@@ -38,10 +38,12 @@ extension StorageSlot {
 }
 
 extension RealmDirectory {
-    /// The owning server of each realm (nil: never registered), in one round trip.
+    /// The owning server of each realm (nil: never registered), in one round trip. An error
+    /// reply throws: a realm is never taken as unowned because Redis could not say.
     public func owners(_ realms: [String]) async throws -> [String?] {
         guard !realms.isEmpty else { return [] }
-        let replies = try await redis.pipeline(realms.map { ["HGET", RedisArgument(keys.realm($0)), "server_uuid"] })
+        let replies = try await redis.checkedPipeline(
+            realms.map { ["HGET", RedisArgument(keys.realm($0)), "server_uuid"] })
         return realms.indices.map { $0 < replies.count ? replies[$0].string : nil }
     }
 

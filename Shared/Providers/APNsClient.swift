@@ -177,7 +177,7 @@ public final class APNsClient: PushProviderClient {
             if status == 200 {
                 return .sent(status: status, providerMessageID: response.headers.first(name: "apns-id"))
             }
-            let error = try? JSONDecoder().decode(APNsErrorBody.self, from: Data(response.body.readableBytesView))
+            let error = APNsErrorBody(Array(response.body.readableBytesView))
             let reason = APNsReason(error?.reason ?? "HTTP\(status)")
             if reason == .expiredProviderToken || reason == .invalidProviderToken { await signer.invalidate() }
             return reason.result(
@@ -211,7 +211,20 @@ public final class APNsClient: PushProviderClient {
     }
 }
 
-struct APNsErrorBody: Decodable {
+struct APNsErrorBody {
     var reason: String
     var timestamp: Int64?
+
+    /// APNs' error body (`{"reason": …, "timestamp": …}`); nil when it is not one.
+    init?(_ bytes: [UInt8]) {
+        guard let json = try? Wire.decode(JSONValue.self, from: bytes), let reason = json["reason"]?.stringValue
+        else { return nil }
+        self.reason = reason
+        // A timestamp that is not a whole number made the body unreadable before; it still does.
+        switch json["timestamp"] {
+        case nil, .null?: timestamp = nil
+        case .int(let value)?: timestamp = value
+        default: return nil
+        }
+    }
 }

@@ -229,12 +229,12 @@ public final class FCMClient: PushProviderClient {
         do {
             let response = try await http.execute(request, timeout: configuration.requestTimeout)
             let status = response.status
-            let body = Data(response.body.readableBytesView)
+            // The relay's JSON reader, not Foundation's: every success answer is read here.
+            let body = try? Wire.decode(JSONValue.self, from: Array(response.body.readableBytesView))
             if status == 200 {
-                let name = try? JSONDecoder().decode(JSONValue.self, from: body)["name"]?.stringValue
-                return .sent(status: status, providerMessageID: name)
+                return .sent(status: status, providerMessageID: body?["name"]?.stringValue)
             }
-            let error = FCMError(json: try? JSONDecoder().decode(JSONValue.self, from: body))
+            let error = FCMError(json: body)
             if status == 401 && error.code != .known(.thirdPartyAuthError) { await tokens.invalidate() }
             return error.result(status: status, retryAfter: retryAfter(response.headers))
         } catch {

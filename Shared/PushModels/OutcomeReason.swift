@@ -41,6 +41,8 @@ public enum OutcomeReason: Sendable, Hashable, CustomStringConvertible, Expressi
 public enum StageReason: String, Sendable, Hashable, CaseIterable {
     /// The target device is not registered (or not in the request's realm, or not of its API).
     case unknownDevice = "unknown_device"
+    /// A native request named a device of another user or realm.
+    case notUsersDevice = "not_users_device"
     /// The device is registered for another provider than the request's item names.
     case providerMismatch = "provider_mismatch"
     /// The request's sealed content does not open with any pipeline key this stage holds.

@@ -469,6 +469,7 @@ final class MemoryGorushStore: GorushStore {
     private let state = Mutex(State())
 
     func hook(server: String) async throws -> GorushHook? { state.withLock { $0.hooks[server] } }
+    func hookURL(server: String) async throws -> String? { state.withLock { $0.hooks[server]?.url } }
     func setHook(server: String, _ hook: GorushHook) async throws { state.withLock { $0.hooks[server] = hook } }
     func deleteHook(server: String) async throws { state.withLock { $0.hooks[server] = nil } }
 

@@ -1,0 +1,24 @@
+import DeviceState
+import Testing
+
+/// The closed sets of a device record as they are read from the device hash.
+@Suite struct DeviceRecordTests {
+    @Test func aLegacyOwnerReadsAsServerAndUser() throws {
+        let owner = try #require(ZulipLegacyOwner(stored: "5f0c-server|uuid:1b2c"))
+        #expect(owner.server == "5f0c-server" && owner.user == "uuid:1b2c" && owner.isComplete)
+        #expect(owner.stored == "5f0c-server|uuid:1b2c")
+        #expect(owner.belongs(to: "5f0c-server") && !owner.belongs(to: "other"))
+        #expect(ZulipLegacyOwner(stored: "s|id:5|x")?.user == "id:5|x", "split at the first bar only")
+        #expect(ZulipLegacyOwner(stored: "") == nil, "an empty field: not a legacy device")
+        // A value without a bar still marks a legacy device, but matches no server.
+        let partial = try #require(ZulipLegacyOwner(stored: "no-bar"))
+        #expect(!partial.isComplete && !partial.belongs(to: "no-bar"))
+    }
+
+    @Test func aStatusIsActiveOrInvalidWithItsReason() {
+        #expect(DeviceStatus.active.isActive && DeviceStatus.active.name == "active")
+        let invalid = DeviceStatus.invalid(reason: "Unregistered", atMs: 5)
+        #expect(!invalid.isActive && invalid.name == "invalid" && invalid.invalidReason == "Unregistered")
+        #expect(DeviceStatus.invalid(reason: "", atMs: 5).invalidReason == nil)
+    }
+}
