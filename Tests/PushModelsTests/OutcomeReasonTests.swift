@@ -13,7 +13,8 @@ import Testing
         for reason in PreferenceReason.allCases {
             #expect(OutcomeReason(name: reason.rawValue) == .preference(reason))
         }
-        for name in ["Unregistered", "BadDeviceToken", "UNREGISTERED", "TransportError", "webpush_410", "80300007", ""] {
+        for name in ["Unregistered", "BadDeviceToken", "UNREGISTERED", "TransportError", "webpush_410", "80300007", ""]
+        {
             #expect(OutcomeReason(name: name) == .provider(name))
             #expect(OutcomeReason(name: name).name == name)
         }
@@ -25,7 +26,9 @@ import Testing
 
     @Test func aDeliveryRecordKeepsItsReasonByteForByte() throws {
         for name in ["unknown_device", "blocked_chat", "Unregistered", "SOMETHING_NEW"] {
-            let json = #"{"accepted_at_ms":1,"attempts":0,"completed_at_ms":2,"notification_id":"n","outcome":"failed","realm_uuid":"r","reason":"\#(name)","schema":1}"#
+            let json =
+                #"{"accepted_at_ms":1,"attempts":0,"completed_at_ms":2,"notification_id":"n","outcome":"failed","#
+                + #""realm_uuid":"r","reason":"\#(name)","schema":1}"#
             let record = try Wire.decode(DeliveryRecord.self, from: Array(json.utf8))
             #expect(record.reason?.name == name)
             #expect(String(decoding: try Wire.encode(record), as: UTF8.self) == json)
