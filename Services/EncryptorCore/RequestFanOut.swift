@@ -183,7 +183,8 @@ extension EncryptorStage {
         let found = try await devices.devices(ids)
         var messages: [KafkaOutgoing] = []
         for id in ids {
-            guard let device = found[id], device.zulipLegacyOwner?.belongs(to: request.serverUUID.rawValue) == true
+            guard let device = found[id], case .zulipLegacy(let owner) = device.owner,
+                owner.belongs(to: request.serverUUID.rawValue)
             else {
                 messages.append(try unsent(request, device: id, provider: nil, .unknownDevice, .stage(.unknownDevice)))
                 continue

@@ -311,7 +311,8 @@ struct GorushBatch {
             let appID = notification.platform == .ios ? notification.topic ?? controller.settings.apnsTopic : nil
             let (id, _) = try await controller.registrar.registerWithinQuota(
                 DeviceRegistration(
-                    realmUUID: realm, userID: nil, token: deviceToken, appID: appID, pushAccountID: nil, pushKey: nil),
+                    realmUUID: realm, userID: nil, token: deviceToken, appID: appID, pushAccountID: nil, pushKey: nil,
+                    api: .gorush),
                 server: server)
             if targets[id] == nil { order.append(id) }
             targets[id] = token

@@ -74,7 +74,7 @@ struct NativeController: Sendable {
         let (id, created) = try await registrar.registerWithinQuota(
             DeviceRegistration(
                 realmUUID: RealmID(realm), userID: userID, token: registration.token, appID: registration.appID,
-                pushAccountID: account, pushKey: pushKey),
+                pushAccountID: account, pushKey: pushKey, api: .native),
             server: server)
         return success(["device_id": .int(id.rawValue), "created": .bool(created)], status: created ? .created : .ok)
     }

@@ -94,7 +94,7 @@ extension StatusController {
                 appID: provider == .apns ? registration.apnTopic : nil,
                 pushAccountID: StatusServer.pushAccount(
                     hashedKey: hashedKey, installation: registration.installationID),
-                pushKey: nil),
+                pushKey: nil, api: .status),
             nowMs: Wire.nowMillis())
         let outcome = try await store.store(
             hashedKey: hashedKey, installation: installation, version: registration.version,

@@ -41,7 +41,7 @@ struct ZulipE2EEController: Sendable {
         let id = try await registrar.registerWithinQuota(
             DeviceRegistration(
                 realmUUID: RealmID(realm), userID: nil, token: registration.token, appID: registration.appID,
-                pushAccountID: account, pushKey: nil),
+                pushAccountID: account, pushKey: nil, api: .zulipE2EE),
             server: server
         ).id
         guard let tokenID else { return success(["device_id": .int(id.rawValue)]) }

@@ -44,8 +44,47 @@ public struct DeviceRecord: Sendable, Equatable {
     public var createdAtMs: Int64
     /// For a device of Zulip's legacy (non-E2EE) API: the server and user it belongs to.
     public var zulipLegacyOwner: ZulipLegacyOwner? = nil
+    /// The API that registered it (the device hash's `api`; absent on devices registered
+    /// before it was recorded, and on legacy devices, which have `zulipLegacyOwner`).
+    public var api: DeviceAPI? = nil
 
     public var currentKey: PushKey? { currentKeyID.flatMap { keys[$0] } }
+
+    /// Who the device belongs to, as the API that registered it names them.
+    public var owner: DeviceOwner {
+        if let zulipLegacyOwner { return .zulipLegacy(zulipLegacyOwner) }
+        switch api {
+        case .zulipE2EE?: return .zulipE2EE
+        case .gorush?: return .gorush
+        case .status?: return .status
+        case .native?, nil: return userID.map { .native(userID: $0) } ?? .unrecorded
+        }
+    }
+}
+
+/// The API a device was registered through, stored with it as `api`.
+public enum DeviceAPI: String, Sendable, Equatable, CaseIterable {
+    case native
+    case zulipE2EE = "zulip_e2ee"
+    case gorush
+    case status
+}
+
+/// Who a device belongs to.
+public enum DeviceOwner: Sendable, Equatable {
+    /// A realm's user, through the native API.
+    case native(userID: Int64)
+    /// A Zulip server's E2EE registration (bouncer API), named by push account or token id.
+    case zulipE2EE
+    /// A user of a Zulip server, through Zulip's legacy (non-E2EE) API.
+    case zulipLegacy(ZulipLegacyOwner)
+    /// A token a server sent through gorush's API.
+    case gorush
+    /// A Status installation (the Status push server).
+    case status
+    /// Registered with no user before devices recorded their API: Zulip E2EE, gorush or
+    /// Status, not told apart.
+    case unrecorded
 }
 
 /// What a registration supplies. A device is identified by (realm, provider, token,
@@ -57,10 +96,12 @@ public struct DeviceRegistration: Sendable {
     public var appID: String?
     public var pushAccountID: Int64?
     public var pushKey: (id: UInt32, key: PushKey)?
+    /// The API registering it, stored with the device (nil: not recorded).
+    public var api: DeviceAPI?
 
     public init(
         realmUUID: RealmID, userID: Int64?, token: DeviceToken, appID: String?, pushAccountID: Int64?,
-        pushKey: (id: UInt32, key: PushKey)?
+        pushKey: (id: UInt32, key: PushKey)?, api: DeviceAPI? = nil
     ) {
         self.realmUUID = realmUUID
         self.userID = userID
@@ -68,6 +109,7 @@ public struct DeviceRegistration: Sendable {
         self.appID = appID
         self.pushAccountID = pushAccountID
         self.pushKey = pushKey
+        self.api = api
     }
 }
 
@@ -167,6 +209,7 @@ public struct DeviceStore: Sendable {
             "registered_ms", RedisArgument(nowMs),
         ]
         if let userID = r.userID { fields += ["user_id", RedisArgument(userID)] }
+        if let api = r.api { fields += ["api", RedisArgument(api.rawValue)] }
         if let appID = r.appID { fields += ["app_id", RedisArgument(appID)] }
         if let account = r.pushAccountID { fields += ["push_account_id", RedisArgument(account)] }
         if let (keyID, key) = r.pushKey {
@@ -305,7 +348,8 @@ public struct DeviceStore: Sendable {
                 : .active,
             registeredAtMs: fields["registered_ms"].flatMap { Int64($0) } ?? 0,
             createdAtMs: fields["created_ms"].flatMap { Int64($0) } ?? 0,
-            zulipLegacyOwner: fields["zulip_legacy"].flatMap(ZulipLegacyOwner.init(stored:)))
+            zulipLegacyOwner: fields["zulip_legacy"].flatMap(ZulipLegacyOwner.init(stored:)),
+            api: fields["api"].flatMap(DeviceAPI.init(rawValue:)))
     }
 
     /// A secret that does not open for its slot reads as absent; an unknown storage key id throws.

@@ -12,7 +12,7 @@ import PushModels
 /// | `{p}tid:{realm}:{token_id}` | string | device id of a Zulip 12.x E2EE registration (`token_id`: base64 of the first 8 bytes of SHA-256 of the token) |
 /// | `{p}zl:{server}:{user}` | hash | Zulip legacy-API devices of one user (`{user}` = `id:{user_id}` or `uuid:{user_uuid}`): `{provider}:{hmac(token)}` → device id |
 /// | `{p}seq:device` | string | last device id handed out (INCR) |
-/// | `{p}dev:{id}` | hash | `realm`, `user_id`?, `provider`, `token` (encrypted: `v1:{key_id}:{base64}`), `app_id`?, `push_account_id`?, `key_id`?, `scheme`?, `status` (active/invalid), `reason`, `invalid_ms`, `feedback_pending`? (invalidated, its feedback entry not yet written), `registered_ms`, `created_ms`, `zulip_legacy`? (`{server}|{user}` for a legacy-API device) |
+/// | `{p}dev:{id}` | hash | `realm`, `user_id`?, `provider`, `token` (encrypted: `v1:{key_id}:{base64}`), `app_id`?, `push_account_id`?, `key_id`?, `scheme`?, `status` (active/invalid), `reason`, `invalid_ms`, `feedback_pending`? (invalidated, its feedback entry not yet written), `registered_ms`, `created_ms`, `zulip_legacy`? (`{server}|{user}` for a legacy-API device), `api`? (the API that registered it: `native`, `zulip_e2ee`, `gorush`, `status`) |
 /// | `{p}dev:{id}:keys` | hash | push key id → `{encrypted tagged key}|added_ms` (`v1:{key_id}:{base64}`; the first form, `base64(tagged key)`, still reads) |
 /// | `{p}user:{realm}:{user_id}` | set | device ids of the user |
 /// | `{p}tok:{realm}:{provider}:{hmac(token)}:{push_account_id}` | string | device id (same token + account → same device); keyed with the storage key, one digest per storage key id; the first form, unkeyed SHA-256, is still found and moved on registration |

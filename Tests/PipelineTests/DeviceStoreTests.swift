@@ -64,6 +64,27 @@ extension StackTests {
                 pushAccountID: 7, pushKey: (1, try RealmClient.pushKey()))
         }
 
+        /// The API that registered a device is stored with it; devices from before it read by
+        /// what they have (a user: native; else unrecorded).
+        @Test func aDeviceKnowsTheAPIThatRegisteredIt() async throws {
+            let devices = try await store()
+            var gorush = try registration("tok-gorush")
+            gorush.userID = nil
+            gorush.api = .gorush
+            let gorushID = try await devices.register(gorush).id
+            #expect(try await devices.device(gorushID)?.owner == .gorush)
+            var native = try registration("tok-native", user: 5)
+            native.api = .native
+            #expect(try await devices.device(try await devices.register(native).id)?.owner == .native(userID: 5))
+            var e2ee = try registration("tok-e2ee")
+            e2ee.userID = nil
+            let e2eeID = try await devices.register(e2ee).id
+            #expect(try await devices.device(e2eeID)?.owner == .unrecorded, "registered without its API")
+            e2ee.api = .zulipE2EE
+            #expect(try await devices.register(e2ee).id == e2eeID)
+            #expect(try await devices.device(e2eeID)?.owner == .zulipE2EE, "a renewal records it")
+        }
+
         @Test func concurrentRegistrationsOfOneTokenGetOneDevice() async throws {
             let devices = try await store()
             let r = try registration("tok-concurrent")

@@ -216,6 +216,7 @@ final class MemoryDeviceRegistry: DeviceRegistry {
             record.userID = r.userID ?? record.userID
             record.appID = r.appID ?? record.appID
             record.pushAccountID = r.pushAccountID ?? record.pushAccountID
+            record.api = r.api ?? record.api
             record.status = .active
             record.registeredAtMs = nowMs
             if let (keyID, pushKey) = r.pushKey {
