@@ -142,8 +142,9 @@ public struct DispatchStage: Sendable {
         var mayHaveReachedProvider: Bool {
             switch self {
             // A parked record carries its last reason by name: read back as the relay's own.
-            case .retry(let next, _, _): return next.lastError.flatMap(RelayReason.init(rawValue:)) == .transportError
-            case .dead(_, let result, _): return RelayReason(rawValue: result.reasonName) == .transportError
+            case .retry(let next, _, _):
+                return next.lastError.map(ProviderReason.init(recorded:)) == .relay(.transportError)
+            case .dead(_, let result, _): return result.reason == .relay(.transportError)
             case .outcome, .alreadySent: return false
             }
         }
@@ -258,7 +259,7 @@ public struct DispatchStage: Sendable {
         if record.isExpired(atMs: clock.nowMillis()) {
             return .dead(
                 .expired,
-                .failed(reason: record.lastError.map(ProviderReason.unknown) ?? .relay(.expired), status: nil),
+                .failed(reason: record.lastError.map(ProviderReason.init(recorded:)) ?? .relay(.expired), status: nil),
                 attempts: attemptsSoFar)
         }
         guard let client = clients[record.provider], let limiter = limiters[record.provider] else {

@@ -7,8 +7,6 @@ import PushModels
 struct OpenedRegistration {
     var token: DeviceToken
     var appID: String?
-    /// The token exactly as the registration spelled it (Zulip's `token_id` hashes this form).
-    var rawToken: String = ""
 }
 
 /// Device registration as every API does it: registrations sealed to the relay's bouncer
@@ -56,10 +54,9 @@ struct DeviceRegistrar: Sendable {
         let reader = FieldReader(json: json, path: "encrypted_push_registration")
         do {
             let token = try reader.string("token")
-            var opened = try Self.tokenAndApp(
+            let opened = try Self.tokenAndApp(
                 kind: try reader.string("token_kind"), token: token,
                 appID: try reader.optionalString("ios_app_id"), path: "encrypted_push_registration", rules: rules)
-            opened.rawToken = token
             if let tokenID, tokenID != Fingerprint.zulipTokenID(token) { throw invalid }
             // Compared, never subtracted: the timestamp is the sender's number and may be anything.
             let timestamp = try reader.int("timestamp")

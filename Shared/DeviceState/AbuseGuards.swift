@@ -76,13 +76,6 @@ public struct RealmDirectory: Sendable {
         self.keys = keys
     }
 
-    /// Registers `realm` to `server`, atomically: a realm has one owner, for good.
-    public func register(
-        _ realm: String, to server: String, maxRealms: Int, nowMs: Int64 = Wire.nowMillis()
-    ) async throws -> RealmRegistration {
-        try await register([realm], to: server, maxRealms: maxRealms, nowMs: nowMs)[0]
-    }
-
     /// Registers several realms, the outcomes in the order given. The realm hash and the
     /// server's realm set are different keys (different slots on a cluster), so this is
     /// one-key steps, each pipelined for all realms: a place in the server's quota is

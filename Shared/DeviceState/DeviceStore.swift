@@ -315,10 +315,6 @@ public struct DeviceStore: Sendable {
         return result
     }
 
-    public func device(_ id: DeviceID) async throws -> DeviceRecord? {
-        try await devices([id])[id]
-    }
-
     func decode(id: DeviceID, fields: [String: String], keyFields: [String: String]) throws(CryptoError)
         -> DeviceRecord?
     {

@@ -44,6 +44,7 @@ public protocol RealmRegistry: Sendable {
 }
 
 extension RealmRegistry {
+    /// Registers one realm to `server`: a realm has one owner, for good.
     public func register(_ realm: String, to server: String, maxRealms: Int) async throws -> RealmRegistration {
         try await register([realm], to: server, maxRealms: maxRealms, nowMs: Wire.nowMillis())[0]
     }

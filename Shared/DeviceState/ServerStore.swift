@@ -185,11 +185,6 @@ public struct ServerStore: Sendable {
         return 1
         """
 
-    /// The owning server of a realm, or nil if the realm is unknown.
-    public func realmOwner(_ realm: String) async throws -> String? {
-        try await redis.command("HGET", RedisArgument(keys.realm(realm)), "server_uuid").string
-    }
-
     /// A share of one rate-limit window of a server, taken by one ingest instance, and
     /// the server's record as it is now, read in the same round trip.
     public struct QuotaLease: Sendable, Equatable {

@@ -198,11 +198,6 @@ public struct ZulipLegacyDevices: Sendable {
         return (entries.sorted { $0.deviceID < $1.deviceID }, seen, folded)
     }
 
-    /// True when one of `fields` (a token's forms) is among a user's fields.
-    public func knows(_ token: DeviceToken, in userFields: Set<String>) -> Bool {
-        fields(token).contains { userFields.contains($0) }
-    }
-
     /// Deletes a legacy device a provider called dead (feedback); true if it was there.
     public func remove(_ device: DeviceRecord) async throws -> Bool {
         guard let owner = device.zulipLegacyOwner, owner.isComplete else { return false }

@@ -54,6 +54,12 @@ public enum ProviderReason: Sendable, Hashable, CustomStringConvertible {
     /// A reason this build does not know (for example a record's `last_error`).
     case unknown(String)
 
+    /// A reason read back from a record's `last_error`: the relay's own by its name, any
+    /// other kept as it was (a provider's name alone does not say which provider).
+    public init(recorded name: String) {
+        self = RelayReason(rawValue: name).map(ProviderReason.relay) ?? .unknown(name)
+    }
+
     /// The name records and metrics carry.
     public var name: String {
         switch self {
