@@ -11,6 +11,7 @@ import ServiceLifecycle
 @main
 struct ProviderFakesMain {
     static func main() async {
+        ServiceRuntime.install()
         await runMain { try await run(SettingsReader.environment(extraEntries: settings)) }
     }
 

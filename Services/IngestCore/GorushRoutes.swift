@@ -318,7 +318,7 @@ struct GorushBatch {
             targets[id] = token
         }
         guard !order.isEmpty else { return }
-        let notificationID = NotificationID(UUID().uuidString.lowercased())
+        let notificationID = NotificationID.random()
         let sealed = try controller.sealer.seal(
             notification.sealedForm, notificationID: notificationID, realm: realm, userID: nil)
         if let callerID = notification.notificationID, !callerID.isEmpty {

@@ -23,7 +23,7 @@ struct IdempotencyKey: Sendable {
     static let maxBytes = 255
     let key: String
     /// This request's claim, so only it can complete or release the key.
-    let claimID = UUID().uuidString
+    let claimID = UUID.random().uuidString
 
     /// Nil when the request carries no key; 400 when the key is not 1 to 255 visible ASCII characters.
     init?(_ request: Request) throws {

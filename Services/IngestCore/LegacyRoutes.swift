@@ -231,7 +231,7 @@ struct ZulipLegacyController: Sendable {
     func publishLegacy(
         server: String, realm: String?, user: ZulipLegacyUser, deviceIDs: [DeviceID], plaintext: [UInt8]
     ) async throws {
-        let notificationID = NotificationID(UUID().uuidString.lowercased())
+        let notificationID = NotificationID.random()
         let realmUUID = RealmID(realm ?? "")
         let sealed = try sealer.seal(plaintext, notificationID: notificationID, realm: realmUUID, userID: nil)
         let record = PushRequestRecord(

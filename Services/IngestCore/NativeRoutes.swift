@@ -296,29 +296,28 @@ struct NativeController: Sendable {
         type: NotificationType, plaintext: [UInt8]
     ) async throws -> StoredAnswer {
         let realm = RealmID(realmText)
-        let userDevices = try await devices.deviceIDs(realm: realm, userID: userID)
-        let targets = requestedIDs ?? userDevices
-        let loaded = try await devices.devices(targets)
+        var targets = requestedIDs ?? []
+        if requestedIDs == nil { targets = try await devices.deviceIDs(realm: realm, userID: userID) }
+        // Counted from each device's standing alone: the encryptor is the one that opens
+        // tokens and keys, once, for the targets published here.
+        let standings = try await devices.standings(targets)
         var deleteIDs: [DeviceID] = []
         var deliverable = 0
         for id in targets {
-            guard let device = loaded[id], device.realmUUID == realm, device.userID == userID,
-                device.status == .active
-            else {
+            guard let standing = standings[id], standing.isDeliverable(realm: realm, userID: userID) else {
                 deleteIDs.append(id)
                 continue
             }
             deliverable += 1
         }
-        let notificationID = NotificationID(UUID().uuidString.lowercased())
+        let notificationID = NotificationID.random()
         if !targets.isEmpty {
             let sealed = try sealer.seal(plaintext, notificationID: notificationID, realm: realm, userID: userID)
             try await acceptor.publish(
                 PushRequestRecord(
                     notificationID: notificationID, serverUUID: ServerID(server), realmUUID: realm,
                     acceptedAtMs: Wire.nowMillis(),
-                    request: .native(
-                        userID: userID, deviceIDs: requestedIDs, type: type, sealedPayload: sealed)))
+                    request: .native(userID: userID, deviceIDs: targets, type: type, sealedPayload: sealed)))
         }
         return StoredAnswer(
             status: 202,

@@ -96,7 +96,7 @@ extension StatusController {
             // Accepted: a filtered one too is reported as success, so a sender learns
             // nothing of the receiver's preferences.
             report.success = true
-            let notificationID = NotificationID(UUID().uuidString.lowercased())
+            let notificationID = NotificationID.random()
             if let reason = StatusPreferences.filterReason(target, for: registration) {
                 acceptance.filtered.append(
                     DeliveryRecord(

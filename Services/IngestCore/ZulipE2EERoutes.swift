@@ -84,7 +84,7 @@ struct ZulipE2EEController: Sendable {
         }
         if !items.isEmpty {
             let record = PushRequestRecord(
-                notificationID: NotificationID(UUID().uuidString.lowercased()), serverUUID: ServerID(server),
+                notificationID: NotificationID.random(), serverUUID: ServerID(server),
                 realmUUID: RealmID(realm),
                 acceptedAtMs: Wire.nowMillis(), request: .passThrough(items: items))
             try await acceptor.publish(record)

@@ -294,6 +294,26 @@ public struct DeviceStore: Sendable {
         try await stored(ids).mapValues(\.record)
     }
 
+    /// One `HMGET` per device of the fields that say whose it is and whether it is active;
+    /// a device without its realm, provider or token reads as absent, as in `devices`.
+    public func standings(_ ids: [DeviceID]) async throws -> [DeviceID: DeviceStanding] {
+        guard !ids.isEmpty else { return [:] }
+        let replies = try await redis.checkedPipeline(
+            ids.map { ["HMGET", RedisArgument(keys.device($0)), "realm", "user_id", "status", "provider", "token"] })
+        var result: [DeviceID: DeviceStanding] = [:]
+        for (id, reply) in zip(ids, replies) {
+            let fields = reply.array
+            guard fields.count == 5, let realm = fields[0].string,
+                fields[3].string.flatMap(Provider.init(rawValue:)) != nil,
+                fields[4].string != nil
+            else { continue }
+            result[id] = DeviceStanding(
+                realmUUID: RealmID(realm), userID: fields[1].string.flatMap { Int64($0) },
+                isActive: fields[2].string != "invalid")
+        }
+        return result
+    }
+
     /// The devices, each with its token field as stored (what the invalidation script compares).
     private func stored(_ ids: [DeviceID]) async throws -> [DeviceID: (record: DeviceRecord, storedToken: String)] {
         guard !ids.isEmpty else { return [:] }

@@ -57,6 +57,9 @@ public protocol DeviceRegistry: Sendable {
     /// Registers or renews a device; its id and whether it is new.
     func register(_ registration: DeviceRegistration, nowMs: Int64) async throws -> (id: DeviceID, created: Bool)
     func devices(_ ids: [DeviceID]) async throws -> [DeviceID: DeviceRecord]
+    /// Whose each device is and whether it is active, without reading its token or keys:
+    /// what ingest needs to count a notification's targets.
+    func standings(_ ids: [DeviceID]) async throws -> [DeviceID: DeviceStanding]
     func deviceIDs(realm: RealmID, userID: Int64) async throws -> [DeviceID]
     /// Deletes a device; true when this call removed it.
     func delete(_ device: DeviceRecord) async throws -> Bool
@@ -70,6 +73,30 @@ public protocol DeviceRegistry: Sendable {
 
 extension DeviceRegistry {
     public func device(_ id: DeviceID) async throws -> DeviceRecord? { try await devices([id])[id] }
+
+    public func standings(_ ids: [DeviceID]) async throws -> [DeviceID: DeviceStanding] {
+        try await devices(ids).mapValues {
+            DeviceStanding(realmUUID: $0.realmUUID, userID: $0.userID, isActive: $0.status.isActive)
+        }
+    }
+}
+
+/// A device's owner and status, read without its secrets.
+public struct DeviceStanding: Sendable, Equatable {
+    public var realmUUID: RealmID
+    public var userID: Int64?
+    public var isActive: Bool
+
+    public init(realmUUID: RealmID, userID: Int64?, isActive: Bool) {
+        self.realmUUID = realmUUID
+        self.userID = userID
+        self.isActive = isActive
+    }
+
+    /// True when the device is `userID`'s in `realm` and active.
+    public func isDeliverable(realm: RealmID, userID: Int64) -> Bool {
+        isActive && realmUUID == realm && self.userID == userID
+    }
 }
 
 /// Devices of Zulip's legacy (non-E2EE) API, per (server, user, token) (`ZulipLegacyDevices`).

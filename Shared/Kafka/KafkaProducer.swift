@@ -1,5 +1,6 @@
 import CRdKafka
 import Foundation
+import NIOPosix
 import Logging
 import ServiceLifecycle
 import Synchronization
@@ -166,29 +167,37 @@ private let deliveryReportCallback:
         }
     }
 
-/// The producer handle and what its callbacks use. The producer and its poll thread
-/// both hold it; whichever lets go last destroys the handle, so stopping the poll
-/// thread never needs a join.
+/// The producer handle and what its callbacks use. The producer and its delivery-report
+/// poller both hold it; whichever lets go last destroys the handle.
 final class ProducerCore: Sendable {
     let handle: HandleBox
     let registry: DeliveryRegistry
-    /// Set while the poll thread should keep serving delivery reports.
+    /// Set while delivery reports should be served.
     let running = RunFlag()
+    /// The main queue's handle, kept while librdkafka announces work on `announceFD`.
+    private let mainQueue: HandleBox
+    private let announceFD: Int32
 
-    init(handle: HandleBox, registry: DeliveryRegistry) {
+    init(handle: HandleBox, registry: DeliveryRegistry, announceFD: Int32) {
         self.handle = handle
         self.registry = registry
+        self.announceFD = announceFD
+        mainQueue = HandleBox(rd_kafka_queue_get_main(handle.pointer))
+        rd_kafka_queue_io_event_enable(mainQueue.pointer, announceFD, "1", 1)
     }
 
     deinit {
+        rd_kafka_queue_destroy(mainQueue.pointer)
         rd_kafka_destroy(handle.pointer)
+        // Only now: librdkafka no longer writes to it, so the number cannot be reused under it.
+        Glibc.close(announceFD)
         registry.failAll(KafkaError(code: .closed, message: "producer destroyed"))
     }
 }
 
 /// An idempotent producer (`enable.idempotence=true`, `acks=all`) whose `send`
 /// returns only once the broker has acknowledged the record. Delivery reports are
-/// served by a dedicated thread, never the cooperative pool. As a ServiceGroup
+/// served on an event loop (`DeliveryReportPoller`). As a ServiceGroup
 /// member, use `KafkaProducerService`, which flushes and closes it on shutdown.
 public final class KafkaProducer: Sendable {
     private let core: ProducerCore
@@ -196,6 +205,7 @@ public final class KafkaProducer: Sendable {
     private var registry: DeliveryRegistry { core.registry }
     private var running: RunFlag { core.running }
     private let logger: Logger
+    private let poller: DeliveryReportPoller
 
     public init(configuration: KafkaConfiguration, logger: Logger) throws {
         var settings: [String: String] = [
@@ -212,23 +222,25 @@ public final class KafkaProducer: Sendable {
         rd_kafka_conf_set_dr_msg_cb(conf, deliveryReportCallback)
         // The registry outlives the handle: it is a stored property released after deinit's destroy.
         rd_kafka_conf_set_opaque(conf, Unmanaged.passUnretained(registry).toOpaque())
-        let core = ProducerCore(
-            handle: HandleBox(try makeHandle(type: RD_KAFKA_PRODUCER, conf: conf)), registry: registry)
+        let announce = try DeliveryReportPoller.makePipe()
+        let handle: OpaquePointer
+        do {
+            handle = try makeHandle(type: RD_KAFKA_PRODUCER, conf: conf)
+        } catch {
+            Glibc.close(announce.read)
+            Glibc.close(announce.write)
+            throw error
+        }
+        let core = ProducerCore(handle: HandleBox(handle), registry: registry, announceFD: announce.write)
         self.core = core
         self.logger = logger
-        // The thread holds the core: if the producer goes first, the handle is destroyed here.
-        let thread = Thread { [core] in
-            while core.running.isSet {
-                rd_kafka_poll(core.handle.pointer, 100)
-            }
-        }
-        thread.name = "kafka-producer-poll"
-        thread.start()
+        poller = DeliveryReportPoller(
+            core: core, readFD: announce.read, loop: MultiThreadedEventLoopGroup.singleton.next())
     }
 
     deinit {
-        // The poll thread sees this within 100 ms and releases the core; nothing waits for it.
         _ = core.running.clear()
+        poller.stop()
     }
 
     /// Produces one record and waits for the broker's acknowledgement.
@@ -366,8 +378,8 @@ public final class KafkaProducer: Sendable {
         if rc != RD_KAFKA_RESP_ERR_NO_ERROR {
             logger.warning("producer flush did not finish", metadata: ["error": "\(KafkaError.from(rc))"])
         }
-        // The poll thread stops within 100 ms; a report it still serves finds no waiter.
         _ = running.clear()
+        poller.stop()
         registry.failAll(KafkaError(code: .closed, message: "producer shut down before delivery"))
     }
 

@@ -203,7 +203,7 @@ public final class APNsClient: PushProviderClient {
                 ))
             return u.uuidString.lowercased()
         }
-        return UUID().uuidString.lowercased()
+        return UUID.random().uuidString.lowercased()
     }
 
     public func shutdown() async {

@@ -1,3 +1,5 @@
+import Foundation
+
 /// Small wrapper types for the ids records carry, so a device id is never passed where
 /// a user id belongs, nor a realm where a server is meant. Each encodes as its bare
 /// value (the standard library's coding of a `RawRepresentable`): the wire form of
@@ -41,4 +43,27 @@ public struct RealmID: Identifier, ExpressibleByStringLiteral {
 public struct ServerID: Identifier, ExpressibleByStringLiteral {
     public var rawValue: String
     public init(rawValue: String) { self.rawValue = rawValue }
+}
+
+extension UUID {
+    /// A random (version 4) UUID from the system's generator (`getrandom`). Foundation's
+    /// `UUID()` opens `/dev/urandom` on every call on Linux: a measurable cost per request.
+    public static func random() -> UUID {
+        var generator = SystemRandomNumberGenerator()
+        var b = (generator.next() as UInt64, generator.next() as UInt64)
+        return withUnsafeMutableBytes(of: &b) { raw in
+            raw[6] = raw[6] & 0x0F | 0x40  // version 4
+            raw[8] = raw[8] & 0x3F | 0x80  // RFC 4122 variant
+            return UUID(
+                uuid: (
+                    raw[0], raw[1], raw[2], raw[3], raw[4], raw[5], raw[6], raw[7], raw[8], raw[9], raw[10], raw[11],
+                    raw[12], raw[13], raw[14], raw[15]
+                ))
+        }
+    }
+}
+
+extension NotificationID {
+    /// A fresh notification id: a random UUID, lowercase.
+    public static func random() -> NotificationID { NotificationID(UUID.random().uuidString.lowercased()) }
 }

@@ -1,5 +1,3 @@
-import CHiredis
-import Dispatch
 import Foundation
 import Logging
 import Synchronization
@@ -65,20 +63,6 @@ public struct RedisError: Error, Sendable, CustomStringConvertible {
 
     public var isRetriable: Bool { code == .connect || code == .io }
     public var description: String { "redis \(code.rawValue): \(message)" }
-
-    /// Translates hiredis' error flags; the one place hiredis error codes are read.
-    static func fromContext(_ context: UnsafeMutablePointer<redisContext>, during operation: String) -> RedisError {
-        let message = withUnsafeBytes(of: context.pointee.errstr) { raw in
-            String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
-        }
-        let code: Code =
-            switch context.pointee.err {
-            case REDIS_ERR_PROTOCOL: .protocolError
-            case REDIS_ERR_IO, REDIS_ERR_EOF: .io
-            default: .io
-            }
-        return RedisError(code: code, message: "\(operation): \(message)")
-    }
 }
 
 /// A Redis server's address.
@@ -106,7 +90,7 @@ public struct RedisNodeAddress: Sendable, Hashable, CustomStringConvertible {
 public struct RedisConfiguration: Sendable {
     public var host: String
     public var port: Int
-    /// Connections per Redis server; each owns one hiredis context and one serial queue.
+    /// Connections per Redis server, spread over the event loops.
     public var connections: Int
     public var timeout: Duration
     /// Redis Cluster: `host:port` and `seeds` are nodes to learn the slot map from;

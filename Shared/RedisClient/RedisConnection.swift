@@ -1,177 +1,268 @@
 import CHiredis
-import Dispatch
+import NIOCore
+import NIOPosix
 import Synchronization
 
-/// One hiredis context, used only on its own serial queue so blocking socket calls
-/// never run on Swift's cooperative pool. Reconnects lazily after an error.
+/// One connection to a Redis server, owned by one NIO event loop: its socket, its
+/// queue of callers and hiredis's reply reader are touched only there, so a caller
+/// already on that loop (a service runs its tasks on the loops, see
+/// `ServiceRuntime`) sends, waits and resumes without a thread switch.
+/// Reconnects lazily after an error.
 ///
-/// Auto-pipelining: callers queue their commands and the queue drains them in round
-/// trips. Everything that arrives while a round trip is under way goes out together in
-/// the next one, so N concurrent callers cost about one round trip instead of N. A
-/// caller's commands stay contiguous and in order.
+/// Auto-pipelining: a caller's commands are written at once and flushed once per loop
+/// turn, so the callers that run in one turn share one write; replies come back in
+/// order and go to the callers in order. A caller's commands stay contiguous.
+///
+/// Commands are written in RESP; replies are parsed by hiredis's reader.
 final class RedisConnection: @unchecked Sendable {
     private struct Waiting {
-        var commands: [[[UInt8]]]
+        var remaining: Int
+        var replies: [RedisValue]
         var continuation: CheckedContinuation<[RedisValue], any Error>
+        var deadline: NIODeadline
     }
 
-    private struct Queue {
-        var waiting: [Waiting] = []
-        var draining = false
+    private enum State {
+        case idle
+        case connecting
+        case connected(any Channel)
     }
 
-    // `context` is touched only on `queue`: that is what makes this type Sendable.
-    private var context: UnsafeMutablePointer<redisContext>?
-    private let queue: DispatchQueue
+    let loop: any EventLoop
     private let configuration: RedisConfiguration
-    private let pending = Mutex(Queue())
-    /// Commands sent in one round trip at most; the rest wait for the next.
-    static let maxCommandsPerRoundTrip = 4096
+    // Everything below is touched only on `loop`: that is what makes this type Sendable.
+    private var state = State.idle
+    /// Callers whose commands are written, oldest first.
+    private var waiting = CircularBuffer<Waiting>()
+    /// Callers that arrived while connecting, with their commands.
+    private var unsent: [(commands: [[[UInt8]]], waiting: Waiting)] = []
+    private var flushScheduled = false
+    private var timer: Scheduled<Void>?
+    /// Writes flushed so far: how many round trips the callers shared.
     let roundTrips = Atomic<Int>(0)
 
-    init(configuration: RedisConfiguration, index: Int) {
+    init(configuration: RedisConfiguration, loop: any EventLoop) {
         self.configuration = configuration
-        self.queue = DispatchQueue(label: "pushrelay.redis.\(configuration.address).\(index)")
-    }
-
-    deinit {
-        if let context { redisFree(context) }
+        self.loop = loop
     }
 
     func pipeline(_ commands: [[[UInt8]]]) async throws -> [RedisValue] {
         try await withCheckedThrowingContinuation { continuation in
-            let start = pending.withLock { state in
-                state.waiting.append(Waiting(commands: commands, continuation: continuation))
-                if state.draining { return false }
-                state.draining = true
-                return true
+            if loop.inEventLoop {
+                submit(commands, continuation)
+            } else {
+                loop.execute { self.submit(commands, continuation) }
             }
-            if start { queue.async { self.drain() } }
         }
     }
 
-    /// Sends what waits, round trip after round trip, until nothing does.
-    private func drain() {
-        while true {
-            let batch: [Waiting] = pending.withLock { state in
-                var taken = 0
-                var count = 0
-                // Always at least one caller, however many commands it has.
-                while taken < state.waiting.count
-                    && (taken == 0 || count + state.waiting[taken].commands.count <= Self.maxCommandsPerRoundTrip)
-                {
-                    count += state.waiting[taken].commands.count
-                    taken += 1
-                }
-                var batch: [Waiting] = []
-                if taken == state.waiting.count {
-                    swap(&batch, &state.waiting)  // the usual case: every caller fits
-                } else {
-                    batch = Array(state.waiting.prefix(taken))
-                    state.waiting.removeFirst(taken)
-                }
-                if batch.isEmpty { state.draining = false }
-                return batch
-            }
-            if batch.isEmpty { return }
-            roundTrip(batch)
-        }
-    }
-
-    private var timeval: timeval {
+    private var timeout: TimeAmount {
         let (seconds, attoseconds) = configuration.timeout.components
-        return CHiredis.timeval(tv_sec: Int(seconds), tv_usec: Int(attoseconds / 1_000_000_000_000))
+        return .nanoseconds(min(max(seconds, 0), 1_000_000) * 1_000_000_000 + max(attoseconds, 0) / 1_000_000_000)
     }
 
-    private func connected() throws(RedisError) -> UnsafeMutablePointer<redisContext> {
-        if let context {
-            if context.pointee.err == 0 { return context }
-            redisFree(context)
-            self.context = nil
+    private func submit(_ commands: [[[UInt8]]], _ continuation: CheckedContinuation<[RedisValue], any Error>) {
+        guard !commands.isEmpty else { return continuation.resume(returning: []) }
+        let caller = Waiting(
+            remaining: commands.count, replies: [], continuation: continuation, deadline: .now() + timeout)
+        switch state {
+        case .connected(let channel):
+            send(commands, caller, on: channel)
+        case .connecting:
+            unsent.append((commands, caller))
+        case .idle:
+            unsent.append((commands, caller))
+            connect()
         }
-        guard let fresh = redisConnectWithTimeout(configuration.host, Int32(configuration.port), timeval) else {
-            throw RedisError(code: .connect, message: "cannot allocate a hiredis context")
-        }
-        if fresh.pointee.err != 0 {
-            let error = RedisError.fromContext(fresh, during: "connect \(configuration.host):\(configuration.port)")
-            redisFree(fresh)
-            throw RedisError(code: .connect, message: error.message)
-        }
-        redisSetTimeout(fresh, timeval)
-        context = fresh
-        return fresh
     }
 
-    /// One round trip for every waiting caller. Callers answered before a failure keep
-    /// their replies; the failure goes to the caller it hit and to every one after it.
-    private func roundTrip(_ batch: [Waiting]) {
-        roundTrips.add(1, ordering: .relaxed)
-        let context: UnsafeMutablePointer<redisContext>
-        do {
-            context = try connected()
-            for waiting in batch {
-                for command in waiting.commands {
-                    guard Self.append(command, to: context) == REDIS_OK else { throw failure(context, "append") }
+    private func send(_ commands: [[[UInt8]]], _ caller: Waiting, on channel: any Channel) {
+        var size = 16
+        for command in commands { for argument in command { size += argument.count + 16 } }
+        var buffer = channel.allocator.buffer(capacity: size)
+        for command in commands { RESP.write(command, into: &buffer) }
+        waiting.append(caller)
+        channel.write(buffer, promise: nil)
+        if !flushScheduled {
+            flushScheduled = true
+            loop.execute {
+                self.flushScheduled = false
+                guard case .connected(let current) = self.state, current === channel else { return }
+                self.roundTrips.add(1, ordering: .relaxed)
+                channel.flush()
+            }
+        }
+        armTimer()
+    }
+
+    private func connect() {
+        state = .connecting
+        let address = "\(configuration.host):\(configuration.port)"
+        ClientBootstrap(group: loop)
+            .connectTimeout(timeout)
+            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .channelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(RedisReplyHandler(connection: self))
                 }
             }
-        } catch {
-            for waiting in batch { waiting.continuation.resume(throwing: error) }
+            .connect(host: configuration.host, port: configuration.port)
+            .hop(to: loop)
+            .whenComplete { result in
+                let callers = self.unsent
+                self.unsent = []
+                switch result {
+                case .success(let channel):
+                    self.state = .connected(channel)
+                    for (commands, caller) in callers { self.send(commands, caller, on: channel) }
+                case .failure(let error):
+                    self.state = .idle
+                    let failure = RedisError(code: .connect, message: "connect \(address): \(error)")
+                    for (_, caller) in callers { caller.continuation.resume(throwing: failure) }
+                }
+            }
+    }
+
+    /// One reply, for the oldest caller still waiting.
+    fileprivate func received(_ reply: RedisValue, on channel: any Channel) {
+        guard case .connected(let current) = state, current === channel else { return }
+        guard var caller = waiting.first else {
+            return drop(channel, RedisError(code: .protocolError, message: "a reply nobody asked for"))
+        }
+        caller.replies.append(reply)
+        caller.remaining -= 1
+        if caller.remaining > 0 {
+            waiting[waiting.startIndex] = caller
             return
         }
-        for (position, waiting) in batch.enumerated() {
-            do {
-                var replies: [RedisValue] = []
-                replies.reserveCapacity(waiting.commands.count)
-                for _ in waiting.commands {
-                    var raw: UnsafeMutableRawPointer?
-                    guard redisGetReply(context, &raw) == REDIS_OK, let raw else {
-                        throw failure(context, "read reply")
-                    }
-                    let reply = raw.assumingMemoryBound(to: redisReply.self)
-                    replies.append(Self.value(of: reply))
-                    freeReplyObject(raw)
-                }
-                waiting.continuation.resume(returning: replies)
-            } catch {
-                for rest in batch[position...] { rest.continuation.resume(throwing: error) }
-                return
-            }
+        waiting.removeFirst()
+        caller.continuation.resume(returning: caller.replies)
+        if waiting.isEmpty {
+            timer?.cancel()
+            timer = nil
         }
     }
 
-    /// Drops the broken context so the next call reconnects, and describes the error.
-    private func failure(_ context: UnsafeMutablePointer<redisContext>, _ operation: String) -> RedisError {
-        let error = RedisError.fromContext(context, during: operation)
-        redisFree(context)
-        self.context = nil
-        return error
+    /// The connection broke or misbehaved: every caller still waiting gets `error` (the
+    /// commands may or may not have run), and the next call reconnects.
+    fileprivate func drop(_ channel: any Channel, _ error: RedisError) {
+        guard case .connected(let current) = state, current === channel else { return }
+        state = .idle
+        timer?.cancel()
+        timer = nil
+        let callers = waiting
+        waiting.removeAll()
+        for caller in callers { caller.continuation.resume(throwing: error) }
+        channel.close(promise: nil)
     }
 
-    private static func append(_ command: [[UInt8]], to context: UnsafeMutablePointer<redisContext>) -> Int32 {
-        // Copy each argument into one contiguous buffer so the pointers stay valid for the call.
-        let total = command.reduce(0) { $0 + $1.count + 1 }
-        var storage = [CChar](repeating: 0, count: max(total, 1))
-        var offsets: [Int] = []
-        var lengths: [Int] = []
-        var cursor = 0
+    /// Fails the connection when its oldest caller has waited longer than the timeout.
+    private func armTimer() {
+        guard timer == nil, let oldest = waiting.first else { return }
+        timer = loop.scheduleTask(deadline: oldest.deadline) {
+            self.timer = nil
+            guard let oldest = self.waiting.first, case .connected(let channel) = self.state else { return }
+            if oldest.deadline <= .now() {
+                self.drop(
+                    channel,
+                    RedisError(code: .io, message: "read reply: no answer within \(self.configuration.timeout)"))
+            } else {
+                self.armTimer()
+            }
+        }
+    }
+}
+
+/// Feeds what the socket reads to hiredis's reply reader and hands each whole reply to
+/// the connection.
+private final class RedisReplyHandler: ChannelInboundHandler {
+    typealias InboundIn = ByteBuffer
+
+    private let connection: RedisConnection
+    private var reader: UnsafeMutablePointer<redisReader>?
+
+    init(connection: RedisConnection) {
+        self.connection = connection
+        reader = redisReaderCreate()
+    }
+
+    deinit {
+        if let reader { redisReaderFree(reader) }
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let buffer = unwrapInboundIn(data)
+        guard let reader else {
+            return connection.drop(context.channel, RedisError(code: .io, message: "cannot allocate a hiredis reader"))
+        }
+        let fed = buffer.withUnsafeReadableBytes { bytes in
+            redisReaderFeed(reader, bytes.baseAddress?.assumingMemoryBound(to: CChar.self), bytes.count)
+        }
+        guard fed == REDIS_OK else { return protocolError(context, reader) }
+        while true {
+            var raw: UnsafeMutableRawPointer?
+            guard redisReaderGetReply(reader, &raw) == REDIS_OK else { return protocolError(context, reader) }
+            guard let raw else { return }
+            let value = RESP.value(of: raw.assumingMemoryBound(to: redisReply.self))
+            freeReplyObject(raw)
+            connection.received(value, on: context.channel)
+        }
+    }
+
+    private func protocolError(_ context: ChannelHandlerContext, _ reader: UnsafeMutablePointer<redisReader>) {
+        let message = withUnsafeBytes(of: reader.pointee.errstr) { raw in
+            String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
+        }
+        connection.drop(context.channel, RedisError(code: .protocolError, message: "read reply: \(message)"))
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        connection.drop(context.channel, RedisError(code: .io, message: "read reply: connection closed"))
+        context.fireChannelInactive()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        connection.drop(context.channel, RedisError(code: .io, message: "read reply: \(error)"))
+    }
+}
+
+/// Commands out in RESP, replies copied out of hiredis's reply objects.
+enum RESP {
+    static func write(_ command: [[UInt8]], into buffer: inout ByteBuffer) {
+        buffer.writeInteger(UInt8(ascii: "*"))
+        writeDecimal(command.count, into: &buffer)
         for argument in command {
-            offsets.append(cursor)
-            lengths.append(argument.count)
-            for byte in argument {
-                storage[cursor] = CChar(bitPattern: byte)
-                cursor += 1
-            }
-            cursor += 1
-        }
-        return storage.withUnsafeBufferPointer { buffer in
-            var pointers: [UnsafePointer<CChar>?] = offsets.map { buffer.baseAddress! + $0 }
-            return pointers.withUnsafeMutableBufferPointer { argv in
-                redisAppendCommandArgv(context, Int32(command.count), argv.baseAddress, lengths)
-            }
+            buffer.writeInteger(UInt8(ascii: "$"))
+            writeDecimal(argument.count, into: &buffer)
+            buffer.writeBytes(argument)
+            buffer.writeInteger(UInt8(ascii: "\r"))
+            buffer.writeInteger(UInt8(ascii: "\n"))
         }
     }
 
-    private static func value(of reply: UnsafeMutablePointer<redisReply>) -> RedisValue {
+    /// `n` in decimal, then CRLF.
+    private static func writeDecimal(_ n: Int, into buffer: inout ByteBuffer) {
+        var digits:
+            (
+                UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
+                UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8
+            ) =
+                (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        withUnsafeMutableBytes(of: &digits) { raw in
+            var value = n.magnitude
+            var start = raw.count
+            repeat {
+                start -= 1
+                raw[start] = UInt8(ascii: "0") + UInt8(value % 10)
+                value /= 10
+            } while value > 0
+            buffer.writeBytes(UnsafeRawBufferPointer(rebasing: raw[start...]))
+        }
+        buffer.writeInteger(UInt8(ascii: "\r"))
+        buffer.writeInteger(UInt8(ascii: "\n"))
+    }
+
+    static func value(of reply: UnsafeMutablePointer<redisReply>) -> RedisValue {
         let r = reply.pointee
         switch r.type {
         case REDIS_REPLY_INTEGER:
@@ -197,23 +288,30 @@ final class RedisConnection: @unchecked Sendable {
     }
 }
 
-/// The connections to one Redis server, taken in turn.
+/// The connections to one Redis server, spread over the event loops. A caller on a
+/// loop uses that loop's connections, so its commands need no thread switch.
 final class RedisPool: Sendable {
     private let connections: [RedisConnection]
-    private let next = Mutex(0)
+    private let next = Atomic<Int>(0)
 
     init(configuration: RedisConfiguration) {
-        connections = (0..<configuration.connections).map {
-            RedisConnection(configuration: configuration, index: $0)
+        let group = MultiThreadedEventLoopGroup.singleton
+        connections = (0..<configuration.connections).map { _ in
+            RedisConnection(configuration: configuration, loop: group.next())
         }
     }
 
     func pipeline(_ commands: [[[UInt8]]]) async throws -> [RedisValue] {
-        let index = next.withLock { value in
-            value = (value + 1) % connections.count
-            return value
+        let turn = UInt(bitPattern: next.add(1, ordering: .relaxed).newValue)
+        let count = UInt(connections.count)
+        if let current = MultiThreadedEventLoopGroup.currentEventLoop {
+            // Rotate among this loop's connections, if it has any.
+            for offset in 0..<count {
+                let connection = connections[Int((turn &+ offset) % count)]
+                if connection.loop === current { return try await connection.pipeline(commands) }
+            }
         }
-        return try await connections[index].pipeline(commands)
+        return try await connections[Int(turn % count)].pipeline(commands)
     }
 
     var roundTrips: Int { connections.reduce(0) { $0 + $1.roundTrips.load(ordering: .relaxed) } }

@@ -85,6 +85,30 @@ extension StackTests {
             #expect(try await devices.device(e2eeID)?.owner == .zulipE2EE, "a renewal records it")
         }
 
+        /// A device's standing (whose, active) reads without its secrets and agrees with
+        /// the full record: ingest counts targets with it.
+        @Test func standingsAgreeWithTheRecords() async throws {
+            let devices = try await store()
+            let active = try await devices.register(try registration("tok-standing-a", user: 3)).id
+            let dead = try await devices.register(try registration("tok-standing-b", user: 3)).id
+            let elsewhere = try await devices.register(try registration("tok-standing-c", user: 3, realm: "realm-b")).id
+            #expect(try await devices.reportDead(dead, token: "tok-standing-b") == [true, false])
+            let missing = DeviceID(rawValue: 9_999_999)
+            let ids = [active, dead, elsewhere, missing]
+            let standings = try await devices.standings(ids)
+            let records = try await devices.devices(ids)
+            #expect(standings[missing] == nil && records[missing] == nil)
+            for id in [active, dead, elsewhere] {
+                let record = try #require(records[id])
+                #expect(
+                    standings[id]
+                        == DeviceStanding(
+                            realmUUID: record.realmUUID, userID: record.userID, isActive: record.status.isActive))
+            }
+            let deliverable = ids.filter { standings[$0]?.isDeliverable(realm: "realm-a", userID: 3) == true }
+            #expect(deliverable == [active])
+        }
+
         @Test func concurrentRegistrationsOfOneTokenGetOneDevice() async throws {
             let devices = try await store()
             let r = try registration("tok-concurrent")
