@@ -257,16 +257,20 @@ public final class ServerAuthenticator: Sendable {
     /// `uuid:key` from an HTTP Basic header, or nil when it is not one. The uuid must
     /// be a UUID and the key visible ASCII: anything else cannot be a credential.
     static func credentials(_ request: Request) -> (uuid: String, key: String)? {
-        guard let header = request.headers[.authorization], header.utf8.count <= 1024,
-            header.lowercased().hasPrefix("basic "),
-            let decoded = Data(base64Encoded: String(header.dropFirst(6)).trimmingCharacters(in: .whitespaces)),
-            let text = String(data: decoded, encoding: .utf8),
-            let colon = text.firstIndex(of: ":"),
-            let uuid = UUID(uuidString: String(text[..<colon]))
+        guard let header = request.headers[.authorization] else { return nil }
+        var text = Substring(header).utf8
+        guard text.count <= 1024, text.count > 6,
+            text.prefix(6).elementsEqual("basic ".utf8, by: { $0 | 0x20 == $1 })
         else { return nil }
-        let key = String(text[text.index(after: colon)...])
+        text = text.dropFirst(6)
+        while let first = text.first, first == UInt8(ascii: " ") || first == UInt8(ascii: "\t") { text.removeFirst() }
+        while let last = text.last, last == UInt8(ascii: " ") || last == UInt8(ascii: "\t") { text.removeLast() }
+        guard let decoded = Data(base64Encoded: Data(text)), let colon = decoded.firstIndex(of: UInt8(ascii: ":")),
+            let uuid = Syntax.canonicalUUID(decoded[..<colon])
+        else { return nil }
+        let key = String(decoding: decoded[decoded.index(after: colon)...], as: UTF8.self)
         guard Syntax.isVisibleASCII(key, maxBytes: 256) else { return nil }
-        return (uuid.uuidString.lowercased(), key)
+        return (uuid, key)
     }
 
     /// Counts one server registration from the client address; throws 429 past the limit.

@@ -70,9 +70,9 @@ struct RequestFields {
 
     func uuid(_ key: String) throws -> String {
         let text = try string(key)
-        guard let uuid = UUID(uuidString: text) else {
+        guard let uuid = Syntax.canonicalUUID(text.utf8) else {
             throw APIError.badRequest("\(key): must be a UUID", field: key)
         }
-        return uuid.uuidString.lowercased()
+        return uuid
     }
 }

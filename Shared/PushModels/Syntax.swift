@@ -82,6 +82,27 @@ public enum Syntax {
 
     /// A decimal unsigned integer of ASCII digits only (no sign, no other scripts' digits),
     /// that fits in UInt64.
+    /// A uuid in its one canonical text form, 8-4-4-4-12 hex digits (either case), as
+    /// lowercase; nil for anything else (braces, no dashes, trailing bytes).
+    public static func canonicalUUID(_ bytes: some Collection<UInt8>) -> String? {
+        guard bytes.count == 36 else { return nil }
+        var out: [UInt8] = []
+        out.reserveCapacity(36)
+        for (index, byte) in bytes.enumerated() {
+            if index == 8 || index == 13 || index == 18 || index == 23 {
+                guard byte == UInt8(ascii: "-") else { return nil }
+                out.append(byte)
+                continue
+            }
+            switch byte {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "a")...UInt8(ascii: "f"): out.append(byte)
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): out.append(byte | 0x20)
+            default: return nil
+            }
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
     public static func parseUInt64(_ text: Substring) -> UInt64? {
         guard !text.isEmpty, text.utf8.count <= 20, text.utf8.allSatisfy({ (0x30...0x39).contains($0) }) else {
             return nil

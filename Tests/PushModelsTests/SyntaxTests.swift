@@ -59,4 +59,18 @@ import Testing
         #expect(Duration.seconds(Int64.max).saturatingMilliseconds == .max)
         #expect(Duration.milliseconds(1500).saturatingMilliseconds == 1500)
     }
+
+    /// One canonical text form per uuid: anything before, after or instead of its 36
+    /// characters is refused, not read up to where it stops making sense.
+    @Test func uuidsHaveOneCanonicalForm() {
+        let uuid = "0c5b1a3e-7d2f-4e6a-9b8c-1d2e3f4a5b6c"
+        #expect(Syntax.canonicalUUID(uuid.utf8) == uuid)
+        #expect(Syntax.canonicalUUID(uuid.uppercased().utf8) == uuid)
+        for bad in [
+            uuid + "\u{0}", uuid + "\u{0}junk", uuid + " ", " " + uuid, "{\(uuid)}", String(uuid.filter { $0 != "-" }),
+            String(uuid.dropLast()), String(uuid.dropLast()) + "g", "0c5b1a3e-7d2f-4e6a-9b8c_1d2e3f4a5b6c", "",
+        ] {
+            #expect(Syntax.canonicalUUID(bad.utf8) == nil, "\(bad.debugDescription)")
+        }
+    }
 }

@@ -569,6 +569,16 @@ import Testing
             let none = try await client.send(.post, "/v1/realms", .json(["realm_uuid": .string(realm)]))
             expectRouterError(none, 401, "UNAUTHORIZED", "no credentials")
             #expect(none.headers[.wwwAuthenticate] == #"Basic realm="pushrelay""#)
+            // The right key, but the uuid in another form than its one canonical text.
+            for uuid in [server.uuid + "\u{0}", server.uuid + "\u{0}x", "{\(server.uuid)}", " " + server.uuid] {
+                let lenient = try await client.send(
+                    .post, "/v1/realms", auth: (uuid, server.key), .json(["realm_uuid": .string(realm)]))
+                expectRouterError(lenient, 401, "UNAUTHORIZED", "uuid \(uuid.debugDescription)")
+            }
+            let upper = try await client.send(
+                .post, "/v1/realms", auth: (server.uuid.uppercased(), server.key), .json(["realm_uuid": .string(realm)])
+            )
+            #expect(upper.status == 200, "the same uuid in capitals: \(upper.text)")
         }
     }
 
