@@ -322,10 +322,8 @@ public struct DispatchStage: Sendable {
         -> [KafkaOutgoing]
     {
         let now = clock.nowMillis()
-        var metadata: Logger.Metadata = [
-            LogKey.notificationID: "\(record.notificationID)", LogKey.deviceID: "\(record.deviceID)",
-            LogKey.provider: "\(record.provider.rawValue)", LogKey.token: "\(DeviceToken.redact(token))",
-        ]
+        // Built only for the steps that log: a sent push (the usual case) logs nothing.
+        var metadata: Logger.Metadata { Self.logMetadata(record, token: token) }
         switch step {
         case .alreadySent(let providerMessageID):
             logger.info("already sent; not sending again", metadata: metadata)
@@ -334,6 +332,7 @@ public struct DispatchStage: Sendable {
                 now: now)
             return [try .delivery(outcome, topic: topics.deliveries)]
         case .retry(let next, let stage, let due):
+            var metadata = metadata
             metadata[LogKey.reason] = "\(next.lastError ?? "")"
             metadata["retry_stage"] = "\(stage)"
             metadata["due_in_ms"] = "\(due - now)"
@@ -343,6 +342,7 @@ public struct DispatchStage: Sendable {
             return [message]
         case .dead(let cause, let result, let attempts):
             let (reason, status) = Self.reasonAndStatus(result)
+            var metadata = metadata
             metadata[LogKey.reason] = "\(reason)"
             metadata["cause"] = "\(cause.rawValue)"
             logger.warning("push dead-lettered", metadata: metadata)
@@ -354,15 +354,21 @@ public struct DispatchStage: Sendable {
             return [try .deadLetter(dead, topic: topics.deadLetter), try .delivery(outcome, topic: topics.deliveries)]
         case .outcome(let result, let attempts):
             return try outcomeMessages(
-                record, token: token, result: result, attempts: attempts, ambiguous: ambiguous, metadata: metadata,
-                now: now)
+                record, token: token, result: result, attempts: attempts, ambiguous: ambiguous, now: now)
         }
+    }
+
+    /// A push's log fields: its ids, provider and redacted token.
+    static func logMetadata(_ record: OutboundRecord, token: String) -> Logger.Metadata {
+        [
+            LogKey.notificationID: "\(record.notificationID)", LogKey.deviceID: "\(record.deviceID)",
+            LogKey.provider: "\(record.provider.rawValue)", LogKey.token: "\(DeviceToken.redact(token))",
+        ]
     }
 
     /// What a provider's final answer publishes: the outcome, and for a dead token its feedback.
     private func outcomeMessages(
-        _ record: OutboundRecord, token: String, result: SendResult, attempts: Int, ambiguous: Bool,
-        metadata: Logger.Metadata, now: Int64
+        _ record: OutboundRecord, token: String, result: SendResult, attempts: Int, ambiguous: Bool, now: Int64
     ) throws -> [KafkaOutgoing] {
         switch result {
         case .sent(let status, let id):
@@ -374,7 +380,7 @@ public struct DispatchStage: Sendable {
             return [try .delivery(outcome, topic: topics.deliveries)]
         case .invalidToken(let providerReason, let status, let timestamp):
             let reason = providerReason.name
-            var metadata = metadata
+            var metadata = Self.logMetadata(record, token: token)
             metadata[LogKey.reason] = "\(reason)"
             logger.info("provider reports a dead token", metadata: metadata)
             let feedback = FeedbackRecord(
