@@ -69,6 +69,10 @@ public struct CommonSettings: Sendable {
         // Checked against the catalog's list, so the level always parses.
         logLevel = Logger.Level(rawValue: try reader.string("pushrelay.log.level", default: "info")) ?? .info
         shutdownTimeout = try reader.milliseconds("pushrelay.shutdown.timeout.ms", default: 30_000)
+        // Applied by `ServiceRuntime.install()` before this runs; read here so a bad value stops the start.
+        _ = try reader.string("pushrelay.executor", default: "loops")
+        _ = try reader.int("pushrelay.event.loops", default: 1)
+        _ = try reader.int("pushrelay.malloc.arenas", default: 2)
     }
 
     /// The relay's Redis keys: hash-tagged on a Redis Cluster (`PUSHRELAY_REDIS_CLUSTER`).

@@ -61,6 +61,10 @@ public enum SettingsCatalog {
         "pushrelay.http.client.ip.header": .headerName,
         "pushrelay.log.level": .oneOf(Logger.Level.allCases.map(\.rawValue)),
         "pushrelay.shutdown.timeout.ms": .int(1000...600_000),
+        // Read by `ServiceRuntime.install()` before anything else; catalogued so they are checked.
+        "pushrelay.executor": .oneOf(["loops", "pool"]),
+        "pushrelay.event.loops": .int(1...256),
+        "pushrelay.malloc.arenas": .int(1...64),
         "pushrelay.pipeline.keys.file": .path,
         "pushrelay.bouncer.keys.file": .path,
         "pushrelay.storage.keys.file": .path,
