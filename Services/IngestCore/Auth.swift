@@ -266,7 +266,7 @@ public final class ServerAuthenticator: Sendable {
         while let first = text.first, first == UInt8(ascii: " ") || first == UInt8(ascii: "\t") { text.removeFirst() }
         while let last = text.last, last == UInt8(ascii: " ") || last == UInt8(ascii: "\t") { text.removeLast() }
         guard let decoded = Data(base64Encoded: Data(text)), let colon = decoded.firstIndex(of: UInt8(ascii: ":")),
-            let uuid = Syntax.canonicalUUID(decoded[..<colon])
+            let uuid = Syntax.canonicalUUID(Array(decoded[..<colon]))
         else { return nil }
         let key = String(decoding: decoded[decoded.index(after: colon)...], as: UTF8.self)
         guard Syntax.isVisibleASCII(key, maxBytes: 256) else { return nil }

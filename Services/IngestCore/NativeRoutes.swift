@@ -159,7 +159,7 @@ struct NativeController: Sendable {
     func listDevices(_ request: Request, context: IngestContext) async throws -> Response {
         let server = try await authenticator.authenticate(request, context: context, api: .native)
         let query = request.uri.queryParameters
-        guard let realmText = query.get("realm_uuid"), let realm = Syntax.canonicalUUID(realmText.utf8)
+        guard let realmText = query.get("realm_uuid"), let realm = Syntax.canonicalUUID(String(realmText))
         else { throw APIError.badRequest("realm_uuid: must be a UUID", field: "realm_uuid") }
         guard let userID = query.get("user_id").flatMap({ Int64($0) }) else {
             throw APIError.badRequest("user_id: must be an integer", field: "user_id")
@@ -330,7 +330,7 @@ struct NativeController: Sendable {
     func feedback(_ request: Request, context: IngestContext) async throws -> Response {
         let server = try await authenticator.authenticate(request, context: context, api: .native)
         let query = request.uri.queryParameters
-        guard let realmText = query.get("realm_uuid"), let realm = Syntax.canonicalUUID(realmText.utf8)
+        guard let realmText = query.get("realm_uuid"), let realm = Syntax.canonicalUUID(String(realmText))
         else { throw APIError.badRequest("realm_uuid: must be a UUID", field: "realm_uuid") }
         let after: String? = query.get("after").map { String($0) }
         if let after, !Self.isCursor(after) {

@@ -70,7 +70,7 @@ struct RequestFields {
 
     func uuid(_ key: String) throws -> String {
         let text = try string(key)
-        guard let uuid = Syntax.canonicalUUID(text.utf8) else {
+        guard let uuid = Syntax.canonicalUUID(text) else {
             throw APIError.badRequest("\(key): must be a UUID", field: key)
         }
         return uuid

@@ -188,7 +188,7 @@ struct ZulipServerController: Sendable {
     /// One realm of the upload. Only `uuid` is required; the rest is stored when present.
     static func realmInfo(_ item: JSONValue, path: String) throws -> ZulipRealmInfo {
         guard item.objectValue != nil else { throw APIError.badRequest("\(path): must be an object", field: path) }
-        guard let given = item["uuid"]?.stringValue, let uuid = Syntax.canonicalUUID(given.utf8) else {
+        guard let given = item["uuid"]?.stringValue, let uuid = Syntax.canonicalUUID(given) else {
             throw APIError.badRequest("\(path).uuid: must be a UUID", field: "\(path).uuid")
         }
         func text(_ key: String, maxBytes: Int = 1024) throws -> String {

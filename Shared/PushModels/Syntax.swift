@@ -84,23 +84,33 @@ public enum Syntax {
     /// that fits in UInt64.
     /// A uuid in its one canonical text form, 8-4-4-4-12 hex digits (either case), as
     /// lowercase; nil for anything else (braces, no dashes, trailing bytes).
-    public static func canonicalUUID(_ bytes: some Collection<UInt8>) -> String? {
+    public static func canonicalUUID(_ text: String) -> String? {
+        var text = text
+        return text.withUTF8 { canonicalUUID(bytes: $0) }
+    }
+
+    public static func canonicalUUID(_ bytes: [UInt8]) -> String? {
+        bytes.withUnsafeBufferPointer { canonicalUUID(bytes: $0) }
+    }
+
+    private static func canonicalUUID(bytes: UnsafeBufferPointer<UInt8>) -> String? {
         guard bytes.count == 36 else { return nil }
-        var out: [UInt8] = []
-        out.reserveCapacity(36)
-        for (index, byte) in bytes.enumerated() {
-            if index == 8 || index == 13 || index == 18 || index == 23 {
-                guard byte == UInt8(ascii: "-") else { return nil }
-                out.append(byte)
-                continue
+        return String(unsafeUninitializedCapacity: 36) { out in
+            for index in 0..<36 {
+                let byte = bytes[index]
+                if index == 8 || index == 13 || index == 18 || index == 23 {
+                    guard byte == UInt8(ascii: "-") else { return 0 }
+                    out[index] = byte
+                    continue
+                }
+                switch byte {
+                case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "a")...UInt8(ascii: "f"): out[index] = byte
+                case UInt8(ascii: "A")...UInt8(ascii: "F"): out[index] = byte | 0x20
+                default: return 0
+                }
             }
-            switch byte {
-            case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "a")...UInt8(ascii: "f"): out.append(byte)
-            case UInt8(ascii: "A")...UInt8(ascii: "F"): out.append(byte | 0x20)
-            default: return nil
-            }
-        }
-        return String(decoding: out, as: UTF8.self)
+            return 36
+        }.nilIfEmpty
     }
 
     public static func parseUInt64(_ text: Substring) -> UInt64? {
@@ -146,4 +156,9 @@ extension Duration {
         let (seconds, attoseconds) = components
         return seconds.saturatingMultiply(1000).saturatingAdd(attoseconds / 1_000_000_000_000_000)
     }
+}
+
+extension String {
+    /// Nil for the empty string.
+    fileprivate var nilIfEmpty: String? { isEmpty ? nil : self }
 }
