@@ -65,6 +65,7 @@ extension ProducerCore {
     func serve() {
         guard running.isSet else { return }
         // Each call serves what is queued; a few more catch reports that arrive meanwhile.
-        for _ in 0..<8 where rd_kafka_poll(handle.pointer, 0) > 0 {}
+        var rounds = 0
+        while rounds < 8, rd_kafka_poll(handle.pointer, 0) > 0 { rounds += 1 }
     }
 }
