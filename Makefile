@@ -1,4 +1,4 @@
-.PHONY: up down test build bench microbench lint
+.PHONY: up down test build bench bench-peer bench-instructions microbench lint
 
 ## Start the whole pipeline on embedded defaults (dev broker, Redis, fakes, 4 services, demo realm).
 up:
@@ -22,6 +22,14 @@ lint:
 ## End-to-end benchmark: flat out 60 s, then 2,000/s for 60 s (see BENCHMARKS.md).
 bench:
 	scripts/bench.sh
+
+## CPU per APNs push on one APNs fake: the relay's dispatcher vs aioapns vs a Go sender (NO_BUILD=1: no build).
+bench-peer:
+	scripts/bench-peer.sh
+
+## Instructions (callgrind Ir) per notification per stage; `scripts/bench-instructions.sh dispatcher` for one.
+bench-instructions:
+	scripts/bench-instructions.sh
 
 ## Micro benchmarks of the hot paths (crypto, envelopes, provider bodies, APNs JWT).
 microbench:

@@ -129,6 +129,25 @@ public final class Stack: Sendable {
     public static func freePort() throws -> Int {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(fd) }
+        return try bindLoopback(fd)
+    }
+
+    /// A loopback socket that listens and never answers (the kernel completes the
+    /// handshake): a server that hangs. Close `fd` when done.
+    public static func silentListener() throws -> (fd: Int32, port: Int) {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        do {
+            let port = try bindLoopback(fd)
+            guard listen(fd, 16) == 0 else { throw StackError("cannot listen on port \(port)") }
+            return (fd, port)
+        } catch {
+            close(fd)
+            throw error
+        }
+    }
+
+    /// Binds `fd` to a free loopback port; the port.
+    private static func bindLoopback(_ fd: Int32) throws -> Int {
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
@@ -139,7 +158,7 @@ public final class Stack: Sendable {
                 bind(fd, pointer, length) == 0 && getsockname(fd, pointer, &length) == 0
             }
         }
-        guard bound else { throw StackError("cannot find a free port") }
+        guard fd >= 0, bound else { throw StackError("cannot find a free port") }
         return Int(UInt16(bigEndian: address.sin_port))
     }
 

@@ -42,8 +42,8 @@ extension StackTests {
         }
 
         @Test func aServerThatStopsAnsweringFailsItsCallersAfterTheTimeout() async throws {
-            let silent = try ListeningSocket()
-            defer { silent.close() }
+            let silent = try Stack.silentListener()
+            defer { close(silent.fd) }
             let redis = RedisClient(
                 configuration: RedisConfiguration(port: silent.port, connections: 1, timeout: .milliseconds(300)))
             let started = ContinuousClock.now
@@ -57,9 +57,7 @@ extension StackTests {
         }
 
         @Test func aRefusedConnectionIsAConnectErrorAndTheNextCallConnectsAgain() async throws {
-            let closed = try ListeningSocket()
-            let port = closed.port
-            closed.close()
+            let port = try Stack.freePort()
             let redis = RedisClient(configuration: RedisConfiguration(port: port, connections: 1))
             await #expect {
                 try await redis.command("PING")
@@ -69,31 +67,4 @@ extension StackTests {
             #expect(await redis.ping() == false)
         }
     }
-}
-
-/// A TCP socket on loopback that listens and never answers (the kernel accepts).
-private struct ListeningSocket {
-    let fd: Int32
-    let port: Int
-
-    init() throws {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) }
-        }
-        guard fd >= 0, bound == 0, listen(fd, 16) == 0 else { throw POSIXError(.EADDRINUSE) }
-        let named = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-        }
-        guard named == 0 else { throw POSIXError(.EINVAL) }
-        self.fd = fd
-        port = Int(UInt16(bigEndian: address.sin_port))
-    }
-
-    func close() { _ = Glibc.close(fd) }
 }

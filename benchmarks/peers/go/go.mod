@@ -1,0 +1,3 @@
+module pushrelay.invalid/peers
+
+go 1.19
