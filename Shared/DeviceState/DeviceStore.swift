@@ -344,7 +344,10 @@ public struct DeviceStore: Sendable {
         else { return nil }
         var keys: [UInt32: PushKey] = [:]
         for (keyID, value) in keyFields {
-            guard let pushKeyID = UInt32(keyID), let stored = value.split(separator: "|").first else { continue }
+            // `key|registered_ms`: the part before the bar, found byte-wise (splitting by
+            // Character walked every grapheme of the sealed key: ~4 % of the encryptor).
+            let stored = value.utf8.firstIndex(of: UInt8(ascii: "|")).map { value[..<$0] } ?? value[...]
+            guard let pushKeyID = UInt32(keyID), !stored.isEmpty else { continue }
             let key: PushKey?
             if StorageKeyring.isSealed(String(stored)) {
                 key = try readable(storage.open(String(stored), slot: .devicePushKey(id, keyID: pushKeyID)))
