@@ -180,17 +180,14 @@ extension EncryptorStage {
                 try unsent(request, device: $0, provider: nil, .failed, .stage(.pipelineKeyUnavailable))
             }
         }
-        let found = try await devices.devices(ids)
         var messages: [KafkaOutgoing] = []
-        for id in ids {
-            guard let device = found[id], case .zulipLegacy(let owner) = device.owner,
-                owner.belongs(to: request.serverUUID.rawValue)
-            else {
-                messages.append(try unsent(request, device: id, provider: nil, .unknownDevice, .stage(.unknownDevice)))
-                continue
-            }
-            if let outcome = try inactive(request, device) {
-                messages.append(outcome)
+        let targets = try await targets(request, ids: ids, from: devices) { device in
+            guard case .zulipLegacy(let owner) = device.owner else { return false }
+            return owner.belongs(to: request.serverUUID.rawValue)
+        }
+        for target in targets {
+            guard case .send(let device) = target else {
+                if case .settled(let outcome) = target { messages.append(outcome) }
                 continue
             }
             let body: JSONValue
@@ -199,7 +196,8 @@ extension EncryptorStage {
             case .apnsVoIP, .webpush, .simplepush, .hms, .wns:
                 // Zulip's legacy API registers APNs and FCM devices only.
                 messages.append(
-                    try unsent(request, device: id, provider: device.provider, .failed, .stage(.providerMismatch)))
+                    try unsent(
+                        request, device: device.id, provider: device.provider, .failed, .stage(.providerMismatch)))
                 continue
             case .apns:
                 let (pushType, priority) = ZulipLegacy.apnsDelivery(payload.apnsPayload)
@@ -218,6 +216,28 @@ extension EncryptorStage {
             )
         }
         return messages
+    }
+
+    /// One device of a request: to send to, or settled by an outcome already.
+    enum Target {
+        case send(DeviceRecord)
+        case settled(KafkaOutgoing)
+    }
+
+    /// The devices `ids` name, in order: those `belongs` accepts and that are active are
+    /// sent to; an unknown or foreign device is settled as `unknown_device`, a dead one
+    /// by its invalidation.
+    func targets(
+        _ request: PushRequestRecord, ids: [DeviceID], from devices: any DeviceDirectory,
+        belongs: (DeviceRecord) -> Bool
+    ) async throws -> [Target] {
+        let found = try await devices.devices(ids)
+        return try ids.map { id in
+            guard let device = found[id], belongs(device) else {
+                return .settled(try unsent(request, device: id, provider: nil, .unknownDevice, .stage(.unknownDevice)))
+            }
+            return try inactive(request, device).map(Target.settled) ?? .send(device)
+        }
     }
 
     /// Opens a sealed payload bound to no user (legacy and gorush content) and reads it;
@@ -262,15 +282,13 @@ extension EncryptorStage {
                 try unsent(request, device: $0, provider: nil, .failed, .stage(.pipelineKeyUnavailable))
             }
         }
-        let found = try await devices.devices(ids)
         var messages: [KafkaOutgoing] = []
-        for id in ids {
-            guard let device = found[id], device.realmUUID == request.realmUUID, device.zulipLegacyOwner == nil else {
-                messages.append(try unsent(request, device: id, provider: nil, .unknownDevice, .stage(.unknownDevice)))
-                continue
-            }
-            if let outcome = try inactive(request, device) {
-                messages.append(outcome)
+        let targets = try await targets(request, ids: ids, from: devices) { device in
+            device.realmUUID == request.realmUUID && device.zulipLegacyOwner == nil
+        }
+        for target in targets {
+            guard case .send(let device) = target else {
+                if case .settled(let outcome) = target { messages.append(outcome) }
                 continue
             }
             let body: JSONValue
@@ -280,7 +298,8 @@ extension EncryptorStage {
             case .hms: body = notification.hmsMessage()
             case .apnsVoIP, .webpush, .simplepush, .wns:
                 messages.append(
-                    try unsent(request, device: id, provider: device.provider, .failed, .stage(.providerMismatch)))
+                    try unsent(
+                        request, device: device.id, provider: device.provider, .failed, .stage(.providerMismatch)))
                 continue
             }
             var record = try sealedOutbound(request, device: device, delivery: notification.delivery, body: body)

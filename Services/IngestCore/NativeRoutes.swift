@@ -296,8 +296,12 @@ struct NativeController: Sendable {
         type: NotificationType, plaintext: [UInt8]
     ) async throws -> StoredAnswer {
         let realm = RealmID(realmText)
-        var targets = requestedIDs ?? []
-        if requestedIDs == nil { targets = try await devices.deviceIDs(realm: realm, userID: userID) }
+        let targets: [DeviceID]
+        if let requestedIDs {
+            targets = requestedIDs
+        } else {
+            targets = try await devices.deviceIDs(realm: realm, userID: userID)
+        }
         // Counted from each device's standing alone: the encryptor is the one that opens
         // tokens and keys, once, for the targets published here.
         let standings = try await devices.standings(targets)

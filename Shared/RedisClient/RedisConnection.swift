@@ -41,9 +41,14 @@ final class RedisConnection: @unchecked Sendable {
     /// Writes flushed so far: how many round trips the callers shared.
     let roundTrips = Atomic<Int>(0)
 
+    /// `configuration.timeout`, as NIO counts time (bounded: it comes from a setting).
+    private let timeout: TimeAmount
+
     init(configuration: RedisConfiguration, loop: any EventLoop) {
         self.configuration = configuration
         self.loop = loop
+        let (seconds, attoseconds) = configuration.timeout.components
+        timeout = .nanoseconds(min(max(seconds, 0), 1_000_000) * 1_000_000_000 + max(attoseconds, 0) / 1_000_000_000)
     }
 
     func pipeline(_ commands: [[[UInt8]]]) async throws -> [RedisValue] {
@@ -54,11 +59,6 @@ final class RedisConnection: @unchecked Sendable {
                 loop.execute { self.submit(commands, continuation) }
             }
         }
-    }
-
-    private var timeout: TimeAmount {
-        let (seconds, attoseconds) = configuration.timeout.components
-        return .nanoseconds(min(max(seconds, 0), 1_000_000) * 1_000_000_000 + max(attoseconds, 0) / 1_000_000_000)
     }
 
     private func submit(_ commands: [[[UInt8]]], _ continuation: CheckedContinuation<[RedisValue], any Error>) {
