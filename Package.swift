@@ -172,6 +172,9 @@ let package = Package(
             name: "IngestCore",
             dependencies: [
                 "ServiceKit", "DeviceState", "PushCrypto", "PushModels", "Kafka", "RedisClient", "StatusPush",
+                "Providers",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "SwiftProtobuf", package: "swift-protobuf"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
@@ -291,7 +294,8 @@ let package = Package(
         .testTarget(
             name: "ProvidersTests",
             dependencies: [
-                "Providers", "PushModels", "FakeProviders", .product(name: "NIOHPACK", package: "swift-nio-http2"),
+                "Providers", "PushModels", "FakeProviders", "IngestCore",
+                .product(name: "NIOHPACK", package: "swift-nio-http2"),
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),

@@ -136,6 +136,10 @@ public struct FakeFCM: Sendable {
         if let android = message?["android"]?.objectValue {
             for (key, value) in android { headers["android.\(key)"] = value.stringValue ?? "\(value)" }
         }
+        // The block FCM hands APNs for iOS apps, as sent (canonical JSON).
+        if let apns = message?["apns"], apns != .null {
+            headers["apns"] = String(decoding: Wire.canonical(apns), as: UTF8.self)
+        }
         // A notification message's visible part, as FCM v1 takes it (`notification.title`, …).
         if let notification = message?["notification"]?.objectValue {
             for (key, value) in notification { headers["notification.\(key)"] = value.stringValue ?? "\(value)" }

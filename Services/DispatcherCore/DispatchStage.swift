@@ -85,6 +85,9 @@ public enum Dispatcher {
                 ShutdownHook {
                     for client in clients.values { await client.shutdown() }
                 }, app,
+                ProviderAnnouncer(
+                    announcements: ProviderAnnouncements(redis: redis, keys: settings.redisKeys),
+                    providers: Set(clients.keys), logger: logger),
                 KafkaConsumerService(consumer: main) { await stage.handle($0, maxRateWait: mainWait) },
                 KafkaConsumerService(consumer: retries) { await stage.handle($0, maxRateWait: .seconds(2)) },
             ], shutdownTimeout: settings.shutdownTimeout, logger: logger)

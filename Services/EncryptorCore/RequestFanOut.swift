@@ -304,7 +304,12 @@ extension EncryptorStage {
             }
             var record = try sealedOutbound(request, device: device, delivery: notification.delivery, body: body)
             record.bodyForm = device.provider == .apns ? nil : .message
-            if let expiresAt = notification.expiresAt { record.expiresAt = expiresAt }
+            if let expiresAt = notification.expiresAt {
+                record.expiresAt = expiresAt
+            } else {
+                // gorush tells the provider nothing: the relay's expiry bounds only its retries.
+                record.providerExpiry = .providerDefault
+            }
             record.collapseID = notification.collapseID
             messages.append(try .outbound(record, topic: topics.outbound))
         }

@@ -11,8 +11,11 @@ import ServiceKit
 public struct GorushSettings: Sendable {
     /// Most `notifications[]` entries in one call (gorush's `core.max_notification`).
     public var maxNotifications: Int
-    /// Most tokens in one call, over all its notifications.
+    /// Most tokens in one call, over all its notifications; 0: no limit but the body's
+    /// size (gorush has none).
     public var maxTokens: Int
+    /// Largest `POST /api/push` body: large sends are what gorush callers do.
+    public var maxBodyBytes: Int
     /// The APNs topic (bundle id) of iOS notifications that give no `topic`.
     public var apnsTopic: String
     /// Answer only when every push has its outcome (gorush's `core.sync`), unless the call
@@ -22,7 +25,8 @@ public struct GorushSettings: Sendable {
 
     public init(reader: SettingsReader) throws {
         maxNotifications = try reader.int("pushrelay.gorush.max.notifications", default: 100)
-        maxTokens = try reader.int("pushrelay.gorush.max.tokens", default: 1000)
+        maxTokens = try reader.int("pushrelay.gorush.max.tokens", default: 0)
+        maxBodyBytes = try reader.int("pushrelay.gorush.max.body.bytes", default: 8 * 1024 * 1024)
         apnsTopic = try reader.string("pushrelay.gorush.apns.topic", default: "")
         sync = try reader.bool("pushrelay.gorush.sync", default: false)
         syncTimeout = try reader.milliseconds("pushrelay.gorush.sync.timeout.ms", default: 30_000)
@@ -49,6 +53,12 @@ struct GorushController: Sendable {
     let pepper: APIKeyPepper
     /// Outcomes for gorush's sync mode; nil when this process does not read them.
     let deliveryWatch: DeliveryWatch?
+    /// The providers some dispatcher can send to: gorush's enabled platforms.
+    let providers: CachedProviderDirectory
+    /// Bodies over the relay's usual limit in memory at once, over every call.
+    let largeBodies: ByteBudget
+    /// The response counters of `/sys/stats`.
+    let responseStats: ResponseStats
 
     static let version = "pushrelay-1.0"
     // swift-format-ignore: NeverForceUnwrap
@@ -57,6 +67,12 @@ struct GorushController: Sendable {
     static let notificationIDsHeader = HTTPField.Name("X-PushRelay-Notification-Ids")!
     /// How long a caller's `notif_id` is kept for the feedback hook.
     static let callerIDSeconds = 7 * 86_400
+    /// Most devices in one record on `push.requests`: a larger send becomes several
+    /// records under one notification id, each well under Kafka's message size.
+    static let devicesPerRecord = 1000
+    /// Registrations of one call under way at once: a large send is quick without
+    /// taking Redis from other callers.
+    static let registrationConcurrency = 32
 
     func routes() -> RouteCollection<IngestContext> {
         let router = RouteCollection(context: IngestContext.self)
@@ -69,7 +85,7 @@ struct GorushController: Sendable {
         router.get("/api/stat/go") { request, context in
             await answer(request, context) {
                 _ = try await authenticator.authenticate(request, context: context, api: .native)
-                return jsonResponse(.ok, Self.runtimeStats())
+                return jsonResponse(.ok, Self.runtimeStats(uptime: Date().timeIntervalSince(responseStats.started)))
             }
         }
         router.get("/api/config") { request, context in
@@ -87,6 +103,21 @@ struct GorushController: Sendable {
                 try await store.deleteHook(server: server)
                 return jsonResponse(.ok, ["url": .null])
             }
+        }
+        router.get("/") { _, _ in
+            // gorush's exact bytes.
+            Response(
+                status: .ok, headers: [.contentType: "application/json; charset=utf-8"],
+                body: .init(byteBuffer: ByteBuffer(string: #"{"text":"Welcome to notification server."}"#)))
+        }
+        router.get("/sys/stats") { request, context in
+            await answer(request, context) {
+                _ = try await authenticator.authenticate(request, context: context, api: .native)
+                return jsonResponse(.ok, responseStats.data())
+            }
+        }
+        router.get("/metrics") { request, context in
+            await answer(request, context) { try await metrics(request, context: context) }
         }
         router.get("/healthz") { _, _ in Response(status: .ok) }
         router.head("/healthz") { _, _ in Response(status: .ok) }
@@ -149,7 +180,7 @@ struct GorushController: Sendable {
         let server = try await authenticator.authenticate(request, context: context, api: .native)
         let notifications = try await readNotifications(request)
         let tokenCount = notifications.reduce(0) { $0 + $1.tokens.count }
-        guard tokenCount <= settings.maxTokens else {
+        guard settings.maxTokens == 0 || tokenCount <= settings.maxTokens else {
             throw APIError.badRequest(
                 "Number of tokens(\(tokenCount)) over limit(\(settings.maxTokens))", code: "TOO_MANY_TOKENS",
                 field: "notifications")
@@ -160,6 +191,7 @@ struct GorushController: Sendable {
         case "false", "0": sync = false
         default: sync = settings.sync
         }
+        try await checkEnabled(notifications)
         let realm = try await ensureRealm(server: server)
         var batch = GorushBatch()
         for notification in notifications {
@@ -174,18 +206,50 @@ struct GorushController: Sendable {
             for accepted in batch.accepted { deliveryWatch?.forget(accepted.id) }
             throw error
         }
-        try? await store.countSubmitted(server: server, tokens: tokenCount, notifications: notifications.count)
+        // gorush's counts: the tokens given, and a topic as one more.
+        let counts = notifications.reduce(0) { $0 + $1.counted }
+        try? await store.countSubmitted(server: server, tokens: counts, notifications: notifications.count)
         if let watch { batch.logs += await syncLogs(batch.accepted, watch: watch) }
-        var response = Self.pushAnswer(counts: tokenCount, logs: batch.logs)
+        var response = Self.pushAnswer(counts: counts, logs: batch.logs)
         // The relay's ids of what was accepted, in request order: for replay and the feedback hook.
         response.headers[Self.notificationIDsHeader] = batch.accepted.map(\.id.rawValue).joined(separator: ",")
         return response
     }
 
-    /// The body's `notifications`, each checked, within the call's limits.
+    /// A platform no dispatcher can send to is refused, before anything is registered
+    /// (gorush drops it silently; here the caller is told). While no dispatcher has said
+    /// what it can send to, every platform is taken.
+    func checkEnabled(_ notifications: [GorushNotification]) async throws {
+        guard let enabled = try await providers.enabledProviders() else { return }
+        for (index, notification) in notifications.enumerated() where !enabled.contains(notification.platform.provider)
+        {
+            throw APIError.badRequest(
+                "notifications[\(index)].platform: \(notification.platform.name) (\(notification.platform.rawValue)) is not enabled on this relay (no dispatcher has \(notification.platform.provider.rawValue) credentials)",
+                code: "PLATFORM_NOT_ENABLED", field: "notifications[\(index)].platform")
+        }
+    }
+
+    /// The body's `notifications`, each checked, within the call's limits. A body over
+    /// the relay's usual limit (a large send) waits for its share of `largeBodies`, so
+    /// large sends together hold a bounded amount of memory and small calls never wait.
     func readNotifications(_ request: Request) async throws -> [GorushNotification] {
+        let declared = request.headers[.contentLength].flatMap { Int($0) }
+        guard declared.map({ $0 > limits.maxBodyBytes }) ?? true else { return try await parseNotifications(request) }
+        let share = min(declared ?? settings.maxBodyBytes, settings.maxBodyBytes)
+        await largeBodies.acquire(share)
+        do {
+            let notifications = try await parseNotifications(request)
+            await largeBodies.release(share)
+            return notifications
+        } catch {
+            await largeBodies.release(share)
+            throw error
+        }
+    }
+
+    func parseNotifications(_ request: Request) async throws -> [GorushNotification] {
         var request = request
-        let bytes = Array(try await request.collectBody(upTo: limits.maxBodyBytes).readableBytesView)
+        let bytes = Array(try await request.collectBody(upTo: settings.maxBodyBytes).readableBytesView)
         guard let json = try? Wire.decode(JSONValue.self, from: bytes), let list = json["notifications"]?.arrayValue
         else {
             throw APIError.badRequest(
@@ -294,8 +358,9 @@ struct GorushBatch {
     mutating func add(
         _ notification: GorushNotification, controller: GorushController, server: String, realm: RealmID
     ) async throws {
-        var targets: [DeviceID: String] = [:]
-        var order: [DeviceID] = []
+        let appID = notification.platform == .ios ? notification.topic ?? controller.settings.apnsTopic : nil
+        var tokens: [String] = []
+        var registrations: [DeviceRegistration] = []
         for token in notification.tokens {
             let deviceToken: DeviceToken
             do {
@@ -308,12 +373,16 @@ struct GorushBatch {
                 logs.append(GorushController.log(notification, token: token, error: error))
                 continue
             }
-            let appID = notification.platform == .ios ? notification.topic ?? controller.settings.apnsTopic : nil
-            let (id, _) = try await controller.registrar.registerWithinQuota(
+            tokens.append(token)
+            registrations.append(
                 DeviceRegistration(
                     realmUUID: realm, userID: nil, token: deviceToken, appID: appID, pushAccountID: nil, pushKey: nil,
-                    api: .gorush),
-                server: server)
+                    api: .gorush))
+        }
+        let ids = try await controller.register(registrations, server: server)
+        var targets: [DeviceID: String] = [:]
+        var order: [DeviceID] = []
+        for (token, id) in zip(tokens, ids) {
             if targets[id] == nil { order.append(id) }
             targets[id] = token
         }
@@ -324,10 +393,46 @@ struct GorushBatch {
         if let callerID = notification.notificationID, !callerID.isEmpty {
             callerIDs.append((notificationID, callerID))
         }
-        records.append(
-            PushRequestRecord(
-                notificationID: notificationID, serverUUID: ServerID(server), realmUUID: realm,
-                acceptedAtMs: Wire.nowMillis(), request: .gorush(deviceIDs: order, sealedPayload: sealed)))
+        // A large send: several records of one notification, each its share of the devices.
+        var start = 0
+        while start < order.count {
+            let end = min(start + GorushController.devicesPerRecord, order.count)
+            records.append(
+                PushRequestRecord(
+                    notificationID: notificationID, serverUUID: ServerID(server), realmUUID: realm,
+                    acceptedAtMs: Wire.nowMillis(),
+                    request: .gorush(deviceIDs: Array(order[start..<end]), sealedPayload: sealed)))
+            start = end
+        }
         accepted.append(Accepted(notification: notification, id: notificationID, targets: targets))
+    }
+}
+
+extension GorushController {
+    /// Registers the devices, `registrationConcurrency` at a time; their ids in order.
+    func register(_ registrations: [DeviceRegistration], server: String) async throws -> [DeviceID] {
+        var ids = [DeviceID?](repeating: nil, count: registrations.count)
+        let registrar = self.registrar
+        try await withThrowingTaskGroup(of: (Int, DeviceID).self) { group in
+            var next = 0
+            func start(_ index: Int) {
+                let registration = registrations[index]
+                group.addTask {
+                    (index, try await registrar.registerWithinQuota(registration, server: server).id)
+                }
+            }
+            while next < min(Self.registrationConcurrency, registrations.count) {
+                start(next)
+                next += 1
+            }
+            while let (index, id) = try await group.next() {
+                ids[index] = id
+                if next < registrations.count {
+                    start(next)
+                    next += 1
+                }
+            }
+        }
+        return ids.compactMap { $0 }
     }
 }

@@ -53,6 +53,7 @@ public struct IngestConfiguration: Sendable {
     public var pepper: APIKeyPepper
     public var gorush: GorushSettings
     public var status: StatusSettings
+    public var transfer: RegistrationTransferSettings
 
     public init(reader: SettingsReader) throws {
         common = try CommonSettings(service: "ingest", defaultPort: 8080, reader: reader)
@@ -72,6 +73,7 @@ public struct IngestConfiguration: Sendable {
         pepper = try reader.apiKeyPepper()
         gorush = try GorushSettings(reader: reader)
         status = try StatusSettings(reader: reader)
+        transfer = try RegistrationTransferSettings(reader: reader)
     }
 }
 
@@ -117,7 +119,7 @@ public enum Ingest {
             ])
         try await runServices(
             [
-                KafkaProducerService(producer: producer), ops.service, app,
+                KafkaProducerService(producer: producer), ops.service, app, ShutdownHook { await api.shutdown() },
                 KafkaConsumerService(
                     consumer: watchConsumer, maxBatch: 512, batchHandler: DeliveryWatch.handler(watch)),
             ], shutdownTimeout: settings.shutdownTimeout,

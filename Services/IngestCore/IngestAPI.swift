@@ -16,11 +16,14 @@ public struct IngestStores: Sendable {
     public var idempotency: any IdempotencyStore
     public var gorush: any GorushStore
     public var status: any StatusRegistrationStore
+    /// What the dispatchers announce they can send to (gorush's enabled platforms).
+    public var providers: any ProviderDirectory
 
     public init(
         servers: any ServerRegistry, devices: any DeviceRegistry, legacyDevices: any LegacyDeviceRegistry,
         realms: any RealmRegistry, clients: any ClientCounters, idempotency: any IdempotencyStore,
-        gorush: any GorushStore, status: any StatusRegistrationStore
+        gorush: any GorushStore, status: any StatusRegistrationStore,
+        providers: any ProviderDirectory = UnannouncedProviders()
     ) {
         self.servers = servers
         self.devices = devices
@@ -30,6 +33,7 @@ public struct IngestStores: Sendable {
         self.idempotency = idempotency
         self.gorush = gorush
         self.status = status
+        self.providers = providers
     }
 
     /// Every store on one Redis (or Redis Cluster) client, under the configured key prefix.
@@ -43,7 +47,8 @@ public struct IngestStores: Sendable {
             clients: RedisClientCounters(redis: redis, keys: keys),
             idempotency: RedisIdempotencyStore(redis: redis, keys: keys),
             gorush: RedisGorushStore(redis: redis, keys: keys),
-            status: RedisStatusRegistrationStore(redis: redis, keys: keys, storage: configuration.storageKeys))
+            status: RedisStatusRegistrationStore(redis: redis, keys: keys, storage: configuration.storageKeys),
+            providers: ProviderAnnouncements(redis: redis, keys: keys))
     }
 }
 
@@ -68,10 +73,11 @@ public struct IngestAPI: Sendable {
             logger: logger, deliveryWatch: deliveryWatch)
     }
 
-    /// The controllers on `stores` and a record publisher (`push.requests`).
+    /// The controllers on `stores` and a record publisher (`push.requests`); the
+    /// registration transfer fetches over HTTPS unless `transferFetcher` is given.
     public init(
         configuration: IngestConfiguration, stores: IngestStores, publisher: any RecordPublisher, logger: Logger,
-        deliveryWatch: DeliveryWatch? = nil
+        deliveryWatch: DeliveryWatch? = nil, transferFetcher: (any TransferChallengeFetcher)? = nil
     ) throws {
         let limits = configuration.limits
         let authenticator = ServerAuthenticator(
@@ -90,7 +96,12 @@ public struct IngestAPI: Sendable {
         zulipServers = ZulipServerController(
             authenticator: authenticator, servers: stores.servers, realms: stores.realms,
             storage: configuration.storageKeys, limits: limits,
-            openRegistration: configuration.openServerRegistration)
+            openRegistration: configuration.openServerRegistration,
+            transfers: RegistrationTransfers(
+                servers: stores.servers, clients: stores.clients,
+                fetcher: transferFetcher
+                    ?? HTTPTransferChallengeFetcher(settings: configuration.transfer, logger: logger),
+                pepper: configuration.pepper, settings: configuration.transfer))
         zulipE2EE = ZulipE2EEController(
             authenticator: authenticator, registrar: registrar, ownership: ownership, devices: stores.devices,
             acceptor: acceptor, limits: limits)
@@ -101,11 +112,17 @@ public struct IngestAPI: Sendable {
         gorush = GorushController(
             authenticator: authenticator, registrar: registrar, realms: stores.realms, store: stores.gorush,
             storage: configuration.storageKeys, acceptor: acceptor, sealer: sealer, settings: configuration.gorush,
-            limits: limits, pepper: configuration.pepper, deliveryWatch: deliveryWatch)
+            limits: limits, pepper: configuration.pepper, deliveryWatch: deliveryWatch,
+            providers: CachedProviderDirectory(stores.providers),
+            largeBodies: ByteBudget(capacity: configuration.gorush.maxBodyBytes.saturatingMultiply(4)),
+            responseStats: ResponseStats())
         status = StatusController(
             server: try configuration.status.server(), authenticator: authenticator, devices: stores.devices,
             realms: stores.realms, store: stores.status, acceptor: acceptor, sealer: sealer)
     }
+
+    /// Closes the clients the API opened (the registration transfer's).
+    public func shutdown() async { await zulipServers.transfers.fetcher.shutdown() }
 
     /// Every route of the public API, each controller's in turn.
     public func router() -> Router<IngestContext> {
@@ -113,6 +130,7 @@ public struct IngestAPI: Sendable {
         let probe = Router(context: IngestContext.self)
         addRoutes(to: probe)
         let router = Router(context: IngestContext.self)
+        router.add(middleware: GorushHeadersMiddleware(stats: gorush.responseStats))
         router.add(middleware: ErrorMiddleware(routes: RouteMethods(probe.routes)))
         router.add(middleware: MetricsMiddleware())
         addRoutes(to: router)

@@ -161,7 +161,7 @@ struct NativeController: Sendable {
         let query = request.uri.queryParameters
         guard let realmText = query.get("realm_uuid"), let realm = Syntax.canonicalUUID(String(realmText))
         else { throw APIError.badRequest("realm_uuid: must be a UUID", field: "realm_uuid") }
-        guard let userID = query.get("user_id").flatMap({ Int64($0) }) else {
+        guard let userID = query.get("user_id").flatMap({ Syntax.canonicalInt64(Substring($0)) }) else {
             throw APIError.badRequest("user_id: must be an integer", field: "user_id")
         }
         try await ownership.requireOwn(realm, server: server)

@@ -60,7 +60,9 @@ struct RequestFields {
 
     /// An integer: a JSON number, or decimal text in a form body.
     func int(_ key: String) throws -> Int64 {
-        if isForm, case .string(let text)? = json[key], let value = Int64(text) { return value }
+        if isForm, case .string(let text)? = json[key], let value = Syntax.canonicalInt64(Substring(text)) {
+            return value
+        }
         do { return try reader.int(key) } catch { throw APIError.invalid(error) }
     }
 

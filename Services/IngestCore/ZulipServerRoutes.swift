@@ -16,11 +16,19 @@ struct ZulipServerController: Sendable {
     let limits: Limits
     /// Whether servers may register themselves (`open`) or only by `pushrelay-admin` (`closed`).
     let openRegistration: Bool
+    /// Zulip's registration transfer.
+    let transfers: RegistrationTransfers
 
     func routes() -> RouteCollection<IngestContext> {
         let router = RouteCollection(context: IngestContext.self)
         router.post("/api/v1/remotes/server/register") { request, context in
             try await registerServer(request, context: context)
+        }
+        // Zulip's registration transfer: no credentials (the server may have lost them);
+        // control of the registered hostname is the proof.
+        router.post("/api/v1/remotes/server/register/transfer") { request, _ in try await transfers.begin(request) }
+        router.post("/api/v1/remotes/server/register/verify_challenge") { request, _ in
+            try await transfers.verify(request)
         }
         router.post("/api/v1/remotes/server/deactivate") { request, context in
             let server = try await authenticator.authenticate(request, context: context, api: .zulip)

@@ -188,6 +188,8 @@ public protocol ClientCounters: Sendable {
     func forgiveAuthAttempt(client: String, window: Int64) async throws
     /// Counts one server registration from `client` in `window`; the count so far.
     func countServerRegistration(client: String, window: Int64, windowSeconds: Int) async throws -> Int64
+    /// Counts one registration-transfer verification (from anyone) in `window`; the count so far.
+    func countTransferVerification(window: Int64, windowSeconds: Int) async throws -> Int64
 }
 
 /// The client counters in Redis (`af:` and `sr:` keys).
@@ -211,5 +213,9 @@ public struct RedisClientCounters: ClientCounters {
     public func countServerRegistration(client: String, window: Int64, windowSeconds: Int) async throws -> Int64 {
         try await counter.increment(
             keys.serverRegistrations(client: client, window: window), windowSeconds: windowSeconds)
+    }
+
+    public func countTransferVerification(window: Int64, windowSeconds: Int) async throws -> Int64 {
+        try await counter.increment(keys.transferVerifications(window: window), windowSeconds: windowSeconds)
     }
 }

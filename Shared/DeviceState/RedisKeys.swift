@@ -23,6 +23,9 @@ import PushModels
 /// | `{p}server:{uuid}:realms` | set | realm uuids the server registered (realm quota) |
 /// | `{p}server:{uuid}:devices` | string | devices the server registered (device quota) |
 /// | `{p}idem:{server}:{sha256(Idempotency-Key)}` | hash | `state` (pending/done), `fp` (body SHA-256), `status`, `body`: a notify's first answer (expires) |
+/// | `{p}providers` | hash | dispatcher process id → `{until_ms}|{provider},…`: the providers each dispatcher has credentials for, renewed while it runs (`ProviderAnnouncements`) |
+/// | `{p}tv:{window}` | string | Zulip registration-transfer verifications in a window, from anyone (expires) |
+/// | `{p}hostname:{hostname}` | string | uuid of the server registered with that hostname (Zulip's registration transfer) |
 /// | `{p}sent:{notification_id}:{device_id}` | string | send ledger: `claimed {ms}` while a send is under way, `sent {ms} {provider message id}` once accepted; expires after the retry horizon |
 ///
 /// On a Redis Cluster (`hashTags`), the part of a key in `{…}` is its hash tag: keys that
@@ -81,6 +84,9 @@ public struct RedisKeys: Sendable {
     public func zulipTokenID(realm: RealmID, tokenID: String) -> String { "\(prefix)tid:\(realm):\(tokenID)" }
     public func zulipLegacyUser(server: String, user: String) -> String { "\(prefix)zl:\(server):\(user)" }
     public func rateLimit(server: String, window: Int64) -> String { "\(prefix)rl:\(tag(server)):\(window)" }
+    public var providers: String { "\(prefix)providers" }
+    public func transferVerifications(window: Int64) -> String { "\(prefix)tv:\(window)" }
+    public func serverHostname(_ hostname: String) -> String { "\(prefix)hostname:\(hostname)" }
     public func sent(notificationID: NotificationID, deviceID: DeviceID) -> String {
         "\(prefix)sent:\(tag(notificationID)):\(deviceID)"
     }

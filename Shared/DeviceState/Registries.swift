@@ -22,6 +22,10 @@ public protocol ServerRegistry: Sendable {
         nowMs: Int64
     ) async throws
     func analyticsIDs(uuid: String) async throws -> ZulipAnalyticsIDs
+    /// The server registered with `hostname` (Zulip's registration transfer), if any.
+    func server(hostname: String) async throws -> String?
+    /// Gives the server a new API key; the old one stops working.
+    func replaceKey(uuid: String, newAPIKey: String, nowMs: Int64) async throws
     /// Up to `want` requests of the server's window, after giving back `returning`; never
     /// more than `limit` granted per window, with the server's credential and deactivation.
     func leaseQuota(server: String, want: Int, returning: Int, limit: Int, windowSeconds: Int, nowMs: Int64)

@@ -58,9 +58,13 @@ public struct ServerStore: Sendable {
         allowCreate: Bool = true, nowMs: Int64 = Wire.nowMillis()
     ) async throws -> Bool {
         let key = keys.server(uuid)
-        if !allowCreate, try await redis.command("EXISTS", RedisArgument(key)).int != 1 {
-            throw ServerRegistrationError.registrationClosed
-        }
+        let previous = try await redis.command("HMGET", RedisArgument(key), "hostname", "created_ms", "api_key_sha256")
+            .array
+        let exists = previous.contains { $0.string != nil }
+        if !allowCreate, !exists { throw ServerRegistrationError.registrationClosed }
+        // A hostname stays with the server that registered it first (the one a transfer
+        // moves); a second server with it is still taken, as the relay always has.
+        let holder = try await server(hostname: hostname)
         // Created only when no record exists: a server with just the old hash field is not new.
         let created =
             try await redis.command(
@@ -83,7 +87,44 @@ public struct ServerStore: Sendable {
         var commands = [fields]
         if newAPIKey != nil { commands.append(["HDEL", RedisArgument(key), "api_key_sha256"]) }
         try await redis.checkedPipeline(commands)
+        // The hostname index: this server's unless another still holds the name.
+        if holder == nil || holder == uuid {
+            try await redis.command("SET", RedisArgument(keys.serverHostname(hostname)), RedisArgument(uuid))
+        }
+        if let old = previous.first?.string, old != hostname {
+            try await redis.command(
+                "EVAL", RedisArgument(Self.releaseHostnameScript), "1", RedisArgument(keys.serverHostname(old)),
+                RedisArgument(uuid))
+        }
         return created
+    }
+
+    /// Deletes a hostname's index entry only while it still names this server.
+    static let releaseHostnameScript = """
+        if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+        return 0
+        """
+
+    /// The server registered with `hostname`: the index's, while that server's record
+    /// still says so. Servers registered before the index are found once they register again.
+    public func server(hostname: String) async throws -> String? {
+        guard let uuid = try await redis.command("GET", RedisArgument(keys.serverHostname(hostname))).string,
+            try await redis.command("HGET", RedisArgument(keys.server(uuid)), "hostname").string == hostname
+        else { return nil }
+        return uuid
+    }
+
+    /// Gives the server a new API key (Zulip's registration transfer); the old one, and
+    /// an unsalted hash from before the pepper, stop working.
+    public func replaceKey(uuid: String, newAPIKey: String, nowMs: Int64 = Wire.nowMillis()) async throws {
+        let key = keys.server(uuid)
+        try await redis.checkedPipeline([
+            [
+                "HSET", RedisArgument(key), "api_key_hmac", RedisArgument(pepper.hmacHex(newAPIKey)), "updated_ms",
+                RedisArgument(nowMs),
+            ],
+            ["HDEL", RedisArgument(key), "api_key_sha256"],
+        ])
     }
 
     /// Constant-time check of a server's API key against its stored HMAC, or against the

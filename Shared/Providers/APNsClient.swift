@@ -127,17 +127,18 @@ public final class APNsClient: PushProviderClient {
         APNsClient(sharing: self, provider: .apnsVoIP)
     }
 
-    /// The headers that differ between kinds: (topic, push type, priority, expiration).
+    /// The headers that differ between kinds: (topic, push type, priority, expiration);
+    /// a nil priority or expiration is a header not sent (APNs' defaults apply).
     /// VoIP (Apple's "Sending notification requests to APNs"): topic `<bundle id>.voip`,
     /// push type `voip`, priority 10, and expiration 0: a call rings now or never.
     static func kindHeaders(_ push: ProviderPush, topic: String)
-        -> (topic: String, pushType: String, priority: Int, expiration: Int64?)
+        -> (topic: String, pushType: String, priority: Int?, expiration: Int64?)
     {
         if push.provider == .apnsVoIP {
             let voipTopic = topic.hasSuffix(".voip") ? topic : topic + ".voip"
             return (voipTopic, APNsPushType.voip.rawValue, 10, 0)
         }
-        return (topic, push.delivery.apnsPushType.name, push.delivery.apnsPriority.value, push.expiresAt)
+        return (topic, push.delivery.apnsPushType.name, push.delivery.apnsPriority?.value, push.expiresAt)
     }
 
     public func send(_ push: ProviderPush) async -> SendResult {
@@ -159,7 +160,7 @@ public final class APNsClient: PushProviderClient {
         let kind = Self.kindHeaders(push, topic: topic)
         request.headers.add(name: "apns-topic", value: kind.topic)
         request.headers.add(name: "apns-push-type", value: kind.pushType)
-        request.headers.add(name: "apns-priority", value: String(kind.priority))
+        if let priority = kind.priority { request.headers.add(name: "apns-priority", value: String(priority)) }
         let apnsID = Self.apnsID(push)
         request.headers.add(name: "apns-id", value: apnsID)
         if let expiration = kind.expiration { request.headers.add(name: "apns-expiration", value: String(expiration)) }

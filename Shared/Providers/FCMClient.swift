@@ -167,9 +167,11 @@ public final class FCMClient: PushProviderClient {
         return await post(message, push: push)
     }
 
-    /// The android block every message gets: the priority, the time left, the collapse key.
+    /// The android block every message gets: the priority, the time left, the collapse key
+    /// (each only when the push has one).
     static func androidDefaults(_ push: ProviderPush) -> [String: JSONValue] {
-        var android: [String: JSONValue] = ["priority": .string(push.delivery.fcmPriority.name.uppercased())]
+        var android: [String: JSONValue] = [:]
+        if let priority = push.delivery.fcmPriority { android["priority"] = .string(priority.name.uppercased()) }
         if let expiresAt = push.expiresAt {
             let ttl = max(0, expiresAt - Int64(Date().timeIntervalSince1970))
             android["ttl"] = .string("\(ttl)s")
@@ -182,9 +184,14 @@ public final class FCMClient: PushProviderClient {
     /// block's priority, ttl and collapse key filled in where the fields leave them out.
     static func message(fields body: [UInt8], push: ProviderPush) -> [UInt8]? {
         guard var fields = (try? Wire.decode(JSONValue.self, from: body))?.objectValue else { return nil }
-        var android = fields["android"]?.objectValue ?? [:]
-        for (key, value) in androidDefaults(push) where android[key] == nil { android[key] = value }
-        fields["android"] = .object(android)
+        // Only what the push sets: a message without them keeps FCM's defaults (normal
+        // priority, four weeks), as gorush sends it.
+        let defaults = androidDefaults(push)
+        if !defaults.isEmpty {
+            var android = fields["android"]?.objectValue ?? [:]
+            for (key, value) in defaults where android[key] == nil { android[key] = value }
+            fields["android"] = .object(android)
+        }
         fields["token"] = .string(push.token)
         return Wire.canonical(.object(["message": .object(fields), "validate_only": false]))
     }

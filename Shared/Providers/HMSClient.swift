@@ -143,8 +143,8 @@ public final class HMSClient: PushProviderClient {
     /// one is left out rather than guessed.
     static func message(_ push: ProviderPush, fields: [String: JSONValue], now: Date) -> [UInt8] {
         var android = fields["android"]?.objectValue ?? [:]
-        if android["urgency"] == nil {
-            android["urgency"] = push.delivery.fcmPriority == .known(.high) ? "HIGH" : "NORMAL"
+        if android["urgency"] == nil, let priority = push.delivery.fcmPriority {
+            android["urgency"] = priority == .known(.high) ? "HIGH" : "NORMAL"
         }
         if let expiresAt = push.expiresAt, android["ttl"] == nil {
             let left = expiresAt.saturatingSubtract(Int64(now.timeIntervalSince1970))
@@ -154,7 +154,7 @@ public final class HMSClient: PushProviderClient {
             android["collapse_key"] = .int(key)
         }
         var message = fields
-        message["android"] = .object(android)
+        if !android.isEmpty { message["android"] = .object(android) }
         message["token"] = [.string(push.token)]
         return Wire.canonical(["validate_only": false, "message": .object(message)])
     }

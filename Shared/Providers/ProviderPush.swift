@@ -57,7 +57,9 @@ public struct ProviderPush: Sendable, Equatable {
     public init(record: OutboundRecord, token: String, body: [UInt8]) {
         self.init(
             provider: record.provider, token: token, appID: record.appID, delivery: record.delivery, body: body,
-            bodyForm: record.bodyForm, expiresAt: record.expiresAt, collapseID: record.collapseID,
+            bodyForm: record.bodyForm,
+            expiresAt: record.providerExpiry == .providerDefault ? nil : record.expiresAt,
+            collapseID: record.collapseID,
             notificationID: record.notificationID, deviceID: record.deviceID)
     }
 }

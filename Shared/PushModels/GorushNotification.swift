@@ -36,11 +36,17 @@ public struct GorushNotification: Sendable, Equatable {
         }
     }
 
-    /// Most tokens in one notification (gorush's FCM and HMS limit, applied to every platform).
+    /// Most tokens in one Android or Huawei notification (gorush's limit, FCM's 500
+    /// messages per batch). gorush has none for iOS, and neither has the relay.
     public static let maxTokens = 500
 
     public let platform: Platform
+    /// Where it goes: `tokens`, and `to` for Android and Huawei.
     public let tokens: [String]
+    /// What gorush's `counts` adds for it: the `tokens` given (not `to`), and one more
+    /// for a `topic`, as gorush counts them (an iOS `topic` is the app's bundle id, but
+    /// gorush counts it all the same).
+    public let counted: Int
     /// The notification without `tokens`: what travels sealed to the encryptor.
     public let content: [String: JSONValue]
 
@@ -102,7 +108,10 @@ public struct GorushNotification: Sendable, Equatable {
             }
             if Self.objectFields.contains(key), value.objectValue == nil { throw fail(key, "must be an object") }
         }
-        if let to = object["to"]?.stringValue, !to.isEmpty { tokens.append(to) }
+        var counted = tokens.count
+        if object["topic"]?.stringValue.map({ !$0.isEmpty }) == true { counted += 1 }
+        // gorush adds `to` for Android and Huawei only; for iOS it is ignored.
+        if platform != .ios, let to = object["to"]?.stringValue, !to.isEmpty { tokens.append(to) }
         if let alert = object["alert"]?.objectValue {
             for (key, value) in alert where value != .null {
                 if Self.alertStrings.contains(key), value.stringValue == nil {
@@ -113,7 +122,10 @@ public struct GorushNotification: Sendable, Equatable {
         if let sound = object["sound"], sound != .null, sound.stringValue == nil, sound.objectValue == nil {
             throw fail("sound", "must be a string or an object")
         }
-        if let priority = object["priority"]?.stringValue, !["", "high", "normal"].contains(priority) {
+        // iOS: gorush sends no `apns-priority` for any other value. FCM refuses the whole
+        // notification (firebase-admin-go's check), so Android and Huawei are told here.
+        if platform != .ios, let priority = object["priority"]?.stringValue, !["", "high", "normal"].contains(priority)
+        {
             throw fail("priority", "must be \"high\" or \"normal\"")
         }
         if let expiration = object["expiration"]?.intValue, expiration < 0 {
@@ -127,11 +139,12 @@ public struct GorushNotification: Sendable, Equatable {
                 "topic", "sending to FCM or HMS topics and conditions is not supported: give the device tokens")
         }
         guard !tokens.isEmpty else { throw fail("tokens", "please provide at least one device token") }
-        guard tokens.count <= Self.maxTokens else {
-            throw fail("tokens", "you can specify up to \(Self.maxTokens) device tokens per notification")
+        guard platform == .ios || tokens.count <= Self.maxTokens else {
+            throw fail("tokens", "you can specify up to \(Self.maxTokens) device registration tokens per invocation")
         }
         self.platform = platform
         self.tokens = tokens
+        self.counted = counted
         var content = object
         content["tokens"] = nil
         content["to"] = nil
@@ -143,6 +156,7 @@ public struct GorushNotification: Sendable, Equatable {
     public init(platform: Platform, content: [String: JSONValue]) {
         self.platform = platform
         self.tokens = []
+        self.counted = 0
         self.content = content
     }
 
@@ -168,30 +182,30 @@ public struct GorushNotification: Sendable, Equatable {
 
     // MARK: Delivery headers
 
-    /// `apns-push-type`, priority and FCM priority, as gorush sends them: `push_type` as
-    /// given (gorush's default is `alert`, but a push with only `content_available` is a
-    /// background push to APNs, sent at priority 5); `priority` `high` 10, `normal` 5.
+    /// `apns-push-type` and `apns-priority` as gorush (apns2) sends them: `push_type` as
+    /// given, else `alert` (nothing is inferred, not even for `content_available` alone);
+    /// `priority` `high` 10, `normal` 5, anything else no header. The FCM and Huawei
+    /// priorities are in their message bodies (`fcmMessage`, `hmsMessage`), so none is
+    /// added to them: without `priority` FCM's default (normal) applies.
     public var delivery: DeliveryClass {
-        let background = string("push_type") == nil && flag("content_available") && !hasVisibleAlert
-        let pushType = string("push_type") ?? (background ? "background" : "alert")
-        let priority: APNsPriority
-        switch string("priority") {
+        let priority: APNsPriority?
+        switch content["priority"]?.stringValue {
         case "high": priority = .immediate
         case "normal": priority = .considerate
-        default: priority = background ? .considerate : .immediate
+        default: priority = nil
         }
-        let fcm: FCMPriority = string("priority") == "normal" ? .normal : .high
-        return DeliveryClass(apnsPriority: priority, apnsPushType: Named(pushType), fcmPriority: .known(fcm))
+        return DeliveryClass(
+            apnsPriority: priority, apnsPushType: Named(string("push_type") ?? "alert"), fcmPriority: nil)
     }
 
-    /// Unix seconds after which APNs drops it (`expiration`); nil keeps the relay's TTL.
-    public var expiresAt: Int64? { content["expiration"]?.intValue.flatMap { $0 > 0 ? $0 : nil } }
-    public var collapseID: String? { string("collapse_id") }
-
-    private var hasVisibleAlert: Bool {
-        string("message") != nil || string("title") != nil || !(content["alert"]?.objectValue ?? [:]).isEmpty
-            || content["badge"] != nil || content["sound"] != nil
+    /// Unix seconds after which APNs drops it (`expiration`, iOS only, when positive:
+    /// apns2 sends no `apns-expiration` otherwise); nil leaves the provider its default.
+    public var expiresAt: Int64? {
+        guard platform == .ios else { return nil }
+        return content["expiration"]?.intValue.flatMap { $0 > 0 ? $0 : nil }
     }
+    /// `apns-collapse-id` (iOS only: gorush's Android and Huawei messages have their own).
+    public var collapseID: String? { platform == .ios ? string("collapse_id") : nil }
 
     // MARK: Bodies
 
@@ -213,20 +227,7 @@ public struct GorushNotification: Sendable, Equatable {
             aps["alert"] = .string(message)
         }
         if let badge = content["badge"]?.intValue, badge >= 0 { aps["badge"] = .int(badge) }
-        if let sound = content["sound"], sound != .null {
-            if let text = sound.stringValue {
-                if !text.isEmpty { aps["sound"] = .string(text) }
-            } else if let fields = sound.objectValue {
-                aps["sound"] = .object(fields.filter { $0.value != .null && $0.value != .string("") })
-            }
-        }
-        if string("name") != nil || content["volume"] != nil {
-            var sound =
-                aps["sound"]?.objectValue ?? ["critical": .int(1), "name": .string("default"), "volume": .int(1)]
-            if let name = string("name") { sound["name"] = .string(name) }
-            if let volume = content["volume"], volume != .null { sound["volume"] = volume }
-            aps["sound"] = .object(sound)
-        }
+        if let sound = apnsSound { aps["sound"] = sound }
         if let category = string("category") { aps["category"] = .string(category) }
         if let thread = string("thread-id") { aps["thread-id"] = .string(thread) }
         if let args = content["url-args"], args != .null { aps["url-args"] = args }
@@ -252,6 +253,46 @@ public struct GorushNotification: Sendable, Equatable {
         return .object(root)
     }
 
+    /// `aps.sound` as gorush and apns2 build it. A string goes as it is (even empty); a
+    /// dictionary keeps its `critical` (an integer), `name` and `volume`, the zero ones
+    /// left out. A top-level `name` or positive `volume` starts over from apns2's
+    /// `{"critical":1,"name":"default","volume":1}` (whatever `sound` said is dropped),
+    /// then sets them.
+    var apnsSound: JSONValue? {
+        var sound: JSONValue?
+        switch content["sound"] {
+        case .string(let text)?: sound = .string(text)
+        case .object(let fields)?:
+            // mapstructure's decoding into gorush's Sound: keys matched without case.
+            var decoded: [String: JSONValue] = [:]
+            for (key, value) in fields {
+                switch (key.lowercased(), value) {
+                case ("critical", .int(let number)) where number != 0: decoded["critical"] = .int(number)
+                case ("critical", .double(let number)) where number.isFinite && abs(number) >= 1 && abs(number) < 1e15:
+                    decoded["critical"] = .int(Int64(number))
+                case ("name", .string(let name)) where !name.isEmpty: decoded["name"] = .string(name)
+                case ("volume", .int(let number)) where number != 0: decoded["volume"] = .int(number)
+                case ("volume", .double(let number)) where number != 0: decoded["volume"] = .double(number)
+                default: break
+                }
+            }
+            sound = .object(decoded)
+        default: sound = nil
+        }
+        let name = string("name")
+        let volume: JSONValue?
+        switch content["volume"] {
+        case .int(let number)? where number > 0: volume = .int(number)
+        case .double(let number)? where number > 0: volume = .double(number)
+        default: volume = nil
+        }
+        guard name != nil || volume != nil else { return sound }
+        var reset: [String: JSONValue] = ["critical": .int(1), "name": "default", "volume": .int(1)]
+        if let name { reset["name"] = .string(name) }
+        if let volume { reset["volume"] = volume }
+        return .object(reset)
+    }
+
     /// FCM's `data`: every value a string (strings as they are, anything else as JSON).
     static func stringMap(_ object: [String: JSONValue]) -> [String: JSONValue] {
         object.mapValues { value in
@@ -260,49 +301,56 @@ public struct GorushNotification: Sendable, Equatable {
         }
     }
 
-    /// The FCM v1 message fields, without `token` (firebase-admin-go's mapping in gorush).
+    /// The FCM v1 message fields, without `token`, as gorush builds them with
+    /// firebase-admin-go, step by step in its order: the `notification` (and, with
+    /// `mutable_content`, an `apns` block that replaces a given one), `content_available`
+    /// (an `apns` block with the data in `aps`, replacing again), a string `sound` (into
+    /// `apns.payload.aps`, and an `android` block when none was given), then `priority`
+    /// into `android`. Without `priority`, `sound` or an `android` block there is no
+    /// `android` block at all, so FCM's defaults apply (normal priority, four weeks).
     public func fcmMessage() -> JSONValue {
         var message: [String: JSONValue] = [:]
         var notification =
             content["notification"]?.objectValue?.filter {
                 ["title", "body", "image"].contains($0.key) && $0.value.stringValue != nil
             } ?? [:]
-        if let title = string("title") { notification["title"] = .string(title) }
-        if let body = string("message") { notification["body"] = .string(body) }
-        if let image = string("image") { notification["image"] = .string(image) }
-        if !notification.isEmpty { message["notification"] = .object(notification) }
-        if let data = content["data"]?.objectValue, !data.isEmpty { message["data"] = .object(Self.stringMap(data)) }
+        var apns = content["apns"]?.objectValue
         var android = content["android"]?.objectValue
-        if let priority = string("priority"), android?["priority"]?.stringValue.map({ $0.isEmpty }) ?? true {
+        let title = string("title")
+        let body = string("message")
+        let image = string("image")
+        if title != nil || body != nil || image != nil {
+            if let title { notification["title"] = .string(title) }
+            if let body { notification["body"] = .string(body) }
+            if let image { notification["image"] = .string(image) }
+            if flag("mutable_content") { apns = ["payload": ["aps": ["mutable-content": 1]]] }
+        }
+        if flag("content_available") {
+            var aps: [String: JSONValue] = ["content-available": 1]
+            for (key, value) in content["data"]?.objectValue ?? [:] { aps[key] = value }
+            apns = ["headers": ["apns-priority": "5"], "payload": ["aps": .object(aps)]]
+        }
+        let priority = string("priority")
+        if let sound = content["sound"]?.stringValue {
+            var fields = apns ?? [:]
+            var payload = fields["payload"]?.objectValue ?? [:]
+            var aps = payload["aps"]?.objectValue ?? [:]
+            if !sound.isEmpty { aps["sound"] = .string(sound) }
+            payload["aps"] = .object(aps)
+            fields["payload"] = .object(payload)
+            apns = fields
+            if android == nil {
+                android = ["notification": .object(sound.isEmpty ? [:] : ["sound": .string(sound)])]
+                if let priority { android?["priority"] = .string(priority.uppercased()) }
+            }
+        }
+        if let priority, android?["priority"]?.stringValue.map({ $0.isEmpty }) ?? true {
             android = android ?? [:]
             android?["priority"] = .string(priority.uppercased())
         }
-        if let sound = string("sound") {
-            var apns = content["apns"]?.objectValue ?? [:]
-            var payload = apns["payload"]?.objectValue ?? [:]
-            var aps = payload["aps"]?.objectValue ?? [:]
-            aps["sound"] = .string(sound)
-            payload["aps"] = .object(aps)
-            apns["payload"] = .object(payload)
-            message["apns"] = .object(apns)
-            if content["android"]?.objectValue == nil {
-                var fields = android ?? [:]
-                fields["notification"] = .object(["sound": .string(sound)])
-                android = fields
-            }
-        } else if let apns = content["apns"], apns.objectValue != nil {
-            message["apns"] = apns
-        }
-        if flag("mutable_content"), !notification.isEmpty {
-            message["apns"] = .object(["payload": .object(["aps": .object(["mutable-content": .int(1)])])])
-        }
-        if flag("content_available") {
-            var aps: [String: JSONValue] = ["content-available": .int(1)]
-            for (key, value) in content["data"]?.objectValue ?? [:] { aps[key] = value }
-            message["apns"] = .object([
-                "headers": .object(["apns-priority": .string("5")]), "payload": .object(["aps": .object(aps)]),
-            ])
-        }
+        if !notification.isEmpty { message["notification"] = .object(notification) }
+        if let data = content["data"]?.objectValue, !data.isEmpty { message["data"] = .object(Self.stringMap(data)) }
+        if let apns { message["apns"] = .object(apns) }
         if let android { message["android"] = .object(android) }
         for key in ["webpush", "fcm_options"] {
             if let value = content[key], value.objectValue != nil { message[key] = value }

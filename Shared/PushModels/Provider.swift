@@ -241,30 +241,34 @@ where Known.RawValue == String {
 }
 
 /// Delivery settings derived from the notification type, the same for every provider.
+/// A priority left out (nil, absent on the wire) is one the provider is not told, so its
+/// own default applies: gorush's API sends no `apns-priority` without `priority`, and no
+/// `android` block at all.
 public struct DeliveryClass: WireObject, Equatable {
-    /// APNs `apns-priority`: 10 alerts now, 5 is the power-conserving priority background pushes require.
-    public var apnsPriority: APNsPriority
+    /// APNs `apns-priority`: 10 alerts now, 5 is the power-conserving priority background
+    /// pushes require; nil sends no header (APNs then uses 10).
+    public var apnsPriority: APNsPriority?
     /// APNs `apns-push-type`.
     public var apnsPushType: Named<APNsPushType>
-    /// FCM `android.priority`.
-    public var fcmPriority: Named<FCMPriority>
+    /// FCM `android.priority` (Huawei's `urgency`, Web Push's `Urgency`); nil leaves it out.
+    public var fcmPriority: Named<FCMPriority>?
 
-    public init(apnsPriority: APNsPriority, apnsPushType: Named<APNsPushType>, fcmPriority: Named<FCMPriority>) {
+    public init(apnsPriority: APNsPriority?, apnsPushType: Named<APNsPushType>, fcmPriority: Named<FCMPriority>?) {
         self.apnsPriority = apnsPriority
         self.apnsPushType = apnsPushType
         self.fcmPriority = fcmPriority
     }
 
     public init(fields: WireFields) throws {
-        apnsPriority = APNsPriority(try fields.int("apns_priority"))
+        apnsPriority = try fields.int(ifPresent: "apns_priority").map { APNsPriority($0) }
         apnsPushType = Named(try fields.string("apns_push_type"))
-        fcmPriority = Named(try fields.string("fcm_priority"))
+        fcmPriority = try fields.string(ifPresent: "fcm_priority").map { Named($0) }
     }
 
     public func write(to object: inout JSONObjectWriter) {
-        object.field("apns_priority", apnsPriority.value)
+        if let apnsPriority { object.field("apns_priority", apnsPriority.value) }
         object.field("apns_push_type", apnsPushType.name)
-        object.field("fcm_priority", fcmPriority.name)
+        if let fcmPriority { object.field("fcm_priority", fcmPriority.name) }
     }
 
     public init(_ type: NotificationType) {

@@ -172,6 +172,13 @@ extension OutboundRecord {
 }
 
 /// How a provider body is to be read (`OutboundRecord.bodyForm`).
+/// Whether a push's provider is told when it expires.
+public enum ProviderExpiry: String, Sendable, Equatable {
+    /// Not told: the provider's own default applies (APNs stores it by its policy, FCM
+    /// keeps it four weeks), as gorush sends a notification without `expiration`.
+    case providerDefault = "provider_default"
+}
+
 public enum BodyForm: String, Sendable, Equatable {
     /// The provider message's fields, without the token.
     case message

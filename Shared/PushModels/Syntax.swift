@@ -113,6 +113,17 @@ public enum Syntax {
         }.nilIfEmpty
     }
 
+    /// An integer in its one canonical decimal form, as a JSON encoder or `str(int)`
+    /// writes it: an optional `-`, then digits without leading zeros. `+5`, `05`, `-0`,
+    /// spaces and anything past Int64 are refused (Swift's `Int64(String)` takes `+5`).
+    public static func canonicalInt64(_ text: Substring) -> Int64? {
+        let digits = text.first == "-" ? text.dropFirst() : text
+        guard !digits.isEmpty, digits.utf8.count <= 19, digits.utf8.allSatisfy({ (0x30...0x39).contains($0) }),
+            digits.first != "0" || digits.count == 1, !(text.first == "-" && digits == "0")
+        else { return nil }
+        return Int64(text)
+    }
+
     public static func parseUInt64(_ text: Substring) -> UInt64? {
         guard !text.isEmpty, text.utf8.count <= 20, text.utf8.allSatisfy({ (0x30...0x39).contains($0) }) else {
             return nil

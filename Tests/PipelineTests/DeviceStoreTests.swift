@@ -33,6 +33,34 @@ extension StackTests {
             return DeviceStore(redis: redis, keys: RedisKeys(prefix: prefix), storage: keyring)
         }
 
+        /// What the dispatchers announce: the union of the current words, the latest word
+        /// when none is current, nothing said at all as unknown; stale words are deleted.
+        @Test func providerAnnouncementsNameWhatTheDispatchersCanSendTo() async throws {
+            let stack = try await Stack.get()
+            let redis = RedisClient(configuration: RedisConfiguration(port: stack.redisPort, connections: 2))
+            let keys = RedisKeys(prefix: "t\(UUID().uuidString.prefix(8)):")
+            let announcements = ProviderAnnouncements(redis: redis, keys: keys)
+            let now: Int64 = 1_800_000_000_000
+            #expect(try await announcements.enabledProviders(nowMs: now) == nil, "no dispatcher has said")
+            try await announcements.announce(process: "a", providers: [.apns, .fcm], untilMs: now + 30_000, nowMs: now)
+            try await announcements.announce(process: "b", providers: [.webpush], untilMs: now + 30_000, nowMs: now)
+            #expect(try await announcements.enabledProviders(nowMs: now) == [.apns, .fcm, .webpush])
+            // Only b is current a minute later... and when nobody is, the last word stands.
+            try await announcements.announce(
+                process: "b", providers: [.hms], untilMs: now + 90_000, nowMs: now + 60_000)
+            #expect(try await announcements.enabledProviders(nowMs: now + 60_000) == [.hms])
+            #expect(try await announcements.enabledProviders(nowMs: now + 600_000) == [.hms])
+            // A word older than a day goes when the next dispatcher speaks.
+            let later = now + ProviderAnnouncements.forgetAfterMs + 100_000
+            try await announcements.announce(process: "c", providers: [.apns], untilMs: later + 30_000, nowMs: later)
+            let fields = try await redis.command("HKEYS", RedisArgument(keys.providers)).array.compactMap(\.string)
+            #expect(fields == ["c"], "\(fields)")
+            // A word that does not read is left out.
+            try await redis.command("HSET", RedisArgument(keys.providers), "d", "garbage")
+            #expect(try await announcements.enabledProviders(nowMs: later) == [.apns])
+            try await redis.command("DEL", RedisArgument(keys.providers))
+        }
+
         /// Every key name and value under the store's prefix, as Redis holds them.
         func dump(_ devices: DeviceStore) async throws -> String {
             var out: [String] = []

@@ -108,10 +108,75 @@ extension StackTests {
             #expect(android.headers["notification.title"] == "You got message")
             #expect(android.headers["notification.body"] == "Hello World Android!")
             #expect(android.body["Room"] == "PortugalVSDenmark" && android.body["Nick"] == "Mario")
-            #expect(android.headers["android.priority"] == "HIGH")
+            // No priority in the example: gorush sends no android block, so FCM's defaults apply.
+            #expect(android.headers["android.priority"] == nil && android.headers["android.ttl"] == nil)
 
             let hms = try await stack.waitForPushes("hms") { pushes in pushes.contains { $0.token.contains(huawei) } }
             #expect(hms.contains { $0.token.contains(huawei) && $0.status == 200 }, "\(hms.map(\.reason))")
+        }
+
+        /// What gorush leaves to the provider, the relay leaves too: no `apns-priority` or
+        /// `apns-expiration` unless asked, nothing inferred for `content_available`, no
+        /// android block without a priority; apns2's sound rules; an Android sound beside
+        /// `mutable-content` in the APNs block.
+        @Test func gorushDefaultsReachTheProvidersAsGorushSendsThem() async throws {
+            let stack = try await Stack.get()
+            let realm = try await RealmClient.registered(stack)
+            let (plain, background, urgent, sound, expiring) = (
+                Self.apnsToken(), Self.apnsToken(), Self.apnsToken(), Self.apnsToken(), Self.apnsToken()
+            )
+            let (android, mutable) = (Self.fcmToken(), Self.fcmToken())
+            let reply = try await Self.push(
+                realm,
+                [
+                    "notifications": [
+                        ["tokens": [.string(plain)], "platform": 1, "message": "plain"],
+                        ["tokens": [.string(background)], "platform": 1, "content_available": true],
+                        ["tokens": [.string(urgent)], "platform": 1, "message": "u", "priority": "urgent"],
+                        [
+                            "tokens": [.string(sound)], "platform": 1, "message": "s", "priority": "normal",
+                            "sound": ["critical": 3, "name": "siren.caf", "volume": .double(0.8)], "name": "bell.caf",
+                        ],
+                        [
+                            "tokens": [.string(expiring)], "platform": 1, "message": "e", "expiration": 1_900_000_000,
+                            "priority": "high",
+                        ],
+                        ["tokens": [.string(android)], "platform": 2, "message": "a", "title": "t"],
+                        [
+                            "tokens": [.string(mutable)], "platform": 2, "message": "m", "mutable_content": true,
+                            "sound": "ding", "collapse_id": "c1",
+                        ],
+                    ]
+                ])
+            #expect(reply.status == 200 && reply.json["counts"] == 7, "\(reply.status)")
+            let tokens = [plain, background, urgent, sound, expiring]
+            let apns = try await stack.waitForPushes("apns") { pushes in
+                tokens.allSatisfy { token in pushes.contains { $0.token == token } }
+            }
+            func push(_ token: String) throws -> ReceivedPush { try #require(apns.first { $0.token == token }) }
+            for token in [plain, background, urgent] {
+                let received = try push(token)
+                #expect(received.status == 200 && received.headers["apns-push-type"] == "alert")
+                #expect(received.headers["apns-priority"] == nil && received.headers["apns-expiration"] == nil)
+            }
+            #expect(try push(background).body == ["aps": ["content-available": 1]])
+            #expect(
+                try push(sound).body["aps"]?["sound"] == ["critical": 1, "name": "bell.caf", "volume": 1],
+                "a top-level name starts over from apns2's sound")
+            #expect(try push(sound).headers["apns-priority"] == "5")
+            #expect(try push(expiring).headers["apns-expiration"] == "1900000000")
+            #expect(try push(expiring).headers["apns-priority"] == "10")
+
+            let fcm = try await stack.waitForPushes("fcm") { pushes in
+                pushes.contains { $0.token == android } && pushes.contains { $0.token == mutable }
+            }
+            let plainAndroid = try #require(fcm.first { $0.token == android })
+            #expect(plainAndroid.status == 200)
+            #expect(!plainAndroid.headers.keys.contains { $0.hasPrefix("android.") }, "\(plainAndroid.headers)")
+            let mutableAndroid = try #require(fcm.first { $0.token == mutable })
+            #expect(mutableAndroid.headers["apns"] == #"{"payload":{"aps":{"mutable-content":1,"sound":"ding"}}}"#)
+            #expect(mutableAndroid.headers["android.collapse_key"] == nil, "collapse_id is APNs' only")
+            #expect(mutableAndroid.headers["android.ttl"] == nil && mutableAndroid.headers["android.priority"] == nil)
         }
 
         @Test func gorushAnswersAsGorushDoes() async throws {

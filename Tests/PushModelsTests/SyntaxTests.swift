@@ -62,6 +62,17 @@ import Testing
 
     /// One canonical text form per uuid: anything before, after or instead of its 36
     /// characters is refused, not read up to where it stops making sense.
+    @Test func integersHaveOneCanonicalForm() {
+        for (text, value) in [
+            ("0", Int64(0)), ("5", 5), ("-5", -5), ("9223372036854775807", .max), ("-9223372036854775808", .min),
+        ] {
+            #expect(Syntax.canonicalInt64(Substring(text)) == value, "\(text)")
+        }
+        for bad in ["+5", "05", "-0", "00", " 5", "5 ", "5\u{0}", "", "-", "9223372036854775808", "1e3", "0x10", "٣"] {
+            #expect(Syntax.canonicalInt64(Substring(bad)) == nil, "\(bad.debugDescription)")
+        }
+    }
+
     @Test func uuidsHaveOneCanonicalForm() {
         let uuid = "0c5b1a3e-7d2f-4e6a-9b8c-1d2e3f4a5b6c"
         #expect(Syntax.canonicalUUID(uuid) == uuid)

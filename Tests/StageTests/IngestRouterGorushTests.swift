@@ -94,7 +94,7 @@ import Testing
             ]
             expectGorushError(
                 try await push(client, server, tokens), 400, "TOO_MANY_TOKENS",
-                message: "Number of tokens(3) over limit(2)", "3 tokens over a limit of 2")
+                message: "Number of tokens(3) over limit(2)", "3 tokens over a limit of 2 (an operator's setting)")
             expectGorushError(
                 try await push(client, server, ["notifications": [["tokens": ["a"], "platform": 9]]]), 400,
                 "INVALID_NOTIFICATION", field: "notifications[0].platform", "an unknown platform")
@@ -174,4 +174,121 @@ import Testing
             #expect(try await client.send(.get, "/api/feedback-hook", auth: server.auth).json == ["url": .null])
         }
     }
+
+    // MARK: Drop-in parity (issue 28), each replayed as a gorush client sends it.
+
+    @Test func everyAnswerCarriesTheVersionAndGorushsExtraRoutesAnswer() async throws {
+        let fixture = try await RouterFixture.make(["pushrelay.gorush.apns.topic": "org.zulip.Zulip"])
+        try await fixture.run { client in
+            let server = try await client.registeredServer()
+            let root = try await client.send(.get, "/")
+            #expect(root.status == 200 && root.text == #"{"text":"Welcome to notification server."}"#)
+            #expect(root.headers[.contentType] == "application/json; charset=utf-8")
+            for (method, path) in [
+                (HTTPRequest.Method.get, "/"), (.get, "/healthz"), (.head, "/healthz"), (.get, "/version"),
+                (.get, "/no/such/route"), (.post, "/api/push"), (.get, "/sys/stats"), (.get, "/metrics"),
+                (.post, "/v1/notify"),
+            ] {
+                let reply = try await client.send(method, path)
+                #expect(reply.headers[Self.versionHeader] == "pushrelay-1.0", "\(method) \(path): \(reply.status)")
+            }
+            // What shows anything about the relay's callers needs a server's key.
+            for path in ["/sys/stats", "/metrics"] {
+                expectGorushError(try await client.send(.get, path), 401, "UNAUTHORIZED", "\(path) without credentials")
+            }
+            let tokens: [JSONValue] = [.string(routerAPNsToken()), .string(routerAPNsToken())]
+            let pushed = try await push(
+                client, server, ["notifications": [["tokens": .array(tokens), "platform": 1, "message": "m"]]])
+            #expect(pushed.status == 200, "\(pushed.text)")
+            let stats = try await client.send(.get, "/sys/stats", auth: server.auth)
+            #expect(stats.status == 200, "\(stats.text)")
+            #expect(stats.json["pid"]?.intValue ?? 0 > 0 && stats.json["uptime_sec"] != nil)
+            #expect(stats.json["total_status_code_count"]?["200"]?.intValue ?? 0 >= 2, "\(stats.text)")
+            #expect(stats.json["total_status_code_count"]?["401"]?.intValue ?? 0 >= 2, "\(stats.text)")
+            #expect((stats.json["total_count"]?.intValue ?? 0) >= 10)
+            let metrics = try await client.send(.get, "/metrics", auth: server.auth)
+            #expect(metrics.status == 200 && metrics.headers[.contentType]?.hasPrefix("text/plain") == true)
+            #expect(metrics.text.contains("# TYPE gorush_total_push_count counter\ngorush_total_push_count 2\n"))
+            #expect(
+                metrics.text.contains("gorush_submitted_tasks 1\n") && metrics.text.contains("gorush_android_fail 0"))
+            #expect(metrics.text.contains("# TYPE gorush_busy_workers gauge"))
+            let go = try await client.send(.get, "/api/stat/go", auth: server.auth)
+            #expect(go.json["goroutine_num"]?.intValue ?? 0 > 0, "threads: \(go.text)")
+            #expect(go.json["memory_sys"]?.intValue ?? 0 > 0 && go.json["heap_alloc"]?.intValue ?? 0 > 0)
+            #expect(go.json["uptime_sec"] != nil && go.json["gc_pause"] == [])
+        }
+    }
+
+    @Test func countsAreGorushsTokensPlusTopic() async throws {
+        let fixture = try await RouterFixture.make()
+        try await fixture.run { client in
+            let server = try await client.registeredServer()
+            // iOS with two tokens and its topic: gorush counts 3. An unknown iOS priority is ignored.
+            let reply = try await push(
+                client, server,
+                [
+                    "notifications": [
+                        [
+                            "tokens": [.string(routerAPNsToken()), .string(routerAPNsToken())], "platform": 1,
+                            "topic": "org.example.app", "message": "m", "priority": "urgent",
+                        ]
+                    ]
+                ])
+            #expect(reply.status == 200 && reply.json["counts"] == 3, "\(reply.text)")
+            let published = try fixture.published()
+            #expect(published.count == 1 && published[0].deviceIDs?.count == 2)
+        }
+    }
+
+    @Test func largeSendsAreAcceptedInRecordsOfBoundedSize() async throws {
+        let fixture = try await RouterFixture.make(["pushrelay.gorush.apns.topic": "org.zulip.Zulip"])
+        try await fixture.run { client in
+            let server = try await client.registeredServer()
+            // 2,500 iOS tokens in one notification: over gorush's FCM cap, over the relay's
+            // usual body limit (16 KiB in these fixtures), and more than one record holds.
+            let tokens = (0..<2500).map { JSONValue.string(String(format: "%064x", $0 + 1)) }
+            let reply = try await push(
+                client, server, ["notifications": [["tokens": .array(tokens), "platform": 1, "message": "big"]]])
+            #expect(reply.status == 200 && reply.json["counts"] == 2500, "\(reply.status) \(reply.text.prefix(300))")
+            let published = try fixture.published()
+            #expect(published.map { $0.deviceIDs?.count ?? 0 } == [1000, 1000, 500])
+            #expect(Set(published.map(\.record.notificationID)).count == 1, "one notification in three records")
+            #expect(reply.headers[Self.idsHeader] == published[0].record.notificationID.rawValue)
+            // Android keeps gorush's 500 per notification.
+            let android = (0..<501).map { _ in JSONValue.string(routerFCMToken()) }
+            expectGorushError(
+                try await push(client, server, ["notifications": [["tokens": .array(android), "platform": 2]]]), 400,
+                "INVALID_NOTIFICATION", field: "notifications[0].tokens", "501 Android tokens")
+        }
+    }
+
+    @Test func platformsNoDispatcherCanSendToAreRefused() async throws {
+        let fixture = try await RouterFixture.make(
+            ["pushrelay.gorush.apns.topic": "org.zulip.Zulip"], providers: FixedProviders(enabled: [.apns, .fcm]))
+        try await fixture.run { client in
+            let server = try await client.registeredServer()
+            let huawei: JSONValue = [
+                "notifications": [
+                    ["tokens": [.string(routerFCMToken())], "platform": 2, "message": "m"],
+                    ["tokens": [.string(routerFCMToken())], "platform": 3, "message": "m"],
+                ]
+            ]
+            expectGorushError(
+                try await push(client, server, huawei), 400, "PLATFORM_NOT_ENABLED",
+                field: "notifications[1].platform", "Huawei without credentials")
+            #expect(fixture.publisher.records.isEmpty, "a refused call accepts nothing")
+            let config = try await client.send(.get, "/api/config", auth: server.auth)
+            #expect(config.text.contains("huawei:\n  enabled: false"), "\(config.text)")
+            #expect(config.text.contains("android:\n  enabled: true"))
+            let android = try await push(
+                client, server, ["notifications": [["tokens": [.string(routerFCMToken())], "platform": 2]]])
+            #expect(android.status == 200, "\(android.text)")
+        }
+    }
+}
+
+/// What the dispatchers announce, fixed.
+struct FixedProviders: ProviderDirectory {
+    let enabled: Set<Provider>?
+    func enabledProviders(nowMs: Int64) async throws -> Set<Provider>? { enabled }
 }

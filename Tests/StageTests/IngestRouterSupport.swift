@@ -66,7 +66,12 @@ struct RouterFixture: Sendable {
     let configuration: IngestConfiguration
 
     /// `settings` are extra `pushrelay.*` settings (values as text, as the environment gives them).
-    static func make(_ settings: [String: String] = [:], on backend: Backend = .memory) async throws -> RouterFixture {
+    /// `providers`: what the dispatchers announce (in memory; none by default);
+    /// `transferFetcher`: the Zulip registration transfer's fetch (HTTPS by default).
+    static func make(
+        _ settings: [String: String] = [:], on backend: Backend = .memory,
+        providers: (any ProviderDirectory)? = nil, transferFetcher: (any TransferChallengeFetcher)? = nil
+    ) async throws -> RouterFixture {
         let redisPort = backend == .redis ? try await Stack.get().redisPort : 1
         let directory = FileManager.default.temporaryDirectory
             .appendingPathComponent("pushrelay-router-\(UUID().uuidString.lowercased())").path
@@ -108,7 +113,9 @@ struct RouterFixture: Sendable {
         case .memory:
             let inMemory = MemoryIngestStores(pepper: configuration.pepper)
             inMemory.devices.maxStoredKeys = configuration.limits.maxStoredKeys
-            stores = inMemory.ingestStores
+            var inMemoryStores = inMemory.ingestStores
+            if let providers { inMemoryStores.providers = providers }
+            stores = inMemoryStores
             memory = inMemory
         case .redis:
             let client = RedisClient(configuration: configuration.common.redis)
@@ -117,7 +124,7 @@ struct RouterFixture: Sendable {
         }
         let api = try IngestAPI(
             configuration: configuration, stores: stores, publisher: publisher,
-            logger: Logger(label: "ingest-router-tests"))
+            logger: Logger(label: "ingest-router-tests"), transferFetcher: transferFetcher)
         return RouterFixture(
             api: api, publisher: publisher, prefix: configuration.common.redisPrefix, memory: memory, redis: redis,
             pipelineKeys: try PipelineKeyring(fileContents: pipelineLine),

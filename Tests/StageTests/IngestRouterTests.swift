@@ -699,6 +699,12 @@ import Testing
             let noUser = try await client.send(.get, "/v1/devices?realm_uuid=\(realm)", auth: server.auth)
             expectRouterError(noUser, 400, "BAD_REQUEST", "no user_id")
             #expect(noUser.json["field"] == "user_id")
+            // One canonical form: `+5` and `05` are not user 5.
+            for lenient in ["%2B5", "05", "5%00"] {
+                let reply = try await client.send(
+                    .get, "/v1/devices?realm_uuid=\(realm)&user_id=\(lenient)", auth: server.auth)
+                expectRouterError(reply, 400, "BAD_REQUEST", "user_id \(lenient)")
+            }
             let intruder = try await client.registeredServer()
             expectRouterError(
                 try await client.send(.get, "/v1/devices?realm_uuid=\(realm)&user_id=5", auth: intruder.auth), 404,

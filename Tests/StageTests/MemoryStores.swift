@@ -45,7 +45,8 @@ final class MemoryServerRegistry: ServerRegistry {
     }
 
     let pepper: APIKeyPepper
-    private let state = Mutex<(servers: [String: Server], leased: [String: Int])>(([:], [:]))
+    private let state = Mutex<(servers: [String: Server], leased: [String: Int], hostnames: [String: String])>(
+        ([:], [:], [:]))
 
     init(pepper: APIKeyPepper) { self.pepper = pepper }
 
@@ -68,6 +69,8 @@ final class MemoryServerRegistry: ServerRegistry {
                 server = Server(credential: hmac)
                 created = true
             }
+            let held = state.hostnames[hostname].map { $0 != uuid && state.servers[$0]?.hostname == hostname } ?? false
+            if !held { state.hostnames[hostname] = uuid }
             server.hostname = hostname
             if let newAPIKey { server.credential = pepper.hmacHex(newAPIKey) }
             state.servers[uuid] = server
@@ -111,6 +114,17 @@ final class MemoryServerRegistry: ServerRegistry {
                 granted: granted, window: window, credential: record?.credential ?? "",
                 deactivated: record?.deactivated ?? false)
         }
+    }
+
+    /// The first server registered with `hostname` (as the Redis store's index keeps it).
+    func server(hostname: String) async throws -> String? {
+        state.withLock { state in
+            state.hostnames[hostname].flatMap { state.servers[$0]?.hostname == hostname ? $0 : nil }
+        }
+    }
+
+    func replaceKey(uuid: String, newAPIKey: String, nowMs: Int64) async throws {
+        state.withLock { $0.servers[uuid]?.credential = pepper.hmacHex(newAPIKey) }
     }
 
     /// The server's record as stored (for checks a route cannot show).
@@ -414,6 +428,10 @@ final class MemoryClientCounters: ClientCounters {
 
     func countServerRegistration(client: String, window: Int64, windowSeconds: Int) async throws -> Int64 {
         add("sr|\(client)|\(window)", 1)
+    }
+
+    func countTransferVerification(window: Int64, windowSeconds: Int) async throws -> Int64 {
+        add("tv|\(window)", 1)
     }
 }
 

@@ -194,6 +194,10 @@ public struct OutboundRecord: WireObject, Equatable {
     public var body: [UInt8]
     /// Unix seconds after which the push is useless; nil keeps the provider's default.
     public var expiresAt: Int64?
+    /// nil: the provider is told `expiresAt` (APNs `apns-expiration`, FCM and Huawei
+    /// `ttl`, Web Push `TTL`); `provider_default`: it is not, and `expiresAt` bounds only
+    /// the relay's own retries (gorush's API without `expiration`).
+    public var providerExpiry: ProviderExpiry?
     public var collapseID: String?
     public var acceptedAtMs: Int64
     /// When the device's registration was last renewed (ms), to judge APNs 410 timestamps.
@@ -229,6 +233,7 @@ public struct OutboundRecord: WireObject, Equatable {
             body = Wire.canonical(try fields.value("body"))
         }
         expiresAt = try fields.int64(ifPresent: "expires_at")
+        providerExpiry = try fields.named(ifPresent: "provider_expiry")
         collapseID = try fields.string(ifPresent: "collapse_id")
         acceptedAtMs = try fields.int64("accepted_at_ms")
         registeredAtMs = try fields.int64(ifPresent: "registered_at_ms")
@@ -253,6 +258,7 @@ public struct OutboundRecord: WireObject, Equatable {
         object.field("not_before_ms", notBeforeMs)
         object.field("notification_id", notificationID.rawValue)
         object.field("provider", provider)
+        object.field("provider_expiry", providerExpiry)
         object.field("realm_uuid", realmUUID.rawValue)
         object.field("registered_at_ms", registeredAtMs)
         object.field("schema", schema)

@@ -1,0 +1,33 @@
+import DeviceState
+import Foundation
+import Logging
+import PushModels
+import ServiceKit
+import ServiceLifecycle
+
+/// Tells ingest which providers this dispatcher can send to (`ProviderAnnouncements`):
+/// every `interval`, a word good for three intervals, so ingest answers a push for a
+/// provider no dispatcher has credentials for at once, not with a failure later.
+struct ProviderAnnouncer: Service {
+    let announcements: ProviderAnnouncements
+    let providers: Set<Provider>
+    let process = UUID.random().uuidString.lowercased()
+    var interval: Duration = .seconds(10)
+    let logger: Logger
+
+    func run() async throws {
+        let intervalMs = RetrySchedule.milliseconds(interval)
+        while !Task.isCancelled && !Task.isShuttingDownGracefully {
+            let now = Wire.nowMillis()
+            do {
+                try await announcements.announce(
+                    process: process, providers: providers,
+                    untilMs: now.saturatingAdd(intervalMs.saturatingMultiply(3)),
+                    nowMs: now)
+            } catch {
+                logger.warning("cannot announce the configured providers", metadata: [LogKey.error: "\(error)"])
+            }
+            try? await cancelWhenGracefulShutdown { try await Task.sleep(for: interval) }
+        }
+    }
+}

@@ -1,0 +1,74 @@
+import PushModels
+import RedisClient
+
+/// Which providers the running dispatchers can send to: each dispatcher announces the
+/// providers it has credentials for, and ingest refuses a push no dispatcher could send
+/// (gorush's API: a platform that is not enabled) instead of accepting it to fail later.
+public protocol ProviderDirectory: Sendable {
+    /// The providers some dispatcher can send to; nil while no dispatcher has said.
+    func enabledProviders(nowMs: Int64) async throws -> Set<Provider>?
+}
+
+/// The announcements in one Redis hash (`RedisKeys.providers`): a field per dispatcher
+/// process, `{until_ms}|{provider},…`. The providers are those of the dispatchers whose
+/// word is still current; when none is (every dispatcher stopped), those of the last
+/// one to speak, since a stopped dispatcher does not change what is configured.
+public struct ProviderAnnouncements: ProviderDirectory {
+    public let redis: RedisClient
+    public let keys: RedisKeys
+    /// Announcements older than this are deleted by the next dispatcher to announce.
+    public static let forgetAfterMs: Int64 = 86_400_000
+
+    public init(redis: RedisClient, keys: RedisKeys) {
+        self.redis = redis
+        self.keys = keys
+    }
+
+    /// One dispatcher's word, good until `untilMs`; stale words of stopped dispatchers go.
+    public func announce(process: String, providers: Set<Provider>, untilMs: Int64, nowMs: Int64) async throws {
+        let list = providers.map(\.rawValue).sorted().joined(separator: ",")
+        try await redis.command(
+            "HSET", RedisArgument(keys.providers), RedisArgument(process), RedisArgument("\(untilMs)|\(list)"))
+        let stale = try await announcements().filter { $0.untilMs < nowMs.saturatingSubtract(Self.forgetAfterMs) }
+        if !stale.isEmpty {
+            try await redis.command(["HDEL", RedisArgument(keys.providers)] + stale.map { RedisArgument($0.process) })
+        }
+    }
+
+    public func enabledProviders(nowMs: Int64) async throws -> Set<Provider>? {
+        Self.enabled(try await announcements(), nowMs: nowMs)
+    }
+
+    struct Announcement: Equatable {
+        var process: String
+        var untilMs: Int64
+        var providers: Set<Provider>
+    }
+
+    /// The current words' providers, or the latest word's when none is current.
+    static func enabled(_ announcements: [Announcement], nowMs: Int64) -> Set<Provider>? {
+        let current = announcements.filter { $0.untilMs >= nowMs }
+        if !current.isEmpty { return current.reduce(into: Set<Provider>()) { $0.formUnion($1.providers) } }
+        return announcements.max { $0.untilMs < $1.untilMs }?.providers
+    }
+
+    func announcements() async throws -> [Announcement] {
+        let reply = try await redis.command("HGETALL", RedisArgument(keys.providers)).array
+        var found: [Announcement] = []
+        var index = 0
+        while index + 1 < reply.count {
+            defer { index += 2 }
+            guard let process = reply[index].string, let value = reply[index + 1].string else { continue }
+            let parts = value.split(separator: "|", maxSplits: 1, omittingEmptySubsequences: false)
+            // A word that does not read is left out, never guessed.
+            guard parts.count == 2, let until = Int64(parts[0]) else { continue }
+            var providers = Set<Provider>()
+            for name in parts[1].split(separator: ",") {
+                guard let provider = Provider(rawValue: String(name)) else { continue }
+                providers.insert(provider)
+            }
+            found.append(Announcement(process: process, untilMs: until, providers: providers))
+        }
+        return found
+    }
+}
