@@ -112,6 +112,17 @@ public final class ServerAuthenticator: Sendable {
         throw failure
     }
 
+    /// Takes `units` more requests of the authenticated server's rate limit, for a call
+    /// that asks for the work of many (a large gorush send). Throws the limited answer.
+    func charge(_ request: Request, server: String, units: Int) async throws {
+        guard units > 0, let credentials = Self.credentials(request), credentials.uuid == server,
+            let key = cachedKey(Fingerprint.sha256Hex("\(credentials.uuid):\(credentials.key)"))
+        else { return }
+        for _ in 0..<units {
+            guard try await admit(server: server, key: key) else { return }
+        }
+    }
+
     /// A cached verification of a key, kept while the key is in use.
     private func cachedKey(_ cacheKey: String) -> Verified? {
         let now = ContinuousClock.now

@@ -174,11 +174,32 @@ struct GorushController: Sendable {
         }
     }
 
+    /// Most tokens in one sync-mode call: its answer waits for every outcome, and lists
+    /// every failure.
+    static let maxSyncTokens = 10_000
+    /// Largest notification without its tokens (what travels sealed in each of its
+    /// records): far over any provider's payload limit, well under Kafka's message size.
+    static let maxNotificationBytes = 64 * 1024
+
     /// `POST /api/push`: every notification checked and its tokens registered, then all
     /// published together, so a failure accepts none of them and a retry sends none twice.
+    /// A body over the relay's usual limit (a large send) holds its share of
+    /// `largeBodies` until the answer, so large sends together hold bounded memory.
     func push(_ request: Request, context: IngestContext) async throws -> Response {
         let server = try await authenticator.authenticate(request, context: context, api: .native)
-        let notifications = try await readNotifications(request)
+        let body = try await readBody(request)
+        do {
+            let response = try await push(body.bytes, request: request, server: server)
+            if body.share > 0 { await largeBodies.release(body.share) }
+            return response
+        } catch {
+            if body.share > 0 { await largeBodies.release(body.share) }
+            throw error
+        }
+    }
+
+    func push(_ bytes: [UInt8], request: Request, server: String) async throws -> Response {
+        let notifications = try parseNotifications(bytes)
         let tokenCount = notifications.reduce(0) { $0 + $1.tokens.count }
         guard settings.maxTokens == 0 || tokenCount <= settings.maxTokens else {
             throw APIError.badRequest(
@@ -191,6 +212,13 @@ struct GorushController: Sendable {
         case "false", "0": sync = false
         default: sync = settings.sync
         }
+        if sync, tokenCount > Self.maxSyncTokens {
+            throw APIError.badRequest(
+                "Number of tokens(\(tokenCount)) over limit(\(Self.maxSyncTokens)) for sync mode: send it with ?sync=false",
+                code: "TOO_MANY_TOKENS", field: "notifications")
+        }
+        // The rate limit counts a large send as one request per started 1,000 tokens.
+        try await authenticator.charge(request, server: server, units: max(0, tokenCount - 1) / 1000)
         try await checkEnabled(notifications)
         let realm = try await ensureRealm(server: server)
         var batch = GorushBatch()
@@ -229,27 +257,36 @@ struct GorushController: Sendable {
         }
     }
 
-    /// The body's `notifications`, each checked, within the call's limits. A body over
-    /// the relay's usual limit (a large send) waits for its share of `largeBodies`, so
-    /// large sends together hold a bounded amount of memory and small calls never wait.
-    func readNotifications(_ request: Request) async throws -> [GorushNotification] {
+    /// The body, up to `settings.maxBodyBytes`, and the share of `largeBodies` it holds:
+    /// none while it is within the relay's usual limit, so small calls never wait; a body
+    /// that grows past it waits for its share before reading on. A declared length over
+    /// the limit is refused before anything is read.
+    func readBody(_ request: Request) async throws -> (bytes: [UInt8], share: Int) {
+        let tooLarge = APIError(
+            status: .contentTooLarge, code: "REQUEST_TOO_LARGE", message: "Request body is too large")
         let declared = request.headers[.contentLength].flatMap { Int($0) }
-        guard declared.map({ $0 > limits.maxBodyBytes }) ?? true else { return try await parseNotifications(request) }
-        let share = min(declared ?? settings.maxBodyBytes, settings.maxBodyBytes)
-        await largeBodies.acquire(share)
+        if let declared, declared > settings.maxBodyBytes { throw tooLarge }
+        var bytes: [UInt8] = []
+        var share = 0
         do {
-            let notifications = try await parseNotifications(request)
-            await largeBodies.release(share)
-            return notifications
+            for try await chunk in request.body {
+                let total = bytes.count + chunk.readableBytes
+                guard total <= settings.maxBodyBytes else { throw tooLarge }
+                if share == 0, total > limits.maxBodyBytes {
+                    share = min(declared ?? settings.maxBodyBytes, settings.maxBodyBytes)
+                    await largeBodies.acquire(share)
+                }
+                bytes.append(contentsOf: chunk.readableBytesView)
+            }
         } catch {
-            await largeBodies.release(share)
+            if share > 0 { await largeBodies.release(share) }
             throw error
         }
+        return (bytes, share)
     }
 
-    func parseNotifications(_ request: Request) async throws -> [GorushNotification] {
-        var request = request
-        let bytes = Array(try await request.collectBody(upTo: settings.maxBodyBytes).readableBytesView)
+    /// The body's `notifications`, each checked, within the call's limits.
+    func parseNotifications(_ bytes: [UInt8]) throws -> [GorushNotification] {
         guard let json = try? Wire.decode(JSONValue.self, from: bytes), let list = json["notifications"]?.arrayValue
         else {
             throw APIError.badRequest(
@@ -268,6 +305,11 @@ struct GorushController: Sendable {
         for (index, entry) in list.enumerated() {
             do {
                 let notification = try GorushNotification(validating: entry, path: "notifications[\(index)]")
+                guard notification.sealedForm.count <= Self.maxNotificationBytes else {
+                    throw PayloadValidationError(
+                        field: "notifications[\(index)]",
+                        problem: "is over \(Self.maxNotificationBytes) bytes without its tokens")
+                }
                 if notification.platform == .ios, notification.topic == nil, settings.apnsTopic.isEmpty {
                     throw PayloadValidationError(
                         field: "notifications[\(index)].topic",

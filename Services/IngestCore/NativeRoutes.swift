@@ -140,9 +140,8 @@ struct NativeController: Sendable {
     func deleteDevice(_ request: Request, context: IngestContext, id: String?) async throws -> Response {
         let server = try await authenticator.authenticate(request, context: context, api: .native)
         guard
-            let id = id.flatMap({ Syntax.parseUInt64(Substring($0)) }).flatMap({ Int64(exactly: $0) }).map({
-                DeviceID($0)
-            })
+            // One canonical form: `007` and `+7` are not device 7.
+            let id = id.flatMap({ Syntax.canonicalInt64(Substring($0)) }).flatMap({ $0 > 0 ? DeviceID($0) : nil })
         else {
             throw APIError.deviceNotFound
         }
@@ -368,10 +367,13 @@ struct NativeController: Sendable {
     }
 
     /// A Redis stream id as the feedback endpoint hands them out: `ms-seq`, two
-    /// ASCII-decimal numbers that each fit in UInt64.
+    /// ASCII-decimal numbers that each fit in UInt64, without leading zeros (the one
+    /// form Redis writes them in).
     static func isCursor(_ text: String) -> Bool {
         let parts = text.split(separator: "-", omittingEmptySubsequences: false)
-        let numbers = parts.compactMap { Syntax.parseUInt64($0) }
+        let numbers = parts.compactMap { part in
+            part.count > 1 && part.first == "0" ? nil : Syntax.parseUInt64(part)
+        }
         // The largest stream id has nothing after it; Redis refuses it as an exclusive start.
         return parts.count == 2 && numbers.count == 2 && numbers != [.max, .max]
     }

@@ -64,7 +64,9 @@ public final class HTTPTransferChallengeFetcher: TransferChallengeFetcher {
         endpoints = OutboundEndpoints(
             settings: .init(
                 allowedHosts: settings.allowedHosts, caFile: settings.caFile, connectTimeout: .seconds(5),
-                readTimeout: .seconds(5), maxConnectionsPerOrigin: 1, maxOrigins: 16),
+                readTimeout: .seconds(5), maxConnectionsPerOrigin: 1, maxOrigins: 16,
+                // Resolved afresh each time: a server that just moved is fetched at its new address.
+                pinFor: .zero),
             logger: logger)
     }
 
@@ -121,11 +123,23 @@ struct RegistrationTransfers: Sendable {
     let settings: RegistrationTransferSettings
     /// How long a verification secret holds (Zulip's: 10 seconds).
     static let secretSeconds: Int64 = 10
+    /// How far apart two ingest replicas' clocks may be.
+    static let clockSkewSeconds: Int64 = 5
+
+    /// `PUSHRELAY_ZULIP_TRANSFER_VERIFICATIONS_PER_DAY=0`: the operator turned transfers off.
+    func checkEnabled() throws {
+        guard settings.verificationsPerDay > 0 else {
+            throw APIError(
+                status: .forbidden, code: "TRANSFER_DISABLED",
+                message: "Registration transfers are turned off on this relay; ask its operator")
+        }
+    }
 
     /// `POST /api/v1/remotes/server/register/transfer` (`hostname`): a secret for the
     /// server to serve at its verification URL. Nothing is stored: the secret is the
     /// hostname and the time, signed.
     func begin(_ request: Request) async throws -> Response {
+        try checkEnabled()
         let body = try await RequestFields.read(request, limit: 16 * 1024)
         let hostname = try Self.checkedHostname(try body.string("hostname"))
         guard try await servers.server(hostname: hostname) != nil else {
@@ -139,6 +153,7 @@ struct RegistrationTransfers: Sendable {
     /// this relay's, fresh and for that hostname, answers the registration's uuid and a
     /// new key (the old one stops working).
     func verify(_ request: Request) async throws -> Response {
+        try checkEnabled()
         let body = try await RequestFields.read(request, limit: 16 * 1024)
         let window = Self.now() / 86_400
         if try await clients.countTransferVerification(window: window, windowSeconds: 86_400)
@@ -214,8 +229,9 @@ struct RegistrationTransfers: Sendable {
             pepper.verify(
                 "zulip-registration-transfer:\(signedHost):\(at)", hmacHex: String(parts[parts.count - 1]))
         else { throw APIError.badRequest("The verification secret is invalid") }
-        // Compared, never subtracted from: `at` could be anything a forger chose, but it is signed.
-        guard at <= nowSeconds, nowSeconds.saturatingSubtract(at) <= Self.secretSeconds else {
+        // Signed, so not a forger's; a few seconds ahead is another replica's clock.
+        let age = nowSeconds.saturatingSubtract(at)
+        guard age >= -Self.clockSkewSeconds, age <= Self.secretSeconds else {
             throw APIError.badRequest("The verification secret has expired")
         }
         guard signedHost == hostname else {

@@ -10,9 +10,11 @@ public protocol ProviderDirectory: Sendable {
 }
 
 /// The announcements in one Redis hash (`RedisKeys.providers`): a field per dispatcher
-/// process, `{until_ms}|{provider},…`. The providers are those of the dispatchers whose
-/// word is still current; when none is (every dispatcher stopped), those of the last
-/// one to speak, since a stopped dispatcher does not change what is configured.
+/// process, `{until_ms}|{provider},…`. The providers are those every dispatcher whose
+/// word is still current can send to: the dispatchers share `push.outbound`'s partitions,
+/// so any of them may get any push, and one without a provider's credentials would
+/// dead-letter it. When no word is current (every dispatcher stopped), the last one to
+/// speak stands, since a stopped dispatcher does not change what is configured.
 public struct ProviderAnnouncements: ProviderDirectory {
     public let redis: RedisClient
     public let keys: RedisKeys
@@ -45,10 +47,12 @@ public struct ProviderAnnouncements: ProviderDirectory {
         var providers: Set<Provider>
     }
 
-    /// The current words' providers, or the latest word's when none is current.
+    /// What every current word names, or the latest word's when none is current.
     static func enabled(_ announcements: [Announcement], nowMs: Int64) -> Set<Provider>? {
         let current = announcements.filter { $0.untilMs >= nowMs }
-        if !current.isEmpty { return current.reduce(into: Set<Provider>()) { $0.formUnion($1.providers) } }
+        if let first = current.first {
+            return current.dropFirst().reduce(first.providers) { $0.intersection($1.providers) }
+        }
         return announcements.max { $0.untilMs < $1.untilMs }?.providers
     }
 

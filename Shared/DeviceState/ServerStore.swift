@@ -58,13 +58,10 @@ public struct ServerStore: Sendable {
         allowCreate: Bool = true, nowMs: Int64 = Wire.nowMillis()
     ) async throws -> Bool {
         let key = keys.server(uuid)
-        let previous = try await redis.command("HMGET", RedisArgument(key), "hostname", "created_ms", "api_key_sha256")
-            .array
-        let exists = previous.contains { $0.string != nil }
-        if !allowCreate, !exists { throw ServerRegistrationError.registrationClosed }
-        // A hostname stays with the server that registered it first (the one a transfer
-        // moves); a second server with it is still taken, as the relay always has.
-        let holder = try await server(hostname: hostname)
+        let previous = try await redis.command("HMGET", RedisArgument(key), "hostname", "api_key_sha256").array
+        if !allowCreate, !previous.contains(where: { $0.string != nil }) {
+            throw ServerRegistrationError.registrationClosed
+        }
         // Created only when no record exists: a server with just the old hash field is not new.
         let created =
             try await redis.command(
@@ -87,16 +84,70 @@ public struct ServerStore: Sendable {
         var commands = [fields]
         if newAPIKey != nil { commands.append(["HDEL", RedisArgument(key), "api_key_sha256"]) }
         try await redis.checkedPipeline(commands)
-        // The hostname index: this server's unless another still holds the name.
-        if holder == nil || holder == uuid {
-            try await redis.command("SET", RedisArgument(keys.serverHostname(hostname)), RedisArgument(uuid))
-        }
+        try await claim(hostname: hostname, uuid: uuid)
         if let old = previous.first?.string, old != hostname {
             try await redis.command(
                 "EVAL", RedisArgument(Self.releaseHostnameScript), "1", RedisArgument(keys.serverHostname(old)),
                 RedisArgument(uuid))
         }
         return created
+    }
+
+    /// The hostname index: a hostname stays with the server that registered it first (the
+    /// one a registration transfer moves); a second server with it is still taken, as the
+    /// relay always has. Taken over only from a holder whose record no longer has it.
+    /// Each step touches one key, so it holds on a Redis Cluster.
+    func claim(hostname: String, uuid: String) async throws {
+        let key = RedisArgument(keys.serverHostname(hostname))
+        guard try await redis.command("SET", key, RedisArgument(uuid), "NX") == .null,
+            let holder = try await redis.command("GET", key).string, holder != uuid,
+            try await redis.command("HGET", RedisArgument(keys.server(holder)), "hostname").string != hostname
+        else { return }
+        try await redis.command(
+            "EVAL", RedisArgument(Self.takeOverScript), "1", key, RedisArgument(holder), RedisArgument(uuid))
+    }
+
+    /// Sets the index entry to ARGV[2] only while it still names ARGV[1].
+    static let takeOverScript = """
+        if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('SET', KEYS[1], ARGV[2]) end
+        return 0
+        """
+
+    /// Builds the hostname index from the server records (`pushrelay-admin
+    /// index-hostnames`, once after upgrading from a relay without it): each hostname goes
+    /// to the server that registered it first (`created_ms`). `nodes` are clients of
+    /// every master, each alone.
+    /// Returns how many hostnames are indexed.
+    public func indexHostnames(nodes: [RedisClient]) async throws -> Int {
+        var first: [String: (uuid: String, createdMs: Int64)] = [:]
+        let prefix = keys.prefix + "server:"
+        for node in nodes {
+            var cursor = "0"
+            repeat {
+                let reply = try await node.command(
+                    "SCAN", RedisArgument(cursor), "MATCH", RedisArgument(prefix + "*"), "COUNT", "1000"
+                ).array
+                guard reply.count == 2, let next = reply[0].string else { break }
+                cursor = next
+                for name in reply[1].array.compactMap(\.string) {
+                    // `{p}server:{uuid}` only, not `…:realms` or `…:devices`.
+                    var uuid = String(name.dropFirst(prefix.count))
+                    if uuid.hasPrefix("{"), uuid.hasSuffix("}") { uuid = String(uuid.dropFirst().dropLast()) }
+                    guard let canonical = Syntax.canonicalUUID(uuid), keys.server(canonical) == name else { continue }
+                    let fields = try await redis.command(
+                        "HMGET", RedisArgument(name), "hostname", "created_ms"
+                    ).array
+                    guard fields.count == 2, let hostname = fields[0].string else { continue }
+                    let created = fields[1].string.flatMap { Int64($0) } ?? .max
+                    if let known = first[hostname], known.createdMs <= created { continue }
+                    first[hostname] = (canonical, created)
+                }
+            } while cursor != "0"
+        }
+        for (hostname, holder) in first {
+            try await redis.command("SET", RedisArgument(keys.serverHostname(hostname)), RedisArgument(holder.uuid))
+        }
+        return first.count
     }
 
     /// Deletes a hostname's index entry only while it still names this server.

@@ -128,9 +128,6 @@ public struct GorushNotification: Sendable, Equatable {
         {
             throw fail("priority", "must be \"high\" or \"normal\"")
         }
-        if let expiration = object["expiration"]?.intValue, expiration < 0 {
-            throw fail("expiration", "must not be negative")
-        }
         if object["topic"]?.stringValue.map({ !$0.isEmpty }) == true,
             platform != .ios
                 || object["condition"]?.stringValue.map({ !$0.isEmpty }) == true

@@ -83,7 +83,9 @@ extension PushRequestRecord {
         case .native(let userID, _, _, _): "\(realmUUID):\(userID)"
         case .passThrough: realmUUID.rawValue
         case .legacy(let user, _, _): "\(serverUUID):\(user)"
-        case .gorush: "\(realmUUID):\(notificationID)"
+        // A large send's records (one notification, its devices split) spread over the
+        // partitions, so they are encrypted side by side.
+        case .gorush(let ids, _): "\(realmUUID):\(notificationID):\(ids.first?.rawValue ?? 0)"
         }
     }
 
@@ -171,7 +173,6 @@ extension OutboundRecord {
     }
 }
 
-/// How a provider body is to be read (`OutboundRecord.bodyForm`).
 /// Whether a push's provider is told when it expires.
 public enum ProviderExpiry: String, Sendable, Equatable {
     /// Not told: the provider's own default applies (APNs stores it by its policy, FCM
@@ -179,6 +180,7 @@ public enum ProviderExpiry: String, Sendable, Equatable {
     case providerDefault = "provider_default"
 }
 
+/// How a provider body is to be read (`OutboundRecord.bodyForm`).
 public enum BodyForm: String, Sendable, Equatable {
     /// The provider message's fields, without the token.
     case message

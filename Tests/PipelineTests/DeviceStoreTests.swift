@@ -33,8 +33,9 @@ extension StackTests {
             return DeviceStore(redis: redis, keys: RedisKeys(prefix: prefix), storage: keyring)
         }
 
-        /// What the dispatchers announce: the union of the current words, the latest word
-        /// when none is current, nothing said at all as unknown; stale words are deleted.
+        /// What the dispatchers announce: what every current word names (any dispatcher may
+        /// get any push), the latest word when none is current, nothing said at all as
+        /// unknown; stale words are deleted.
         @Test func providerAnnouncementsNameWhatTheDispatchersCanSendTo() async throws {
             let stack = try await Stack.get()
             let redis = RedisClient(configuration: RedisConfiguration(port: stack.redisPort, connections: 2))
@@ -43,8 +44,9 @@ extension StackTests {
             let now: Int64 = 1_800_000_000_000
             #expect(try await announcements.enabledProviders(nowMs: now) == nil, "no dispatcher has said")
             try await announcements.announce(process: "a", providers: [.apns, .fcm], untilMs: now + 30_000, nowMs: now)
-            try await announcements.announce(process: "b", providers: [.webpush], untilMs: now + 30_000, nowMs: now)
-            #expect(try await announcements.enabledProviders(nowMs: now) == [.apns, .fcm, .webpush])
+            try await announcements.announce(
+                process: "b", providers: [.fcm, .webpush], untilMs: now + 30_000, nowMs: now)
+            #expect(try await announcements.enabledProviders(nowMs: now) == [.fcm])
             // Only b is current a minute later... and when nobody is, the last word stands.
             try await announcements.announce(
                 process: "b", providers: [.hms], untilMs: now + 90_000, nowMs: now + 60_000)
@@ -59,6 +61,43 @@ extension StackTests {
             try await redis.command("HSET", RedisArgument(keys.providers), "d", "garbage")
             #expect(try await announcements.enabledProviders(nowMs: later) == [.apns])
             try await redis.command("DEL", RedisArgument(keys.providers))
+        }
+
+        /// The hostname index of Zulip's registration transfer: the first server to register
+        /// a hostname keeps it, a server that moves away gives it up, and servers stored
+        /// before the index are indexed by `pushrelay-admin index-hostnames`, oldest first.
+        @Test func hostnamesStayWithTheServerThatRegisteredThemFirst() async throws {
+            let stack = try await Stack.get()
+            let redis = RedisClient(configuration: RedisConfiguration(port: stack.redisPort, connections: 2))
+            let keys = RedisKeys(prefix: "t\(UUID().uuidString.prefix(8)):")
+            let pepper = try APIKeyPepper(fileContents: APIKeyPepper.generateLine())
+            let servers = ServerStore(redis: redis, keys: keys, pepper: pepper)
+            let (a, b) = (UUID().uuidString.lowercased(), UUID().uuidString.lowercased())
+            let key = String(repeating: "k", count: 64)
+            _ = try await servers.register(
+                uuid: a, apiKey: key, hostname: "chat.example.org", contactEmail: "a@example.org", newAPIKey: nil)
+            _ = try await servers.register(
+                uuid: b, apiKey: key, hostname: "chat.example.org", contactEmail: "b@example.org", newAPIKey: nil)
+            #expect(try await servers.server(hostname: "chat.example.org") == a)
+            // a moves away: the name is free, and b takes it on its next registration.
+            _ = try await servers.register(
+                uuid: a, apiKey: key, hostname: "new.example.org", contactEmail: "a@example.org", newAPIKey: nil)
+            #expect(try await servers.server(hostname: "chat.example.org") == nil)
+            #expect(try await servers.server(hostname: "new.example.org") == a)
+            _ = try await servers.register(
+                uuid: b, apiKey: key, hostname: "chat.example.org", contactEmail: "b@example.org", newAPIKey: nil)
+            #expect(try await servers.server(hostname: "chat.example.org") == b)
+
+            // Servers stored before the index: the older one gets the name.
+            let (old, older) = (UUID().uuidString.lowercased(), UUID().uuidString.lowercased())
+            try await redis.command(
+                "HSET", RedisArgument(keys.server(old)), "hostname", "legacy.example.org", "created_ms", "2000")
+            try await redis.command(
+                "HSET", RedisArgument(keys.server(older)), "hostname", "legacy.example.org", "created_ms", "1000")
+            #expect(try await servers.server(hostname: "legacy.example.org") == nil)
+            #expect(try await servers.indexHostnames(nodes: [redis]) == 3)
+            #expect(try await servers.server(hostname: "legacy.example.org") == older)
+            #expect(try await servers.server(hostname: "new.example.org") == a)
         }
 
         /// Every key name and value under the store's prefix, as Redis holds them.

@@ -179,6 +179,32 @@ extension StackTests {
             #expect(mutableAndroid.headers["android.ttl"] == nil && mutableAndroid.headers["android.priority"] == nil)
         }
 
+        /// A large send, as gorush users make them: one iOS notification to 3,000 tokens
+        /// (over gorush's Android cap and the relay's usual body limit) is accepted, split
+        /// into records of at most 1,000 devices under one id, and every push arrives.
+        @Test func aLargeSendReachesEveryToken() async throws {
+            let stack = try await Stack.get()
+            let realm = try await RealmClient.registered(stack)
+            let tokens = (0..<3000).map { _ in Self.apnsToken() }
+            let reply = try await Self.push(
+                realm,
+                [
+                    "notifications": [
+                        ["tokens": .array(tokens.map { .string($0) }), "platform": 1, "message": "to everyone"]
+                    ]
+                ])
+            #expect(reply.status == 200 && reply.json["counts"] == 3000, "\(reply.status)")
+            let ids = reply.headers.first { $0.0.lowercased() == "x-pushrelay-notification-ids" }?.1 ?? ""
+            #expect(UUID(uuidString: ids) != nil, "one notification: \(ids)")
+            let wanted = Set(tokens)
+            let apns = try await stack.waitForPushes("apns", timeout: .seconds(120)) { pushes in
+                Set(pushes.map(\.token)).isSuperset(of: wanted)
+            }
+            let mine = apns.filter { wanted.contains($0.token) }
+            #expect(mine.count == 3000, "each token once: \(mine.count)")
+            #expect(mine.allSatisfy { $0.status == 200 && $0.body["aps"]?["alert"] == "to everyone" })
+        }
+
         @Test func gorushAnswersAsGorushDoes() async throws {
             let stack = try await Stack.get()
             let realm = try await RealmClient.registered(stack)

@@ -649,6 +649,13 @@ import Testing
             expectRouterError(
                 try await client.send(.delete, "/v1/devices/\(id)", auth: other.auth), 404, "DEVICE_NOT_FOUND",
                 "another server's device")
+            // One canonical form: a leading zero or sign is another id, not this one.
+            for lenient in ["0\(id)", "%2B\(id)"] {
+                expectRouterError(
+                    try await client.send(.delete, "/v1/devices/\(lenient)", auth: server.auth), 404,
+                    "DEVICE_NOT_FOUND",
+                    "device id \(lenient)")
+            }
             let deleted = try await client.send(.delete, "/v1/devices/\(id)", auth: server.auth)
             expectRouterSuccess(deleted, "delete")
             #expect(deleted.json["device_id"]?.intValue == id, "\(deleted.text)")
@@ -951,6 +958,9 @@ import Testing
                 .get, "/v1/feedback?realm_uuid=\(realm)&after=latest", auth: server.auth)
             expectRouterError(badCursor, 400, "BAD_REQUEST", "a cursor this endpoint never gave")
             #expect(badCursor.json["field"] == "after")
+            let padded = try await client.send(
+                .get, "/v1/feedback?realm_uuid=\(realm)&after=0\(cursor)", auth: server.auth)
+            expectRouterError(padded, 400, "BAD_REQUEST", "a cursor with a leading zero")
             let badLimit = try await client.send(.get, "/v1/feedback?realm_uuid=\(realm)&limit=0", auth: server.auth)
             expectRouterError(badLimit, 400, "BAD_REQUEST", "limit 0")
             #expect(badLimit.json["field"] == "limit")

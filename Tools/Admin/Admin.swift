@@ -15,7 +15,7 @@ struct Admin: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "pushrelay-admin",
         abstract: "Register servers and realms by hand.",
-        subcommands: [RegisterServer.self, RegisterRealm.self])
+        subcommands: [RegisterServer.self, RegisterRealm.self, IndexHostnames.self])
 }
 
 /// The stores, built from the environment like a service builds them.
@@ -98,5 +98,30 @@ struct RegisterRealm: AsyncParsableCommand {
         case .taken: throw ValidationError("realm \(realm) belongs to another server")
         case .quotaExceeded: throw ValidationError("server \(server) holds as many realms as it may")
         }
+    }
+}
+
+struct IndexHostnames: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "index-hostnames",
+        abstract:
+            "Index every server's hostname for Zulip's registration transfer (once, after upgrading from a relay without the index)."
+    )
+
+    func run() async throws {
+        let reader = try SettingsReader.environment()
+        let settings = try CommonSettings(service: "admin", defaultPort: 0, reader: reader)
+        let redis = RedisClient(configuration: settings.redis)
+        let store = ServerStore(redis: redis, keys: settings.redisKeys, pepper: try reader.apiKeyPepper())
+        // SCAN is per node: one client for each master, alone.
+        var nodes: [RedisClient] = []
+        for master in try await redis.masters() {
+            var single = settings.redis
+            single.cluster = false
+            single.host = master.host
+            single.port = master.port
+            nodes.append(RedisClient(configuration: single))
+        }
+        print("indexed \(try await store.indexHostnames(nodes: nodes)) hostnames")
     }
 }
