@@ -75,14 +75,18 @@ public struct DeliveryReports: Sendable {
     }
 
     /// One fetch of `push.deliveries`: every outcome counted in one pipelined round trip
-    /// (one `HINCRBY` per realm and field), then the failures' hooks, concurrently.
+    /// (one script per realm and partition, each record once however often it is read),
+    /// then the failures' hooks, concurrently.
     public func handleBatch(_ records: [KafkaRecord]) async -> [RecordDisposition] {
-        var counts: [RealmID: [String: Int64]] = [:]
+        var counts: [CountedOutcome] = []
         var failures: [(DeliveryRecord, DeviceID)] = []
         for record in records {
             guard let delivery = decodeRecord(DeliveryRecord.self, from: record, logger: logger) else { continue }
-            let field = "\(delivery.provider?.rawValue ?? "none"):\(delivery.outcome.rawValue)"
-            counts[delivery.realmUUID, default: [:]][field, default: 0] += 1
+            counts.append(
+                CountedOutcome(
+                    realm: delivery.realmUUID,
+                    field: "\(delivery.provider?.rawValue ?? "none"):\(delivery.outcome.rawValue)",
+                    source: "\(record.topic):\(record.partition)", offset: record.offset))
             if Self.failures.contains(delivery.outcome), let device = delivery.deviceID {
                 failures.append((delivery, device))
             }

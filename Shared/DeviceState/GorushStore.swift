@@ -42,8 +42,28 @@ public protocol GorushStore: Sendable {
     /// Adds one call's tokens and notifications to the server's counters.
     func countSubmitted(server: String, tokens: Int, notifications: Int) async throws
     func counters(server: String, realm: RealmID) async throws -> GorushCounters
-    /// Adds outcomes to their realms' counters (`{provider}:{outcome}` fields), all or none.
-    func countOutcomes(_ counts: [RealmID: [String: Int64]]) async throws
+    /// Adds outcomes to their realms' counters (`{provider}:{outcome}` fields), each
+    /// delivery record once however often it is read (a batch re-run after a fault).
+    func countOutcomes(_ outcomes: [CountedOutcome]) async throws
+}
+
+/// One delivery record's outcome, and where it was read: the counters keep, per realm
+/// and source (topic and partition), the last offset counted, so a record read again
+/// is not counted again.
+public struct CountedOutcome: Sendable, Equatable {
+    public var realm: RealmID
+    /// `{provider}:{outcome}`.
+    public var field: String
+    /// `{topic}:{partition}`.
+    public var source: String
+    public var offset: Int64
+
+    public init(realm: RealmID, field: String, source: String, offset: Int64) {
+        self.realm = realm
+        self.field = field
+        self.source = source
+        self.offset = offset
+    }
 }
 
 /// gorush's state in Redis (`RedisKeys`: `gh:`, `gn:`, `gs:`, and the realm's `rs:`).
@@ -111,18 +131,43 @@ public struct RedisGorushStore: GorushStore {
             outcomes: Self.counts(replies.count > 1 ? replies[1] : .null))
     }
 
-    public func countOutcomes(_ counts: [RealmID: [String: Int64]]) async throws {
+    /// One script per realm and source, all in one round trip: each counts the records
+    /// past the source's watermark (`wm:{topic}:{partition}` in the realm's hash) and
+    /// moves it, in one step, so a re-run of the batch counts nothing twice.
+    public func countOutcomes(_ outcomes: [CountedOutcome]) async throws {
+        var groups: [String: (realm: RealmID, source: String, items: [(Int64, String)])] = [:]
+        for outcome in outcomes {
+            let group = "\(outcome.realm)|\(outcome.source)"
+            groups[group, default: (outcome.realm, outcome.source, [])].items.append((outcome.offset, outcome.field))
+        }
         var commands: [[RedisArgument]] = []
-        for (realm, fields) in counts {
-            for (field, count) in fields {
-                commands.append([
-                    "HINCRBY", RedisArgument(keys.realmStats(realm)), RedisArgument(field), RedisArgument(count),
-                ])
-            }
+        for group in groups.values {
+            var command: [RedisArgument] = [
+                "EVAL", RedisArgument(Self.countScript), "1", RedisArgument(keys.realmStats(group.realm)),
+                RedisArgument("wm:\(group.source)"),
+            ]
+            for (offset, field) in group.items { command += [RedisArgument(offset), RedisArgument(field)] }
+            commands.append(command)
         }
         guard !commands.isEmpty else { return }
         _ = try await redis.checkedPipeline(commands)
     }
+
+    /// KEYS[1] the realm's counters; ARGV[1] the source's watermark field; then (offset,
+    /// field) pairs. Offsets stay below 2^53, exact in Lua's numbers.
+    static let countScript = """
+        local mark = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '-1')
+        local top = mark
+        for i = 2, #ARGV - 1, 2 do
+          local offset = tonumber(ARGV[i])
+          if offset > mark then
+            redis.call('HINCRBY', KEYS[1], ARGV[i + 1], 1)
+            if offset > top then top = offset end
+          end
+        end
+        if top > mark then redis.call('HSET', KEYS[1], ARGV[1], tostring(top)) end
+        return top
+        """
 
     /// An `HGETALL` reply's integer fields.
     static func counts(_ reply: RedisValue) -> [String: Int64] {

@@ -511,10 +511,18 @@ final class MemoryGorushStore: GorushStore {
         state.withLock { GorushCounters(submitted: $0.submitted[server] ?? [:], outcomes: $0.outcomes[realm] ?? [:]) }
     }
 
-    func countOutcomes(_ counts: [RealmID: [String: Int64]]) async throws {
+    func countOutcomes(_ outcomes: [CountedOutcome]) async throws {
         state.withLock { state in
-            for (realm, fields) in counts {
-                for (field, count) in fields { state.outcomes[realm, default: [:]][field, default: 0] += count }
+            var marks: [String: Int64] = [:]
+            for outcome in outcomes {
+                let mark = "wm:\(outcome.source)"
+                guard outcome.offset > state.outcomes[outcome.realm]?[mark] ?? -1 else { continue }
+                state.outcomes[outcome.realm, default: [:]][outcome.field, default: 0] += 1
+                marks["\(outcome.realm)|\(mark)"] = max(marks["\(outcome.realm)|\(mark)"] ?? -1, outcome.offset)
+            }
+            for outcome in outcomes {
+                let mark = "wm:\(outcome.source)"
+                if let top = marks["\(outcome.realm)|\(mark)"] { state.outcomes[outcome.realm, default: [:]][mark] = top }
             }
         }
     }
