@@ -27,7 +27,7 @@ struct DevBroker {
         let file = try reader.string("pushrelay.kafka.brokers.file", default: ".run/kafka-bootstrap")
         let topics = try reader.string(
             "pushrelay.devbroker.topics",
-            default: "push.requests,push.outbound,push.feedback,push.deliveries,push.deadletter,"
+            default: "push.requests,push.outbound,push.feedback,push.deliveries,push.deadletter,push.hooks,"
                 + "push.retry.1,push.retry.2,push.retry.3"
         ).split(separator: ",").map { String($0).trimmingCharacters(in: .whitespaces) }
         let logger = Observability.bootstrap(service: "devbroker", level: .info).logger

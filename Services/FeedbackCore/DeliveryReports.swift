@@ -29,20 +29,26 @@ public struct FeedbackHookSettings: Sendable {
     }
 }
 
-/// Reads `push.deliveries` (group `pushrelay-feedback-reports`): counts each realm's
-/// outcomes per provider (gorush's `/api/stat/app`), and POSTs each failed push of a
-/// server with a feedback hook to it, as gorush's `LogPushEntry`, signed.
+/// Reads `push.deliveries` (group `pushrelay-feedback.reports`): counts each realm's
+/// outcomes per provider (gorush's `/api/stat/app`), and puts each failed push of a
+/// server with a feedback hook on `push.hooks`, before the batch is committed. Reading
+/// `push.hooks` (group `pushrelay-feedback.hooks`), it POSTs each to the hook as gorush's
+/// `LogPushEntry`, signed, with retries; a record is committed once its delivery is
+/// done or given up, so a stop loses none, and a slow receiver only holds the records in
+/// flight (`PUSHRELAY_FEEDBACK_HOOKS_CONCURRENCY`).
 public struct DeliveryReports: Sendable {
     let gorush: any GorushStore
     let realms: RealmDirectory
     let devices: DeviceStore
     let endpoints: OutboundEndpoints
     let settings: FeedbackHookSettings
+    let publisher: any RecordPublisher
+    let hooksTopic: String
     let logger: Logger
 
     public init(
         redis: RedisClient, keys: RedisKeys, devices: DeviceStore, settings: FeedbackHookSettings, caFile: String?,
-        logger: Logger
+        publisher: any RecordPublisher, hooksTopic: String, logger: Logger
     ) {
         self.gorush = RedisGorushStore(redis: redis, keys: keys)
         self.realms = RealmDirectory(redis: redis, keys: keys)
@@ -53,33 +59,20 @@ public struct DeliveryReports: Sendable {
                 allowedHosts: settings.allowedHosts, caFile: caFile, readTimeout: settings.timeout,
                 maxConnectionsPerOrigin: 2),
             logger: logger)
+        self.publisher = publisher
+        self.hooksTopic = hooksTopic
         self.logger = logger
     }
 
     static let failures: Set<DeliveryOutcome> = [.invalidToken, .failed, .expired]
-    static let maxHooksInFlight = 256
-    let hooksInFlight = Slots(Self.maxHooksInFlight)
-
-    /// A count of free places, taken and given back without waiting.
-    final class Slots: Sendable {
-        private let free: Mutex<Int>
-        init(_ count: Int) { free = Mutex(count) }
-        func take() -> Bool {
-            free.withLock { free in
-                guard free > 0 else { return false }
-                free -= 1
-                return true
-            }
-        }
-        func give() { free.withLock { $0 += 1 } }
-    }
 
     /// One fetch of `push.deliveries`: every outcome counted in one pipelined round trip
     /// (one script per realm and partition, each record once however often it is read),
-    /// then the failures' hooks, concurrently.
+    /// then the failures of servers with a hook published to `push.hooks`. A batch whose
+    /// counting or publishing fails is read again.
     public func handleBatch(_ records: [KafkaRecord]) async -> [RecordDisposition] {
         var counts: [CountedOutcome] = []
-        var failures: [(DeliveryRecord, DeviceID)] = []
+        var failures: [DeliveryRecord] = []
         for record in records {
             guard let delivery = decodeRecord(DeliveryRecord.self, from: record, logger: logger) else { continue }
             counts.append(
@@ -87,55 +80,74 @@ public struct DeliveryReports: Sendable {
                     realm: delivery.realmUUID,
                     field: "\(delivery.provider?.rawValue ?? "none"):\(delivery.outcome.rawValue)",
                     source: "\(record.topic):\(record.partition)", offset: record.offset))
-            if Self.failures.contains(delivery.outcome), let device = delivery.deviceID {
-                failures.append((delivery, device))
-            }
+            if Self.failures.contains(delivery.outcome), delivery.deviceID != nil { failures.append(delivery) }
         }
         if !counts.isEmpty {
-            let increments = counts
+            let outcomes = counts
             let counted: Bool? = await untilSuccess("count delivery outcomes", logger: logger) {
-                try await gorush.countOutcomes(increments)
+                try await gorush.countOutcomes(outcomes)
                 return true
             }
             guard counted != nil else { return records.map { _ in .abandoned } }
         }
-        // Hooks go on their own: a slow or failing receiver never holds up the counters,
-        // the offsets or other servers' hooks. At most `maxHooksInFlight` at once; past it
-        // a report is dropped and counted.
-        for (delivery, device) in failures {
-            guard hooksInFlight.take() else {
-                RelayMetrics.hookFailures.increment()
-                logger.warning(
-                    "feedback hook dropped: too many in flight",
-                    metadata: [LogKey.notificationID: "\(delivery.notificationID)"])
-                continue
+        if !failures.isEmpty {
+            let reports = failures
+            let published: Bool? = await untilSuccess("queue feedback hook deliveries", logger: logger) {
+                try await publisher.publish(try await hookRecords(reports))
+                return true
             }
-            Task {
-                await reportFailure(delivery, device: device)
-                hooksInFlight.give()
-            }
+            guard published != nil else { return records.map { _ in .abandoned } }
         }
         return records.map { _ in .done }
     }
 
-    /// gorush's `LogPushEntry` for a failed push, POSTed to the owning server's hook with
-    /// retries. The token is sent whole: the hook is the server's own, and it needs the
-    /// token to forget it. A hook that keeps failing is logged and counted, not retried
-    /// for ever.
-    func reportFailure(_ delivery: DeliveryRecord, device deviceID: DeviceID) async {
+    /// The failures whose server has a hook, as `push.hooks` records: each realm's owner
+    /// and each owner's hook read once per batch.
+    func hookRecords(_ failures: [DeliveryRecord]) async throws -> [KafkaOutgoing] {
+        let realmIDs = Array(Set(failures.map(\.realmUUID.rawValue)))
+        let owners = Dictionary(
+            uniqueKeysWithValues: zip(realmIDs, try await realms.owners(realmIDs)).compactMap { realm, owner in
+                owner.map { (realm, $0) }
+            })
+        var hooked: [String: Bool] = [:]
+        for server in Set(owners.values) { hooked[server] = try await gorush.hookURL(server: server) != nil }
+        return try failures.compactMap { delivery in
+            guard let server = owners[delivery.realmUUID.rawValue], hooked[server] == true else { return nil }
+            return try .hook(HookDeliveryRecord(server: ServerID(server), delivery: delivery), topic: hooksTopic)
+        }
+    }
+
+    /// One `push.hooks` record: POSTed to the server's hook with retries. A hook that
+    /// keeps failing, was removed, or whose device is gone is logged and counted; the
+    /// record is done either way (accounted for), and read again only after a stop.
+    public func deliverHook(_ record: KafkaRecord) async -> RecordDisposition {
+        guard let hookRecord = decodeRecord(HookDeliveryRecord.self, from: record, logger: logger) else {
+            return .done
+        }
+        return await deliver(hookRecord)
+    }
+
+    func deliver(_ record: HookDeliveryRecord) async -> RecordDisposition {
+        let delivery = record.delivery
+        let server = record.serverUUID.rawValue
         do {
-            guard let server = try await realms.owners([delivery.realmUUID.rawValue]).first ?? nil,
-                let hook = try await gorush.hook(server: server), let device = try await devices.device(deviceID)
-            else { return }
+            guard let deviceID = delivery.deviceID, let hook = try await gorush.hook(server: server),
+                let device = try await devices.device(deviceID)
+            else { return .done }
             let secret = try devices.storage.openString(hook.sealedSecret, slot: .hookSecret(server: server))
             let notifID = try await gorush.callerID(of: delivery.notificationID)
             let body = Self.entry(delivery, device: device, notificationID: notifID)
             try await post(body, to: hook.url, secret: secret)
+            return .done
+        } catch is CancellationError {
+            // Stopping: the record is not committed, and is delivered after the restart.
+            return .abandoned
         } catch {
             RelayMetrics.hookFailures.increment()
             logger.warning(
                 "feedback hook not delivered",
                 metadata: [LogKey.notificationID: "\(delivery.notificationID)", LogKey.error: "\(error)"])
+            return .done
         }
     }
 

@@ -18,6 +18,8 @@ public struct FeedbackConfiguration: Sendable {
     public var storageKeys: StorageKeyring
     /// `push.deliveries`, for realms' outcome counters and servers' feedback hooks.
     public var reports: KafkaConsumerConfiguration
+    /// `push.hooks`: deliveries to servers' feedback hooks.
+    public var hooks: KafkaConsumerConfiguration
     public var hook: FeedbackHookSettings
     /// CA for hook TLS in tests and private networks (`PUSHRELAY_PUSH_ENDPOINT_CA_FILE`).
     public var caFile: String?
@@ -27,6 +29,7 @@ public struct FeedbackConfiguration: Sendable {
         consumer = try common.consumer(stage: "feedback", topic: common.topics.feedback, defaultConcurrency: 16)
         reports = try common.consumer(
             stage: "feedback.reports", topic: common.topics.deliveries, defaultConcurrency: 64)
+        hooks = try common.consumer(stage: "feedback.hooks", topic: common.topics.hooks, defaultConcurrency: 256)
         storageKeys = try reader.storageKeyring()
         hook = try FeedbackHookSettings(reader: reader)
         let ca = try reader.string("pushrelay.push.endpoint.ca.file", default: "")
@@ -46,16 +49,20 @@ public enum Feedback {
         let consumer = try KafkaConsumer(configuration: configuration.consumer, logger: logger)
         let stage = FeedbackStage(devices: RedisDeviceInvalidations(devices: devices), logger: logger)
         let reportsConsumer = try KafkaConsumer(configuration: configuration.reports, logger: logger)
+        let hooksConsumer = try KafkaConsumer(configuration: configuration.hooks, logger: logger)
+        let producer = try KafkaProducer(configuration: try settings.kafka(), logger: logger)
         let reports = DeliveryReports(
             redis: redis, keys: settings.redisKeys, devices: devices, settings: configuration.hook,
-            caFile: configuration.caFile, logger: logger)
+            caFile: configuration.caFile, publisher: producer, hooksTopic: settings.topics.hooks, logger: logger)
         let app = opsApplication(
             settings: settings, readiness: Readiness(kafka: { consumer.isConnected() }, redis: redis),
             observability: observability)
         try await runServices(
             [
-                app, KafkaConsumerService(consumer: consumer, handler: stage.handle),
+                KafkaProducerService(producer: producer), app,
+                KafkaConsumerService(consumer: consumer, handler: stage.handle),
                 KafkaConsumerService(consumer: reportsConsumer, maxBatch: 512, batchHandler: reports.handleBatch),
+                KafkaConsumerService(consumer: hooksConsumer, handler: reports.deliverHook),
             ],
             shutdownTimeout: settings.shutdownTimeout, logger: logger)
         await reports.shutdown()

@@ -243,6 +243,16 @@ public enum DeliveryOutcome: String, Sendable, Codable, CaseIterable {
     case filtered
 }
 
+extension HookDeliveryRecord {
+    public static let currentSchema = 1
+
+    public init(server: ServerID, delivery: DeliveryRecord) {
+        self.schema = Self.currentSchema
+        self.serverUUID = server
+        self.delivery = delivery
+    }
+}
+
 extension DeliveryRecord {
     public static let currentSchema = 1
 
@@ -274,6 +284,8 @@ public struct TopicNames: Sendable, Equatable {
     public var feedback = "push.feedback"
     public var deliveries = "push.deliveries"
     public var deadLetter = "push.deadletter"
+    /// Failed pushes on their way to servers' feedback hooks.
+    public var hooks = "push.hooks"
     /// Retry topic names start with this and end with the retry stage: `push.retry.1`, `push.retry.2`, …
     public var retryPrefix = "push.retry."
 
@@ -284,7 +296,7 @@ public struct TopicNames: Sendable, Equatable {
     public func retry(_ stage: Int) -> String { "\(retryPrefix)\(stage)" }
 
     public func all(retryStages: Int) -> [String] {
-        [requests, outbound, feedback, deliveries, deadLetter] + (1...max(1, retryStages)).map(retry)
+        [requests, outbound, feedback, deliveries, deadLetter, hooks] + (1...max(1, retryStages)).map(retry)
     }
 }
 

@@ -20,6 +20,15 @@ extension KafkaOutgoing {
             tally: RelayMetrics.deliveryTally(record))
     }
 
+    /// A failed push for a server's feedback hook, keyed by the device: one device's
+    /// reports stay in order.
+    public static func hook(_ record: HookDeliveryRecord, topic: String) throws -> KafkaOutgoing {
+        KafkaOutgoing(
+            topic: topic, key: record.delivery.deviceID.map { "\($0)" } ?? record.delivery.realmUUID.rawValue,
+            value: try Wire.encode(record),
+            headers: [(RecordHeader.notificationID, Array(record.delivery.notificationID.rawValue.utf8))])
+    }
+
     /// A dead letter, counted in `pushrelay_dead_letters_total` once acknowledged.
     public static func deadLetter(_ record: DeadLetterRecord, topic: String) throws -> KafkaOutgoing {
         KafkaOutgoing(

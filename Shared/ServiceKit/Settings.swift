@@ -53,6 +53,7 @@ public struct CommonSettings: Sendable {
         topics.feedback = try reader.string("pushrelay.topic.feedback", default: topics.feedback)
         topics.deliveries = try reader.string("pushrelay.topic.deliveries", default: topics.deliveries)
         topics.deadLetter = try reader.string("pushrelay.topic.deadletter", default: topics.deadLetter)
+        topics.hooks = try reader.string("pushrelay.topic.hooks", default: topics.hooks)
         topics.retryPrefix = try reader.string("pushrelay.topic.retry.prefix", default: topics.retryPrefix)
         self.topics = topics
         retry = RetrySchedule(

@@ -115,7 +115,9 @@ extension StackTests {
             try await store.countOutcomes(first)
             try await store.countOutcomes(first)
             // A later batch that starts before the mark: only the new records count.
-            try await store.countOutcomes([outcome("apns:sent", 0, 11), outcome("apns:sent", 0, 12), outcome("fcm:failed", 1, 6)])
+            try await store.countOutcomes([
+                outcome("apns:sent", 0, 11), outcome("apns:sent", 0, 12), outcome("fcm:failed", 1, 6),
+            ])
             let counts = try await store.counters(server: "none", realm: realm).outcomes
             #expect(counts["apns:sent"] == 3 && counts["fcm:failed"] == 2, "\(counts)")
         }

@@ -58,6 +58,37 @@ extension StackTests {
             #expect(delivered.count >= expected.count)
         }
 
+        /// gorush's feedback hook through `push.hooks`: feedback killed while a delivery
+        /// waits between retries loses it not; the restarted service delivers it.
+        @Test func feedbackKilledMidHookDeliveryDeliversItAfterRestart() async throws {
+            let stack = try await Stack.get()
+            let realm = try await RealmClient.registered(stack)
+            let prefix = try #require(
+                try await HTTP.get("\(stack.controlURL)/config").json["webpush_endpoint_prefix"]?.stringValue)
+            // Fails twice: the second retry waits 2 s, long enough for the kill to come first.
+            let hookID = "fail-2-\(UUID().uuidString.lowercased())"
+            let hookURL = prefix.replacingOccurrences(of: "/wp/", with: "/hook/") + hookID
+            let hook = try await HTTP.send(
+                "PUT", "\(stack.ingestURL)/api/feedback-hook", json: ["url": .string(hookURL)], auth: realm.auth)
+            #expect(hook.status == 200)
+            let dead = "gorush-" + UUID().uuidString.replacingOccurrences(of: "-", with: "")
+            try await stack.unregister("fcm", token: dead)
+            let pushed = try await HTTP.send(
+                "POST", "\(stack.ingestURL)/api/push",
+                json: ["notifications": [["tokens": [.string(dead)], "platform": 2, "message": "m"]]], auth: realm.auth)
+            #expect(pushed.status == 200)
+            _ = try await stack.waitForPushes("hook") { pushes in pushes.contains { $0.token == hookID } }
+            try await stack.stop(.feedback, signal: SIGKILL)
+            let beforeKill = try await stack.received("hook").filter { $0.token == hookID }
+            #expect(!beforeKill.contains { $0.status == 200 }, "the kill came before the delivery succeeded")
+            try stack.start(.feedback)
+            try await stack.waitReady(.feedback)
+            let deliveries = try await stack.waitForPushes("hook", timeout: .seconds(90)) { pushes in
+                pushes.contains { $0.token == hookID && $0.status == 200 }
+            }.filter { $0.token == hookID }
+            #expect(deliveries.last?.body["token"] == .string(dead))
+        }
+
         @Test func encryptorStoppedWithSIGTERMHandsOverEverything() async throws {
             let stack = try await Stack.get()
             let realm = try await RealmClient.registered(stack)

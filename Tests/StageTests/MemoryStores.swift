@@ -522,7 +522,9 @@ final class MemoryGorushStore: GorushStore {
             }
             for outcome in outcomes {
                 let mark = "wm:\(outcome.source)"
-                if let top = marks["\(outcome.realm)|\(mark)"] { state.outcomes[outcome.realm, default: [:]][mark] = top }
+                if let top = marks["\(outcome.realm)|\(mark)"] {
+                    state.outcomes[outcome.realm, default: [:]][mark] = top
+                }
             }
         }
     }

@@ -342,6 +342,28 @@ public struct FeedbackRecord: WireObject, Equatable {
     }
 }
 
+/// `push.hooks`: a failed push to report to its server's feedback hook (gorush's
+/// `feedback_hook_url`), kept on a topic so a stop or a slow receiver loses none. It
+/// names the push; the hook's body (with the token) is built when it is sent.
+public struct HookDeliveryRecord: WireObject, Equatable {
+    public var schema: Int
+    /// The server whose hook it goes to.
+    public var serverUUID: ServerID
+    public var delivery: DeliveryRecord
+
+    public init(fields: WireFields) throws {
+        schema = try fields.int("schema")
+        serverUUID = ServerID(try fields.string("server_uuid"))
+        delivery = try fields.object("delivery")
+    }
+
+    public func write(to object: inout JSONObjectWriter) {
+        object.field("delivery", delivery)
+        object.field("schema", schema)
+        object.field("server_uuid", serverUUID.rawValue)
+    }
+}
+
 /// `push.deliveries`: one record per final outcome, for accounting and incident analysis.
 public struct DeliveryRecord: WireObject, Equatable {
     public var schema: Int
