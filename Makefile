@@ -1,4 +1,4 @@
-.PHONY: up down test build bench bench-peer bench-instructions microbench lint
+.PHONY: up down test build bench bench-peer bench-instructions microbench lint soak drills
 
 ## Start the whole pipeline on embedded defaults (dev broker, Redis, fakes, 4 services, demo realm).
 up:
@@ -30,6 +30,14 @@ bench-peer:
 ## Instructions (callgrind Ir) per notification per stage; `scripts/bench-instructions.sh dispatcher` for one.
 bench-instructions:
 	scripts/bench-instructions.sh
+
+## Soak: a steady rate for SOAK_MINUTES (30) at SOAK_RATE (500/s); each minute's p99 and RSS, and whether they grow.
+soak:
+	scripts/soak.sh
+
+## The fault drills at full length (broker outage 50 s, provider brownout 60 s, slow provider 60 s); `make test` runs them short.
+drills:
+	scripts/install-deps.sh && swift build --build-tests && PUSHRELAY_DRILL_SCALE=10 PUSHRELAY_BIN_DIR="$$(swift build --show-bin-path)" swift test --skip-build --filter DrillTests
 
 ## Micro benchmarks of the hot paths (crypto, envelopes, provider bodies, APNs JWT).
 microbench:

@@ -50,8 +50,23 @@ struct DevBroker {
                 "partitions": "\(partitions)", "file": "\(file)",
             ])
         print(cluster.bootstrapServers)
+        // Drills: SIGUSR1 takes every broker down, SIGUSR2 brings them back.
+        signal(SIGUSR1, SIG_IGN)
+        signal(SIGUSR2, SIG_IGN)
+        let outage = DispatchSource.makeSignalSource(signal: SIGUSR1)
+        outage.setEventHandler {
+            cluster.setBrokers(up: false)
+            logger.warning("dev broker: every broker is down (SIGUSR1)")
+        }
+        let recovery = DispatchSource.makeSignalSource(signal: SIGUSR2)
+        recovery.setEventHandler {
+            cluster.setBrokers(up: true)
+            logger.warning("dev broker: every broker is up (SIGUSR2)")
+        }
+        outage.resume()
+        recovery.resume()
         try await runServices(
             [StageService { try? await gracefulShutdown() }], shutdownTimeout: .seconds(10), logger: logger)
-        withExtendedLifetime(cluster) {}
+        withExtendedLifetime((cluster, outage, recovery)) {}
     }
 }

@@ -69,6 +69,8 @@ public final class Stack: Sendable {
         public var fakesEnvironment: [String: String]
         /// Masters of a local Redis Cluster to run on instead of one Redis (0: one Redis).
         public var redisClusterMasters: Int
+        /// Replicas per master of that cluster (the failover drill).
+        public var redisClusterReplicas = 0
         /// Told apart in the stack's directory name, for a second stack in one process.
         public var name: String
 
@@ -220,7 +222,8 @@ public final class Stack: Sendable {
         var redisCluster: LocalRedisCluster?
         if options.redisClusterMasters > 0 {
             let cluster = try await LocalRedisCluster.start(
-                masters: options.redisClusterMasters, directory: "\(dir)/redis-cluster")
+                masters: options.redisClusterMasters, replicas: options.redisClusterReplicas,
+                directory: "\(dir)/redis-cluster")
             redisCluster = cluster
             redisPort = cluster.ports[0]
         } else {
@@ -479,6 +482,44 @@ public final class Stack: Sendable {
         ]
         if let retryAfter { body["retry_after"] = .int(Int64(retryAfter)) }
         _ = try await HTTP.send("POST", "\(controlURL)/\(provider)/inject", json: .object(body))
+    }
+
+    /// A provider's bad window: every request answers `status` (with `Retry-After` when
+    /// given) for `seconds` from now.
+    public func brownout(_ provider: String, status: Int, reason: String, retryAfter: Int?, seconds: Int) async throws {
+        var body: [String: JSONValue] = [
+            "status": .int(Int64(status)), "reason": .string(reason), "count": 1, "seconds": .int(Int64(seconds)),
+        ]
+        if let retryAfter { body["retry_after"] = .int(Int64(retryAfter)) }
+        _ = try await HTTP.send("POST", "\(controlURL)/\(provider)/inject", json: .object(body))
+    }
+
+    /// A slow provider: every answer waits `delay` for `seconds` from now.
+    public func slow(_ provider: String, delay: Duration, seconds: Int) async throws {
+        let body: JSONValue = [
+            "status": 200, "reason": "", "count": 1, "seconds": .int(Int64(seconds)),
+            "delay_ms": .int(RetrySchedule.milliseconds(delay)),
+        ]
+        _ = try await HTTP.send("POST", "\(controlURL)/\(provider)/inject", json: body)
+    }
+
+    /// Takes every dev-broker broker down (`up: false`) or back up: a broker outage.
+    public func setBrokers(up: Bool) throws {
+        guard let broker = helpers.withLock({ $0["devbroker"] }), broker.isRunning else {
+            throw StackError("the dev broker is not running")
+        }
+        kill(broker.processIdentifier, up ? SIGUSR2 : SIGUSR1)
+    }
+
+    /// The resident memory of a service now (kB), from /proc.
+    public func residentKB(_ service: Service) -> Int? {
+        guard let process = processes.withLock({ $0[service] }),
+            let status = try? String(contentsOfFile: "/proc/\(process.processIdentifier)/status", encoding: .utf8)
+        else { return nil }
+        for line in status.split(separator: "\n") where line.hasPrefix("VmRSS:") {
+            return line.split(whereSeparator: { $0 == " " || $0 == "\t" }).dropFirst().first.flatMap { Int($0) }
+        }
+        return nil
     }
 
     /// Waits until `condition` holds for the pushes a fake received.

@@ -119,6 +119,7 @@ public struct FakeAPNs: Sendable {
         guard bytes.count <= limit else { return fail(413, "PayloadTooLarge") }
         guard case .object = json else { return fail(400, "BadPayload") }
 
+        if let delay = state.delay(provider: "apns") { try? await Task.sleep(for: delay) }
         if let injected = state.nextInjected(provider: "apns") {
             return fail(injected.status, injected.reason, retryAfter: injected.retryAfterSeconds)
         }

@@ -236,6 +236,7 @@ public struct FakeFCM: Sendable {
                 Self.badRequest(field: "message.android.ttl", "Invalid value at 'message.android.ttl'"),
                 reason: "INVALID_ARGUMENT")
         }
+        if let delay = state.delay(provider: "fcm") { try? await Task.sleep(for: delay) }
         if let injected = state.nextInjected(provider: "fcm") {
             return answer(
                 Self.fcmError(

@@ -29,10 +29,30 @@ public struct InjectedFailure: Sendable, Codable, Equatable {
     public var reason: String
     public var retryAfterSeconds: Int?
     public var count: Int
+    /// A window instead of a count: every request fails (or, with `delay_ms`, waits) for
+    /// this many seconds from the injection (a brownout, a slow provider).
+    public var seconds: Int?
+    /// With status 200: answered as usual, after this long.
+    public var delayMs: Int?
+    /// When the window closes (set at injection).
+    var until: Date?
 
     enum CodingKeys: String, CodingKey {
-        case status, reason, count
+        case status, reason, count, seconds
         case retryAfterSeconds = "retry_after"
+        case delayMs = "delay_ms"
+    }
+
+    public init(
+        status: Int, reason: String, retryAfterSeconds: Int? = nil, count: Int = 1, seconds: Int? = nil,
+        delayMs: Int? = nil
+    ) {
+        self.status = status
+        self.reason = reason
+        self.retryAfterSeconds = retryAfterSeconds
+        self.count = count
+        self.seconds = seconds
+        self.delayMs = delayMs
     }
 }
 
@@ -46,6 +66,7 @@ public final class FakeState: Sendable {
         var unregisteredAPNs: [String: Int64] = [:]
         var unregisteredFCM: Set<String> = []
         var injected: [String: [InjectedFailure]] = [:]
+        var delays: [String: InjectedFailure] = [:]
         var accessTokens: [String: Date] = [:]
         var verifiedAPNsTokens: [String: Date] = [:]
         var goAways = 0
@@ -111,18 +132,46 @@ public final class FakeState: Sendable {
     func fcmUnregistered(_ token: String) -> Bool { state.withLock { $0.unregisteredFCM.contains(token) } }
 
     public func inject(provider: String, _ failure: InjectedFailure) {
-        state.withLock { $0.injected[provider, default: []].append(failure) }
+        var failure = failure
+        if let seconds = failure.seconds { failure.until = Date().addingTimeInterval(TimeInterval(max(0, seconds))) }
+        state.withLock { state in
+            if failure.delayMs != nil, failure.status == 200 {
+                state.delays[provider] = failure
+            } else {
+                state.injected[provider, default: []].append(failure)
+            }
+        }
     }
 
-    /// Takes one injected failure for `provider`, if any is queued.
+    /// Takes one injected failure for `provider`, if any is queued: a window's until it
+    /// closes, a count's once per request.
     func nextInjected(provider: String) -> InjectedFailure? {
         state.withLock { s in
-            guard var queue = s.injected[provider], !queue.isEmpty else { return nil }
-            var first = queue[0]
-            first.count -= 1
-            if first.count <= 0 { queue.removeFirst() } else { queue[0] = first }
-            s.injected[provider] = queue
-            return first
+            let now = Date()
+            while var queue = s.injected[provider], let first = queue.first {
+                if let until = first.until {
+                    if until > now { return first }
+                    queue.removeFirst()
+                    s.injected[provider] = queue
+                    continue
+                }
+                var taken = first
+                taken.count -= 1
+                if taken.count <= 0 { queue.removeFirst() } else { queue[0] = taken }
+                s.injected[provider] = queue
+                return first
+            }
+            return nil
+        }
+    }
+
+    /// How long to hold an answer, while a slow window is open.
+    func delay(provider: String) -> Duration? {
+        state.withLock { s in
+            guard let slow = s.delays[provider], let until = slow.until, until > Date(), let ms = slow.delayMs else {
+                return nil
+            }
+            return .milliseconds(ms)
         }
     }
 
@@ -149,6 +198,7 @@ public final class FakeState: Sendable {
             s.unregisteredAPNs = [:]
             s.unregisteredFCM = []
             s.injected = [:]
+            s.delays = [:]
         }
     }
 }

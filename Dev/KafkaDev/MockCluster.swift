@@ -11,6 +11,7 @@ public final class MockCluster: Sendable {
 
     /// The `bootstrap.servers` string clients connect to.
     public let bootstrapServers: String
+    public let brokers: Int
 
     public init(brokers: Int) throws {
         guard (1...9).contains(brokers) else {
@@ -36,6 +37,7 @@ public final class MockCluster: Sendable {
         self.handle = handle
         self.cluster = cluster
         self.bootstrapServers = String(cString: rd_kafka_mock_cluster_bootstraps(cluster))
+        self.brokers = brokers
     }
 
     private static func text(_ buffer: [CChar]) -> String {
@@ -45,6 +47,18 @@ public final class MockCluster: Sendable {
     deinit {
         rd_kafka_mock_cluster_destroy(cluster)
         rd_kafka_destroy(handle)
+    }
+
+    /// Takes every broker down (connections closed, new ones refused) or brings them back
+    /// up: a broker outage, for the drills.
+    public func setBrokers(up: Bool) {
+        for id in 1...brokers {
+            if up {
+                rd_kafka_mock_broker_set_up(cluster, Int32(id))
+            } else {
+                rd_kafka_mock_broker_set_down(cluster, Int32(id))
+            }
+        }
     }
 
     /// Creates a topic (CreateTopics requests do not work against the mock cluster).

@@ -173,6 +173,8 @@ public final class KafkaConsumer: Sendable {
             // The dev broker needs 4–6 s; production brokers accept it too.
             "session.timeout.ms": "6000",
             "heartbeat.interval.ms": "1500",
+            // Back to a returning broker within a second (librdkafka's default: 10 s).
+            "reconnect.backoff.max.ms": "1000",
             // How long a fetch may wait for data. librdkafka's 500 ms default shows up
             // directly as per-stage latency on the dev broker; 20 ms costs a few more
             // fetch requests when idle.

@@ -215,6 +215,11 @@ public final class KafkaProducer: Sendable {
             "acks": "all",
             "linger.ms": "2",
             "message.timeout.ms": "30000",
+            // A broker that went away is tried again within a second (librdkafka's 10 s
+            // default): records are sent as soon as it is back, and a record that cannot
+            // be delivered is reported at `message.timeout.ms`, not up to 10 s later (the
+            // broker outage drill measured 13.5 s against ingest's 5 s bound).
+            "reconnect.backoff.max.ms": "1000",
         ]
         settings.merge(configuration.properties) { _, new in new }
         let conf = try makeConf(settings)
