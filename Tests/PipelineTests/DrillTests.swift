@@ -4,6 +4,8 @@ import Foundation
 import Kafka
 import PushCrypto
 import PushModels
+import RedisClient
+import Synchronization
 import Testing
 
 /// Fault drills (issue 29, short form; `make drills` runs them at full length): a
@@ -321,6 +323,90 @@ extension StackTests {
             print(figures)
             #expect(promotedMs != nil, "the replica took over: \(figures)")
             #expect(figures.lost == 0, "\(figures)")
+            #expect(figures.duplicates == figures.markedDuplicates, "\(figures)")
+        }
+
+        /// The pipeline and storage keys rotated under load, as README "Security" says:
+        /// first the new key as a later line everywhere (every service restarted), then
+        /// first (restarted again). Nothing accepted is lost or fails, devices stored under
+        /// the old key still work, and a device registered after it is stored under the new.
+        @Test func keyRotationUnderLoad() async throws {
+            let stack = try await Stack.get()
+            let phone = try await Phone.make(stack, userID: 2905)
+            final class Load: Sendable {
+                let state = Mutex<(accepted: [String: Int64], refused: Int, slowest: Int)>(([:], 0, 0))
+            }
+            let load = Load()
+            let sender = Task {
+                var messageID: Int64 = 294_000
+                while !Task.isCancelled {
+                    messageID += 1
+                    do {
+                        let answer = try await Self.notify(phone, messageID: messageID)
+                        load.state.withLock { state in
+                            state.slowest = max(state.slowest, answer.ms)
+                            if answer.status == 202, let id = answer.id {
+                                state.accepted[id] = messageID
+                            } else {
+                                state.refused += 1
+                            }
+                        }
+                    } catch {
+                        // Ingest restarting: the realm sees a connection error and retries.
+                        load.state.withLock { $0.refused += 1 }
+                    }
+                    try? await Task.sleep(for: .milliseconds(100))
+                }
+            }
+            func restartAll() async throws {
+                for service in [Stack.Service.encryptor, .dispatcher, .feedback, .ingest] {
+                    try await stack.stop(service, signal: SIGTERM)
+                    try stack.start(service)
+                    try await stack.waitReady(service)
+                }
+            }
+            let tag = UUID().uuidString.prefix(6).lowercased()
+            let files = ["\(stack.directory)/pipeline-keys", "\(stack.directory)/storage-keys"]
+            let old = try files.map { try String(contentsOfFile: $0, encoding: .utf8) }
+            let new = [PipelineKeyring.generateLine(id: "p\(tag)"), StorageKeyring.generateLine(id: "s\(tag)")]
+            func write(_ lines: [[String]]) throws {
+                for (file, content) in zip(files, lines) {
+                    try content.map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }.joined(separator: "\n")
+                        .appending("\n").write(toFile: file, atomically: true, encoding: .utf8)
+                }
+            }
+            try await Task.sleep(for: .seconds(1))
+            try write([[old[0], new[0]], [old[1], new[1]]])  // rollout 1: readable everywhere
+            try await restartAll()
+            try write([[new[0], old[0]], [new[1], old[1]]])  // rollout 2: the new keys seal
+            try await restartAll()
+            try await Task.sleep(for: .seconds(1))
+            sender.cancel()
+            _ = await sender.value
+            // A device registered now is stored under the new storage key, and reached.
+            let token = RealmClient.fcmToken()
+            let device = try await phone.realm.device(userID: 2906, kind: "fcm", token: token, key: phone.key)
+            let redis = RedisClient(configuration: RedisConfiguration(port: stack.redisPort, connections: 1))
+            let stored = try await redis.command("HGET", RedisArgument("pr:dev:\(device)"), "token").string ?? ""
+            #expect(stored.contains(":s\(tag):"), "stored under the new key: \(stored.prefix(40))")
+            let reply = try await phone.realm.notify(
+                userID: 2906, payload: phone.realm.messagePayload(userID: 2906, messageID: 1))
+            #expect(reply.status == 202)
+            _ = try await stack.waitForPushes("fcm") { $0.contains { $0.token == token && $0.status == 200 } }
+
+            var figures = Figures(name: "key rotation (pipeline and storage keys, two rollouts)")
+            let (accepted, refused, slowest) = load.state.withLock { ($0.accepted, $0.refused, $0.slowest) }
+            figures.accepted = accepted.count
+            figures.refused = refused
+            figures.slowestAnswerMs = slowest
+            try await Self.account(
+                stack, phone, provider: "fcm", token: phone.fcm, device: phone.fcmDevice, accepted: accepted,
+                figures: &figures)
+            try await Self.account(
+                stack, phone, provider: "apns", token: phone.apns, device: phone.apnsDevice, accepted: accepted,
+                figures: &figures)
+            print(figures)
+            #expect(figures.lost == 0 && figures.deadLettered == 0, "\(figures)")
             #expect(figures.duplicates == figures.markedDuplicates, "\(figures)")
         }
     }

@@ -537,6 +537,9 @@ extension StackTests {
                 ["PUSHRELAY_STATUS_REQUESTS_MAX": "2", "PUSHRELAY_HTTP_CLIENT_IP_HEADER": "X-Forwarded-For"],
                 name: "status-limit")
             let address = "10.\(Int.random(in: 0...255)).\(Int.random(in: 0...255)).\(Int.random(in: 1...254))"
+            // The three requests in one 60 s window: not across its edge.
+            let intoWindow = Date().timeIntervalSince1970.truncatingRemainder(dividingBy: 60)
+            if intoWindow > 50 { try await Task.sleep(for: .seconds(61 - intoWindow)) }
             var statuses: [Int] = []
             for _ in 0..<3 {
                 statuses.append(
