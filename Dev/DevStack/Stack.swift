@@ -48,6 +48,7 @@ public final class Stack: Sendable {
     let redis = Mutex<Process?>(nil)
     /// Processes besides the services, by name (for resource sampling).
     let helpers = Mutex<[String: Process]>([:])
+    let dispatcherOverrides = Mutex<[String: String]>([:])
 
     /// Every running process of the stack by name: the four services, Redis, the fakes.
     public func pids() -> [String: Int32] {
@@ -342,8 +343,16 @@ public final class Stack: Sendable {
         }
         env.merge(redisEnvironment) { _, new in new }
         env.merge(options.environment) { _, new in new }
-        if service == .dispatcher { env.merge(dispatcherEnvironment) { _, new in new } }
+        if service == .dispatcher {
+            env.merge(dispatcherEnvironment) { _, new in new }
+            env.merge(dispatcherOverrides.withLock { $0 }) { _, new in new }
+        }
         return env
+    }
+
+    /// Settings the dispatcher starts with from now on, over the fakes' (a rotated key).
+    public func overrideDispatcher(_ environment: [String: String]) {
+        dispatcherOverrides.withLock { $0.merge(environment) { _, new in new } }
     }
 
     public func start(_ service: Service) throws {

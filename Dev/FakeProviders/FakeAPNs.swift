@@ -36,6 +36,12 @@ public struct FakeAPNs: Sendable {
         let keys = JWTKeyCollection()
         await keys.add(
             ecdsa: try ES256PublicKey(pem: try credentials.apnsPublicKeyPEM()), kid: JWKIdentifier(string: keyID))
+        // The team's second key: both are good until one is revoked.
+        if !credentials.apnsSecondPrivateKeyPEM.isEmpty {
+            await keys.add(
+                ecdsa: try ES256PublicKey(pem: try credentials.apnsSecondPublicKeyPEM()),
+                kid: JWKIdentifier(string: credentials.apnsSecondKeyID))
+        }
         self.keys = keys
     }
 
@@ -71,6 +77,8 @@ public struct FakeAPNs: Sendable {
             "apns-topic": header("apns-topic"), "apns-push-type": header("apns-push-type"),
             "apns-priority": header("apns-priority"), "apns-expiration": header("apns-expiration"),
             "apns-id": header("apns-id"), "apns-collapse-id": header("apns-collapse-id"),
+            // Which of the team's keys signed the provider token (a key rotation shows here).
+            "provider-token-kid": header("authorization").flatMap(Self.keyID),
         ].compactMapValues { $0 }
         let json = (try? Wire.decode(JSONValue.self, from: bytes)) ?? .null
 
@@ -129,6 +137,15 @@ public struct FakeAPNs: Sendable {
         var headers: HTTPFields = [:]
         headers[HTTPField.Name("apns-id")!] = recorded["apns-id"] ?? UUID().uuidString.lowercased()
         return answer(Response(status: .ok, headers: headers), reason: nil)
+    }
+
+    /// The `kid` of a `bearer <JWT>`'s header, unverified (what is recorded, not trusted).
+    static func keyID(_ authorization: String) -> String? {
+        guard let jwt = authorization.split(separator: " ").last,
+            let header = jwt.split(separator: ".").first, let bytes = Base64URL.decode(String(header)),
+            let json = try? Wire.decode(JSONValue.self, from: bytes)
+        else { return nil }
+        return json["kid"]?.stringValue
     }
 
     /// Checks a provider token: signature by the team's key, key id, issuer, age.

@@ -17,6 +17,10 @@ public struct FakeCredentials: Sendable {
     public let apnsKeyID: String
     /// PKCS#8 PEM, the format of Apple's .p8 files.
     public let apnsPrivateKeyPEM: String
+    /// A second key of the same team (Apple takes every key of a team until it is
+    /// revoked): what a rotation of the provider key moves to (`apns-second.env`).
+    public let apnsSecondKeyID: String
+    public let apnsSecondPrivateKeyPEM: String
     public let fcmProjectID: String
     public let fcmClientEmail: String
     public let fcmPrivateKeyID: String
@@ -40,6 +44,7 @@ public struct FakeCredentials: Sendable {
 
     public var caFile: String { "\(directory)/ca.pem" }
     public var apnsKeyFile: String { "\(directory)/apns-key.p8" }
+    public var apnsSecondKeyFile: String { "\(directory)/apns-key-2.p8" }
     public var fcmServiceAccountFile: String { "\(directory)/fcm-service-account.json" }
     public var vapidKeyFile: String { "\(directory)/vapid-key.pem" }
     public var hmsClientSecretFile: String { "\(directory)/hms-client-secret" }
@@ -81,6 +86,8 @@ public struct FakeCredentials: Sendable {
         apnsTeamID = stored.apnsTeamID
         apnsKeyID = stored.apnsKeyID
         apnsPrivateKeyPEM = stored.apnsPrivateKeyPEM
+        apnsSecondKeyID = stored.apnsSecondKeyID ?? ""
+        apnsSecondPrivateKeyPEM = stored.apnsSecondPrivateKeyPEM ?? ""
         fcmProjectID = stored.fcmProjectID
         fcmClientEmail = stored.fcmClientEmail
         fcmPrivateKeyID = stored.fcmPrivateKeyID
@@ -90,6 +97,10 @@ public struct FakeCredentials: Sendable {
         hmsClientSecret = stored.hmsClientSecret ?? ""
         wnsClientID = stored.wnsClientID ?? ""
         wnsClientSecret = stored.wnsClientSecret ?? ""
+    }
+
+    public func apnsSecondPublicKeyPEM() throws -> String {
+        try P256.Signing.PrivateKey(pemRepresentation: apnsSecondPrivateKeyPEM).publicKey.pemRepresentation
     }
 
     public func apnsPublicKeyPEM() throws -> String {
@@ -108,6 +119,12 @@ public struct FakeCredentials: Sendable {
     ) throws {
         try caPEM.write(toFile: caFile, atomically: true, encoding: .utf8)
         try apnsPrivateKeyPEM.write(toFile: apnsKeyFile, atomically: true, encoding: .utf8)
+        try apnsSecondPrivateKeyPEM.write(toFile: apnsSecondKeyFile, atomically: true, encoding: .utf8)
+        try """
+        PUSHRELAY_APNS_KEY_ID=\(apnsSecondKeyID)
+        PUSHRELAY_APNS_KEY_FILE=\(apnsSecondKeyFile)
+
+        """.write(toFile: "\(directory)/apns-second.env", atomically: true, encoding: .utf8)
         try vapidPrivateKeyPEM.write(toFile: vapidKeyFile, atomically: true, encoding: .utf8)
         try hmsClientSecret.write(toFile: hmsClientSecretFile, atomically: true, encoding: .utf8)
         try wnsClientSecret.write(toFile: wnsClientSecretFile, atomically: true, encoding: .utf8)
@@ -154,6 +171,8 @@ public struct FakeCredentials: Sendable {
         var apnsTeamID: String
         var apnsKeyID: String
         var apnsPrivateKeyPEM: String
+        var apnsSecondKeyID: String?
+        var apnsSecondPrivateKeyPEM: String?
         var fcmProjectID: String
         var fcmClientEmail: String
         var fcmPrivateKeyID: String
@@ -170,6 +189,12 @@ public struct FakeCredentials: Sendable {
                 (0..<24).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
             }
             var changed = false
+            if apnsSecondKeyID == nil || apnsSecondPrivateKeyPEM == nil {
+                apnsSecondKeyID = String(
+                    (0..<10).map { _ in "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789".randomElement() ?? "A" })
+                apnsSecondPrivateKeyPEM = P256.Signing.PrivateKey().pemRepresentation
+                changed = true
+            }
             if vapidPrivateKeyPEM == nil {
                 vapidPrivateKeyPEM = P256.Signing.PrivateKey().pemRepresentation
                 changed = true

@@ -380,6 +380,20 @@ extension StackTests {
             try await restartAll()
             try write([[new[0], old[0]], [new[1], old[1]]])  // rollout 2: the new keys seal
             try await restartAll()
+            // The APNs provider key: the team's second key, a rolling restart of the dispatcher.
+            var second: [String: String] = [:]
+            for line in try String(contentsOfFile: "\(stack.directory)/fakes/apns-second.env", encoding: .utf8)
+                .split(separator: "\n")
+            {
+                let parts = line.split(separator: "=", maxSplits: 1)
+                if parts.count == 2 { second[String(parts[0])] = String(parts[1]) }
+            }
+            #expect(second["PUSHRELAY_APNS_KEY_ID"]?.isEmpty == false)
+            stack.overrideDispatcher(second)
+            try await stack.stop(.dispatcher, signal: SIGTERM)
+            try stack.start(.dispatcher)
+            try await stack.waitReady(.dispatcher)
+            let rotatedAt = Wire.nowMillis()
             try await Task.sleep(for: .seconds(1))
             sender.cancel()
             _ = await sender.value
@@ -394,7 +408,7 @@ extension StackTests {
             #expect(reply.status == 202)
             _ = try await stack.waitForPushes("fcm") { $0.contains { $0.token == token && $0.status == 200 } }
 
-            var figures = Figures(name: "key rotation (pipeline and storage keys, two rollouts)")
+            var figures = Figures(name: "key rotation (pipeline and storage keys, two rollouts; APNs provider key)")
             let (accepted, refused, slowest) = load.state.withLock { ($0.accepted, $0.refused, $0.slowest) }
             figures.accepted = accepted.count
             figures.refused = refused
@@ -405,6 +419,13 @@ extension StackTests {
             try await Self.account(
                 stack, phone, provider: "apns", token: phone.apns, device: phone.apnsDevice, accepted: accepted,
                 figures: &figures)
+            // APNs pushes after the restart are signed with the second key.
+            let signed = try await stack.received("apns").filter {
+                $0.token == phone.apns && $0.receivedAtMs > rotatedAt
+            }
+            #expect(
+                !signed.isEmpty
+                    && signed.allSatisfy { $0.headers["provider-token-kid"] == second["PUSHRELAY_APNS_KEY_ID"] })
             print(figures)
             #expect(figures.lost == 0 && figures.deadLettered == 0, "\(figures)")
             #expect(figures.duplicates == figures.markedDuplicates, "\(figures)")
