@@ -12,6 +12,7 @@ import PushCrypto
 import PushModels
 import RedisClient
 import ServiceKit
+import ServiceLifecycle
 import Synchronization
 
 /// The feedback hook's settings (README, "Replace gorush").
@@ -67,9 +68,8 @@ public struct DeliveryReports: Sendable {
     static let failures: Set<DeliveryOutcome> = [.invalidToken, .failed, .expired]
 
     /// One fetch of `push.deliveries`: every outcome counted in one pipelined round trip
-    /// (one script per realm and partition, each record once however often it is read),
-    /// then the failures of servers with a hook published to `push.hooks`. A batch whose
-    /// counting or publishing fails is read again.
+    /// (one `HINCRBY` per realm and field), then the failures of servers with a hook
+    /// published to `push.hooks`. A batch whose counting or publishing fails is read again.
     public func handleBatch(_ records: [KafkaRecord]) async -> [RecordDisposition] {
         var counts: [CountedOutcome] = []
         var failures: [DeliveryRecord] = []
@@ -127,16 +127,38 @@ public struct DeliveryReports: Sendable {
         return await deliver(hookRecord)
     }
 
+    /// What a delivery needs from Redis: the hook, the device, the caller's `notif_id`.
+    struct HookInputs: Sendable {
+        var hook: GorushHook?
+        var device: DeviceRecord?
+        var callerID: String?
+    }
+
     func deliver(_ record: HookDeliveryRecord) async -> RecordDisposition {
         let delivery = record.delivery
         let server = record.serverUUID.rawValue
+        guard let deviceID = delivery.deviceID else { return .done }
+        // Redis errors are retried (a failover, a restart): a delivery is never dropped for them.
+        guard
+            let inputs = await untilSuccess(
+                "read a feedback hook's delivery", logger: logger,
+                {
+                    HookInputs(
+                        hook: try await gorush.hook(server: server), device: try await devices.device(deviceID),
+                        callerID: try await gorush.callerID(of: delivery.notificationID))
+                })
+        else { return .abandoned }
+        guard let hook = inputs.hook, let device = inputs.device else {
+            // The hook was removed, or the device deleted, since the push failed.
+            RelayMetrics.hookFailures.increment()
+            logger.info(
+                "feedback hook delivery dropped: the hook or the device is gone",
+                metadata: [LogKey.notificationID: "\(delivery.notificationID)"])
+            return .done
+        }
         do {
-            guard let deviceID = delivery.deviceID, let hook = try await gorush.hook(server: server),
-                let device = try await devices.device(deviceID)
-            else { return .done }
             let secret = try devices.storage.openString(hook.sealedSecret, slot: .hookSecret(server: server))
-            let notifID = try await gorush.callerID(of: delivery.notificationID)
-            let body = Self.entry(delivery, device: device, notificationID: notifID)
+            let body = Self.entry(delivery, device: device, notificationID: inputs.callerID)
             try await post(body, to: hook.url, secret: secret)
             return .done
         } catch is CancellationError {
@@ -177,11 +199,16 @@ public struct DeliveryReports: Sendable {
         var description: String
     }
 
+    /// POSTs with retries, 1 s, 2 s, 4 s … apart. A shutdown between tries throws
+    /// `CancellationError`: the record stays uncommitted and is delivered after the restart.
     func post(_ body: [UInt8], to url: String, secret: String) async throws {
         let endpoint = try PushEndpoint(url, field: "url")
         var lastError = "not tried"
-        for attempt in 0..<max(1, settings.attempts) {
-            if attempt > 0 { try await Task.sleep(for: .seconds(1 << min(attempt - 1, 6))) }
+        attempts: for attempt in 0..<max(1, settings.attempts) {
+            if attempt > 0 {
+                try? await cancelWhenGracefulShutdown { try await Task.sleep(for: .seconds(1 << min(attempt - 1, 6))) }
+            }
+            if Task.isCancelled || Task.isShuttingDownGracefully { throw CancellationError() }
             switch await endpoints.client(for: endpoint) {
             case .failure(let refusal):
                 throw HookError(description: "hook refused: \(refusal)")
@@ -201,7 +228,7 @@ public struct DeliveryReports: Sendable {
                     lastError = "HTTP \(response.status.code)"
                     // A 4xx other than 408/429 will not change on a retry.
                     if (400..<500).contains(response.status.code), ![408, 429].contains(response.status.code) {
-                        break
+                        break attempts
                     }
                 } catch {
                     lastError = "\(error)"

@@ -42,14 +42,11 @@ public protocol GorushStore: Sendable {
     /// Adds one call's tokens and notifications to the server's counters.
     func countSubmitted(server: String, tokens: Int, notifications: Int) async throws
     func counters(server: String, realm: RealmID) async throws -> GorushCounters
-    /// Adds outcomes to their realms' counters (`{provider}:{outcome}` fields), each
-    /// delivery record once however often it is read (a batch re-run after a fault).
+    /// Adds outcomes to their realms' counters (`{provider}:{outcome}` fields).
     func countOutcomes(_ outcomes: [CountedOutcome]) async throws
 }
 
-/// One delivery record's outcome, and where it was read: the counters keep, per realm
-/// and source (topic and partition), the last offset counted, so a record read again
-/// is not counted again.
+/// One delivery record's outcome, and where it was read (topic, partition, offset).
 public struct CountedOutcome: Sendable, Equatable {
     public var realm: RealmID
     /// `{provider}:{outcome}`.
@@ -131,43 +128,24 @@ public struct RedisGorushStore: GorushStore {
             outcomes: Self.counts(replies.count > 1 ? replies[1] : .null))
     }
 
-    /// One script per realm and source, all in one round trip: each counts the records
-    /// past the source's watermark (`wm:{topic}:{partition}` in the realm's hash) and
-    /// moves it, in one step, so a re-run of the batch counts nothing twice.
+    /// One `HINCRBY` per realm and field, in one pipelined round trip. A batch counted
+    /// again (its pipeline re-run after a Redis fault, or re-read after a crash before its
+    /// offsets were committed) is counted twice: see README "Drills" for why a watermark
+    /// per partition could not make it exact.
     public func countOutcomes(_ outcomes: [CountedOutcome]) async throws {
-        var groups: [String: (realm: RealmID, source: String, items: [(Int64, String)])] = [:]
-        for outcome in outcomes {
-            let group = "\(outcome.realm)|\(outcome.source)"
-            groups[group, default: (outcome.realm, outcome.source, [])].items.append((outcome.offset, outcome.field))
-        }
+        var counts: [RealmID: [String: Int64]] = [:]
+        for outcome in outcomes { counts[outcome.realm, default: [:]][outcome.field, default: 0] += 1 }
         var commands: [[RedisArgument]] = []
-        for group in groups.values {
-            var command: [RedisArgument] = [
-                "EVAL", RedisArgument(Self.countScript), "1", RedisArgument(keys.realmStats(group.realm)),
-                RedisArgument("wm:\(group.source)"),
-            ]
-            for (offset, field) in group.items { command += [RedisArgument(offset), RedisArgument(field)] }
-            commands.append(command)
+        for (realm, fields) in counts {
+            for (field, count) in fields {
+                commands.append([
+                    "HINCRBY", RedisArgument(keys.realmStats(realm)), RedisArgument(field), RedisArgument(count),
+                ])
+            }
         }
         guard !commands.isEmpty else { return }
         _ = try await redis.checkedPipeline(commands)
     }
-
-    /// KEYS[1] the realm's counters; ARGV[1] the source's watermark field; then (offset,
-    /// field) pairs. Offsets stay below 2^53, exact in Lua's numbers.
-    static let countScript = """
-        local mark = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '-1')
-        local top = mark
-        for i = 2, #ARGV - 1, 2 do
-          local offset = tonumber(ARGV[i])
-          if offset > mark then
-            redis.call('HINCRBY', KEYS[1], ARGV[i + 1], 1)
-            if offset > top then top = offset end
-          end
-        end
-        if top > mark then redis.call('HSET', KEYS[1], ARGV[1], tostring(top)) end
-        return top
-        """
 
     /// An `HGETALL` reply's integer fields.
     static func counts(_ reply: RedisValue) -> [String: Int64] {

@@ -100,28 +100,6 @@ extension StackTests {
             #expect(try await servers.server(hostname: "new.example.org") == a)
         }
 
-        /// gorush's outcome counters count each delivery record once: a batch counted again
-        /// (its pipeline re-run after a Redis fault, or read again after a restart) adds
-        /// only what it had not counted; partitions keep their own marks.
-        @Test func outcomeCountersCountEachRecordOnce() async throws {
-            let stack = try await Stack.get()
-            let redis = RedisClient(configuration: RedisConfiguration(port: stack.redisPort, connections: 2))
-            let store = RedisGorushStore(redis: redis, keys: RedisKeys(prefix: "t\(UUID().uuidString.prefix(8)):"))
-            let realm = RealmID(UUID().uuidString.lowercased())
-            func outcome(_ field: String, _ partition: Int, _ offset: Int64) -> CountedOutcome {
-                CountedOutcome(realm: realm, field: field, source: "push.deliveries:\(partition)", offset: offset)
-            }
-            let first = [outcome("apns:sent", 0, 10), outcome("apns:sent", 0, 11), outcome("fcm:failed", 1, 5)]
-            try await store.countOutcomes(first)
-            try await store.countOutcomes(first)
-            // A later batch that starts before the mark: only the new records count.
-            try await store.countOutcomes([
-                outcome("apns:sent", 0, 11), outcome("apns:sent", 0, 12), outcome("fcm:failed", 1, 6),
-            ])
-            let counts = try await store.counters(server: "none", realm: realm).outcomes
-            #expect(counts["apns:sent"] == 3 && counts["fcm:failed"] == 2, "\(counts)")
-        }
-
         /// Every key name and value under the store's prefix, as Redis holds them.
         func dump(_ devices: DeviceStore) async throws -> String {
             var out: [String] = []

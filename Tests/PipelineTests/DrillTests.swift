@@ -28,12 +28,17 @@ extension StackTests {
             let apnsDevice: Int64
             let fcmDevice: Int64
 
-            static func make(_ stack: Stack, userID: Int64) async throws -> Phone {
+            /// `moreAPNs`: more APNs devices of the user (each notification goes to all of
+            /// them), so a slow provider has many requests waiting at once.
+            static func make(_ stack: Stack, userID: Int64, moreAPNs: Int = 0) async throws -> Phone {
                 let realm = try await RealmClient.registered(stack)
                 let key = try RealmClient.pushKey()
                 let (apns, fcm) = (RealmClient.apnsToken(), RealmClient.fcmToken())
                 let apnsDevice = try await realm.device(userID: userID, kind: "apns", token: apns, key: key)
                 let fcmDevice = try await realm.device(userID: userID, kind: "fcm", token: fcm, key: key)
+                for _ in 0..<moreAPNs {
+                    _ = try await realm.device(userID: userID, kind: "apns", token: RealmClient.apnsToken(), key: key)
+                }
                 // Warm: one notification through to both phones before the fault, so a stack
                 // that just started (groups joining, connections opening) is not measured.
                 let warm = try await realm.notify(
@@ -173,7 +178,7 @@ extension StackTests {
         /// bounded, FCM is unaffected, and every APNs push is delivered.
         @Test func slowProvider() async throws {
             let stack = try await Stack.get()
-            let phone = try await Phone.make(stack, userID: 2902)
+            let phone = try await Phone.make(stack, userID: 2902, moreAPNs: 9)
             let before = stack.residentKB(.dispatcher) ?? 0
             try await stack.slow("apns", delay: .seconds(5), seconds: 6 * Self.scale)
             var figures = Figures(name: "slow provider (5 s answers for \(6 * Self.scale) s)")
@@ -246,7 +251,7 @@ extension StackTests {
             try stack.setBrokers(up: true)
             let upAt = Wire.nowMillis()
             let lastBefore = messageID
-            try await send(for: .seconds(2))
+            try await send(for: .seconds(3))
             figures.accepted = accepted.count
             // Recovery: the first notification sent after the brokers came back, delivered.
             let firstAfter = accepted.values.filter { $0 > lastBefore }.min()
@@ -264,6 +269,8 @@ extension StackTests {
                 stack, phone, provider: "fcm", token: phone.fcm, device: phone.fcmDevice, accepted: accepted,
                 figures: &figures)
             print(figures)
+            #expect(firstAfter != nil, "notifications were accepted after the brokers came back: \(figures)")
+            #expect(figures.recoveryMs.map { $0 < 60_000 } == true, "the stages resumed by themselves: \(figures)")
             #expect(figures.lost == 0, "\(figures)")
             #expect(figures.duplicates == figures.markedDuplicates, "\(figures)")
             #expect(figures.refused > 0, "the outage was felt at ingest: \(figures)")
@@ -358,6 +365,7 @@ extension StackTests {
                     try? await Task.sleep(for: .milliseconds(100))
                 }
             }
+            defer { sender.cancel() }
             func restartAll() async throws {
                 for service in [Stack.Service.encryptor, .dispatcher, .feedback, .ingest] {
                     try await stack.stop(service, signal: SIGTERM)

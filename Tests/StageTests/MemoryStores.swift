@@ -513,19 +513,7 @@ final class MemoryGorushStore: GorushStore {
 
     func countOutcomes(_ outcomes: [CountedOutcome]) async throws {
         state.withLock { state in
-            var marks: [String: Int64] = [:]
-            for outcome in outcomes {
-                let mark = "wm:\(outcome.source)"
-                guard outcome.offset > state.outcomes[outcome.realm]?[mark] ?? -1 else { continue }
-                state.outcomes[outcome.realm, default: [:]][outcome.field, default: 0] += 1
-                marks["\(outcome.realm)|\(mark)"] = max(marks["\(outcome.realm)|\(mark)"] ?? -1, outcome.offset)
-            }
-            for outcome in outcomes {
-                let mark = "wm:\(outcome.source)"
-                if let top = marks["\(outcome.realm)|\(mark)"] {
-                    state.outcomes[outcome.realm, default: [:]][mark] = top
-                }
-            }
+            for outcome in outcomes { state.outcomes[outcome.realm, default: [:]][outcome.field, default: 0] += 1 }
         }
     }
 }
