@@ -5,7 +5,7 @@ import ServiceLifecycle
 import Synchronization
 import Testing
 
-@testable import Kafka
+@_spi(Dev) @testable import Kafka
 
 /// The producer and consumer as ServiceGroup members, against librdkafka's mock cluster.
 @Suite(.serialized, .timeLimit(.minutes(3)))
@@ -190,8 +190,15 @@ struct KafkaServiceTests {
         try await withThrowingTaskGroup(of: Void.self) { tasks in
             tasks.addTask { try await first.run() }
             try await waitUntil { answered.withLock { $0 } >= 6 }
-            // Several commit intervals (200 ms), so a loaded machine has committed "0"–"2" too.
-            try await Task.sleep(for: .milliseconds(1000))
+            // Until the group's commit of "0"–"2" is in (a fixed wait was not enough on a
+            // loaded machine): then exactly "3"–"5" are left.
+            let lag = try KafkaGroupLag(
+                configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers), group: "gh")
+            let deadline = ContinuousClock.now + .seconds(60)
+            while (try? lag.lag(topic: "half", partitions: [0])) != 3, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            #expect(try lag.lag(topic: "half", partitions: [0]) == 3, "0–2 committed, 3–5 not")
             tasks.cancelAll()
             try await tasks.waitForAll()
         }
