@@ -71,15 +71,12 @@ public struct DeliveryReports: Sendable {
     /// (one `HINCRBY` per realm and field), then the failures of servers with a hook
     /// published to `push.hooks`. A batch whose counting or publishing fails is read again.
     public func handleBatch(_ records: [KafkaRecord]) async -> [RecordDisposition] {
-        var counts: [CountedOutcome] = []
+        var counts: [RealmID: [String: Int64]] = [:]
         var failures: [DeliveryRecord] = []
         for record in records {
             guard let delivery = decodeRecord(DeliveryRecord.self, from: record, logger: logger) else { continue }
-            counts.append(
-                CountedOutcome(
-                    realm: delivery.realmUUID,
-                    field: "\(delivery.provider?.rawValue ?? "none"):\(delivery.outcome.rawValue)",
-                    source: "\(record.topic):\(record.partition)", offset: record.offset))
+            let field = "\(delivery.provider?.rawValue ?? "none"):\(delivery.outcome.rawValue)"
+            counts[delivery.realmUUID, default: [:]][field, default: 0] += 1
             if Self.failures.contains(delivery.outcome), delivery.deviceID != nil { failures.append(delivery) }
         }
         if !counts.isEmpty {

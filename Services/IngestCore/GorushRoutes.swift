@@ -144,7 +144,7 @@ struct GorushController: Sendable {
             response = jsonResponse(error.status, .object(fields))
             response.headers.append(contentsOf: error.headers)
         }
-        response.headers[Self.versionHeader] = Self.version
+        // `X-GORUSH-VERSION` comes from `GorushHeadersMiddleware`, on every answer.
         return response
     }
 

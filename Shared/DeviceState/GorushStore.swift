@@ -43,24 +43,7 @@ public protocol GorushStore: Sendable {
     func countSubmitted(server: String, tokens: Int, notifications: Int) async throws
     func counters(server: String, realm: RealmID) async throws -> GorushCounters
     /// Adds outcomes to their realms' counters (`{provider}:{outcome}` fields).
-    func countOutcomes(_ outcomes: [CountedOutcome]) async throws
-}
-
-/// One delivery record's outcome, and where it was read (topic, partition, offset).
-public struct CountedOutcome: Sendable, Equatable {
-    public var realm: RealmID
-    /// `{provider}:{outcome}`.
-    public var field: String
-    /// `{topic}:{partition}`.
-    public var source: String
-    public var offset: Int64
-
-    public init(realm: RealmID, field: String, source: String, offset: Int64) {
-        self.realm = realm
-        self.field = field
-        self.source = source
-        self.offset = offset
-    }
+    func countOutcomes(_ counts: [RealmID: [String: Int64]]) async throws
 }
 
 /// gorush's state in Redis (`RedisKeys`: `gh:`, `gn:`, `gs:`, and the realm's `rs:`).
@@ -132,9 +115,7 @@ public struct RedisGorushStore: GorushStore {
     /// again (its pipeline re-run after a Redis fault, or re-read after a crash before its
     /// offsets were committed) is counted twice: see README "Drills" for why a watermark
     /// per partition could not make it exact.
-    public func countOutcomes(_ outcomes: [CountedOutcome]) async throws {
-        var counts: [RealmID: [String: Int64]] = [:]
-        for outcome in outcomes { counts[outcome.realm, default: [:]][outcome.field, default: 0] += 1 }
+    public func countOutcomes(_ counts: [RealmID: [String: Int64]]) async throws {
         var commands: [[RedisArgument]] = []
         for (realm, fields) in counts {
             for (field, count) in fields {

@@ -98,6 +98,24 @@ extension StackTests {
             )
         }
 
+        /// Waits for every accepted notification at the phone's FCM device; the slowest
+        /// one's time from sending to the fake (ms).
+        static func slowestFCM(
+            _ stack: Stack, _ phone: Phone, accepted: [String: Int64], sentAt: [Int64: Int64]
+        ) async throws -> Int64 {
+            let fcm = try await stack.waitForPushes("fcm") { pushes in
+                Set(pushes.filter { $0.token == phone.fcm }.compactMap { $0.messageID(with: phone.key) })
+                    .isSuperset(of: Set(accepted.values))
+            }.filter { $0.token == phone.fcm && $0.status == 200 }
+            var slowest: Int64 = 0
+            for push in fcm {
+                if let id = push.messageID(with: phone.key), let sent = sentAt[id] {
+                    slowest = max(slowest, push.receivedAtMs - sent)
+                }
+            }
+            return slowest
+        }
+
         /// Waits until every accepted notification has an outcome for `device`, then counts
         /// what was lost (no `sent` and no dead letter), duplicates and their marks, by the
         /// pushes the fake received (decrypted message ids).
@@ -154,16 +172,7 @@ extension StackTests {
             }
             figures.accepted = accepted.count
             // FCM's latency, measured at the fake, while APNs is failing.
-            let fcm = try await stack.waitForPushes("fcm") { pushes in
-                Set(pushes.filter { $0.token == phone.fcm }.compactMap { $0.messageID(with: phone.key) })
-                    .isSuperset(of: Set(accepted.values))
-            }.filter { $0.token == phone.fcm && $0.status == 200 }
-            var slowestFCM: Int64 = 0
-            for push in fcm {
-                if let id = push.messageID(with: phone.key), let sent = sentAt[id] {
-                    slowestFCM = max(slowestFCM, push.receivedAtMs - sent)
-                }
-            }
+            let slowestFCM = try await Self.slowestFCM(stack, phone, accepted: accepted, sentAt: sentAt)
             figures.extra.append("FCM's slowest push \(slowestFCM) ms")
             try await Self.account(
                 stack, phone, provider: "apns", token: phone.apns, device: phone.apnsDevice, accepted: accepted,
@@ -193,16 +202,7 @@ extension StackTests {
                 try await Task.sleep(for: .milliseconds(100))
             }
             figures.accepted = accepted.count
-            let fcm = try await stack.waitForPushes("fcm") { pushes in
-                Set(pushes.filter { $0.token == phone.fcm }.compactMap { $0.messageID(with: phone.key) })
-                    .isSuperset(of: Set(accepted.values))
-            }.filter { $0.token == phone.fcm && $0.status == 200 }
-            var slowestFCM: Int64 = 0
-            for push in fcm {
-                if let id = push.messageID(with: phone.key), let sent = sentAt[id] {
-                    slowestFCM = max(slowestFCM, push.receivedAtMs - sent)
-                }
-            }
+            let slowestFCM = try await Self.slowestFCM(stack, phone, accepted: accepted, sentAt: sentAt)
             let during = stack.residentKB(.dispatcher) ?? 0
             try await Self.account(
                 stack, phone, provider: "apns", token: phone.apns, device: phone.apnsDevice, accepted: accepted,

@@ -511,9 +511,11 @@ final class MemoryGorushStore: GorushStore {
         state.withLock { GorushCounters(submitted: $0.submitted[server] ?? [:], outcomes: $0.outcomes[realm] ?? [:]) }
     }
 
-    func countOutcomes(_ outcomes: [CountedOutcome]) async throws {
+    func countOutcomes(_ counts: [RealmID: [String: Int64]]) async throws {
         state.withLock { state in
-            for outcome in outcomes { state.outcomes[outcome.realm, default: [:]][outcome.field, default: 0] += 1 }
+            for (realm, fields) in counts {
+                for (field, count) in fields { state.outcomes[realm, default: [:]][field, default: 0] += count }
+            }
         }
     }
 }
