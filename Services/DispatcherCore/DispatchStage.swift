@@ -38,6 +38,13 @@ public struct DispatcherConfiguration: Sendable {
             stage: "dispatcher.retry", topic: common.topics.retry(1), defaultConcurrency: 64)
         retries.topics = (1...common.retry.delays.count).map(common.topics.retry)
         retries.dueHeader = RecordHeader.due
+        // A device's pushes are sent one at a time. Past this many pushes waiting for
+        // busy devices, the next one is parked on the first retry topic instead, so a
+        // slow provider's devices cannot fill the records in flight and hold up the others.
+        main.maxWaitingBehindKeys = try reader.int(
+            "pushrelay.dispatcher.busy.device.queue", default: max(1, main.maxInFlight / 4))
+        retries.maxWaitingBehindKeys = try reader.int(
+            "pushrelay.dispatcher.retry.busy.device.queue", default: max(1, retries.maxInFlight / 4))
         pipelineKeys = try reader.pipelineKeyring()
         providers = try ProviderSettings(reader: reader)
         dedupeTTL = max(
@@ -178,6 +185,9 @@ public struct DispatchStage: Sendable {
         }
         // What is published for it (retry, dead letter) is the record as it came, its token sealed.
         let outbound = opener.resealed(received)
+        if record.keyCongested && !outbound.isExpired(atMs: clock.nowMillis()) {
+            return parkedForBusyDevice(outbound)
+        }
         let force = record.header(RecordHeader.replay).map { String(decoding: $0, as: UTF8.self) } == "force"
         let decision: Decision
         let token: String
@@ -291,6 +301,25 @@ public struct DispatchStage: Sendable {
         case .retry:
             if attempts >= schedule.maxAttempts { return .dead(.attemptsExhausted, result, attempts: attempts) }
             return plannedRetry(record, attempts: attempts, result: result)
+        }
+    }
+
+    /// A push whose device is still busy with earlier pushes while too many others wait:
+    /// parked on the first retry topic as it is (no attempt counted, no ledger claim),
+    /// out of its device's order. Its TTL still bounds how long it may be parked.
+    func parkedForBusyDevice(_ record: OutboundRecord) -> [KafkaOutgoing]? {
+        RelayMetrics.busyDeviceParked(provider: record.provider.rawValue).increment()
+        let due = clock.nowMillis().saturatingAdd(RetrySchedule.milliseconds(schedule.delays[0]))
+        var next = record
+        next.schema = OutboundRecord.currentSchema
+        next.notBeforeMs = due
+        do {
+            var message = try KafkaOutgoing.outbound(next, topic: topics.retry(1))
+            message.headers.append((RecordHeader.due, Array("\(due)".utf8)))
+            return [message]
+        } catch {
+            logger.error("cannot encode a parked push", metadata: [LogKey.error: "\(error)"])
+            return nil
         }
     }
 

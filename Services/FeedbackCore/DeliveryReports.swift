@@ -67,16 +67,20 @@ public struct DeliveryReports: Sendable {
 
     static let failures: Set<DeliveryOutcome> = [.invalidToken, .failed, .expired]
 
-    /// One fetch of `push.deliveries`: every outcome counted in one pipelined round trip
-    /// (one `HINCRBY` per realm and field), then the failures of servers with a hook
-    /// published to `push.hooks`. A batch whose counting or publishing fails is read again.
+    /// One fetch of `push.deliveries`: every outcome counted, each record once (one
+    /// script per partition, `GorushStore.countOutcomes`), then the failures of servers
+    /// with a hook published to `push.hooks`. A batch whose counting or publishing fails
+    /// is read again; its records already counted are not counted again.
     public func handleBatch(_ records: [KafkaRecord]) async -> [RecordDisposition] {
-        var counts: [RealmID: [String: Int64]] = [:]
+        var counts: [CountedOutcome] = []
         var failures: [DeliveryRecord] = []
         for record in records {
             guard let delivery = decodeRecord(DeliveryRecord.self, from: record, logger: logger) else { continue }
-            let field = "\(delivery.provider?.rawValue ?? "none"):\(delivery.outcome.rawValue)"
-            counts[delivery.realmUUID, default: [:]][field, default: 0] += 1
+            counts.append(
+                CountedOutcome(
+                    realm: delivery.realmUUID,
+                    field: "\(delivery.provider?.rawValue ?? "none"):\(delivery.outcome.rawValue)",
+                    topic: record.topic, partition: record.partition, offset: record.offset))
             if Self.failures.contains(delivery.outcome), delivery.deviceID != nil { failures.append(delivery) }
         }
         if !counts.isEmpty {

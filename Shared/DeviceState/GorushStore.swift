@@ -26,6 +26,24 @@ public struct GorushCounters: Sendable, Equatable {
     }
 }
 
+/// One outcome record of `push.deliveries` to count: its realm, its counter field
+/// (`{provider}:{outcome}`), and where it is on the topic, which makes it count once.
+public struct CountedOutcome: Sendable, Equatable {
+    public var realm: RealmID
+    public var field: String
+    public var topic: String
+    public var partition: Int32
+    public var offset: Int64
+
+    public init(realm: RealmID, field: String, topic: String, partition: Int32, offset: Int64) {
+        self.realm = realm
+        self.field = field
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+    }
+}
+
 /// The state gorush's API keeps beside the devices: each server's feedback hook, the
 /// callers' `notif_id`s, and the counters of `/api/stat/app`.
 public protocol GorushStore: Sendable {
@@ -42,8 +60,10 @@ public protocol GorushStore: Sendable {
     /// Adds one call's tokens and notifications to the server's counters.
     func countSubmitted(server: String, tokens: Int, notifications: Int) async throws
     func counters(server: String, realm: RealmID) async throws -> GorushCounters
-    /// Adds outcomes to their realms' counters (`{provider}:{outcome}` fields).
-    func countOutcomes(_ counts: [RealmID: [String: Int64]]) async throws
+    /// Adds outcomes to their realms' counters (`{provider}:{outcome}` fields), each
+    /// topic record once: a record counted before (a re-run after a Redis fault, a
+    /// batch read again after a crash) is not counted again.
+    func countOutcomes(_ outcomes: [CountedOutcome]) async throws
 }
 
 /// gorush's state in Redis (`RedisKeys`: `gh:`, `gn:`, `gs:`, and the realm's `rs:`).
@@ -102,31 +122,88 @@ public struct RedisGorushStore: GorushStore {
 
     public func counters(server: String, realm: RealmID) async throws -> GorushCounters {
         // Counters read best effort: an error reply reads as no counts.
-        let replies = try await redis.pipeline([
+        let shards = try await redis.command("SMEMBERS", RedisArgument(keys.realmStatsShards(realm))).array
+            .compactMap(\.string)
+        var commands: [[RedisArgument]] = [
             ["HGETALL", RedisArgument(keys.gorushStats(server: server))],
+            // Counted before the counters were kept per topic partition.
             ["HGETALL", RedisArgument(keys.realmStats(realm))],
-        ])
-        return GorushCounters(
-            submitted: Self.counts(replies.first ?? .null),
-            outcomes: Self.counts(replies.count > 1 ? replies[1] : .null))
+        ]
+        for shard in shards { commands.append(["HGETALL", RedisArgument(keys.realmStats(realm, shard: shard))]) }
+        let replies = try await redis.pipeline(commands)
+        var outcomes: [String: Int64] = [:]
+        for reply in replies.dropFirst() {
+            outcomes.merge(Self.counts(reply)) { $0.saturatingAdd($1) }
+        }
+        return GorushCounters(submitted: Self.counts(replies.first ?? .null), outcomes: outcomes)
     }
 
-    /// One `HINCRBY` per realm and field, in one pipelined round trip. A batch counted
-    /// again (its pipeline re-run after a Redis fault, or re-read after a crash before its
-    /// offsets were committed) is counted twice: see README "Drills" for why a watermark
-    /// per partition could not make it exact.
-    public func countOutcomes(_ counts: [RealmID: [String: Int64]]) async throws {
-        var commands: [[RedisArgument]] = []
-        for (realm, fields) in counts {
-            for (field, count) in fields {
-                commands.append([
-                    "HINCRBY", RedisArgument(keys.realmStats(realm)), RedisArgument(field), RedisArgument(count),
-                ])
-            }
+    /// Records per counted-bitmap key: 8 KiB of bits each.
+    static let bitsPerMarkKey: Int64 = 65_536
+    /// How long a record's counted mark is kept: longer than any record stays uncommitted.
+    static let markTTLSeconds = 172_800
+
+    /// Per topic partition, one script: for each record, `SETBIT` its mark in the
+    /// partition's bitmap and, when the bit was clear, `HINCRBY` its realm's counter
+    /// there. Marks and counters of a partition share one hash tag (one Redis Cluster
+    /// slot), so a record's mark and its count are written together or not at all; a
+    /// record counted before is skipped. Each realm lists the partitions it has counters
+    /// in (`SADD` first: a listed partition without counts reads as none).
+    public func countOutcomes(_ outcomes: [CountedOutcome]) async throws {
+        var byShard: [String: [CountedOutcome]] = [:]
+        var shardsOfRealm: [RealmID: Set<String>] = [:]
+        for outcome in outcomes where outcome.offset >= 0 {
+            let shard = "\(outcome.topic):\(outcome.partition)"
+            byShard[shard, default: []].append(outcome)
+            shardsOfRealm[outcome.realm, default: []].insert(shard)
         }
-        guard !commands.isEmpty else { return }
+        guard !byShard.isEmpty else { return }
+        var commands: [[RedisArgument]] = shardsOfRealm.map { realm, shards in
+            [["SADD", RedisArgument(keys.realmStatsShards(realm))], shards.sorted().map { RedisArgument($0) }]
+                .flatMap { $0 }
+        }
+        _ = try await redis.checkedPipeline(commands)
+        commands = byShard.map { shard, records in countScript(shard: shard, records: records) }
         _ = try await redis.checkedPipeline(commands)
     }
+
+    /// The `EVAL` counting one partition's records: KEYS are the bitmaps, then the
+    /// counters; ARGV the mark TTL, then per record (bitmap index, bit, counter index, field).
+    func countScript(shard: String, records: [CountedOutcome]) -> [RedisArgument] {
+        var keyIndex: [String: Int] = [:]
+        var keyNames: [String] = []
+        func index(of key: String) -> Int {
+            if let found = keyIndex[key] { return found }
+            keyNames.append(key)
+            keyIndex[key] = keyNames.count
+            return keyNames.count
+        }
+        var arguments: [RedisArgument] = [RedisArgument(Self.markTTLSeconds)]
+        for record in records {
+            let marks = index(of: keys.countedMarks(shard: shard, chunk: record.offset / Self.bitsPerMarkKey))
+            let counter = index(of: keys.realmStats(record.realm, shard: shard))
+            arguments.append(RedisArgument(marks))
+            arguments.append(RedisArgument(record.offset % Self.bitsPerMarkKey))
+            arguments.append(RedisArgument(counter))
+            arguments.append(RedisArgument(record.field))
+        }
+        return ["EVAL", RedisArgument(Self.countScript), RedisArgument(keyNames.count)]
+            + keyNames.map { RedisArgument($0) } + arguments
+    }
+
+    static let countScript = """
+        local ttl = tonumber(ARGV[1])
+        local counted = 0
+        for i = 2, #ARGV, 4 do
+          local marks = KEYS[tonumber(ARGV[i])]
+          if redis.call('SETBIT', marks, tonumber(ARGV[i + 1]), 1) == 0 then
+            redis.call('HINCRBY', KEYS[tonumber(ARGV[i + 2])], ARGV[i + 3], 1)
+            counted = counted + 1
+          end
+          if redis.call('TTL', marks) < 0 then redis.call('EXPIRE', marks, ttl) end
+        end
+        return counted
+        """
 
     /// An `HGETALL` reply's integer fields.
     static func counts(_ reply: RedisValue) -> [String: Int64] {

@@ -23,6 +23,9 @@ import PushModels
 /// | `{p}server:{uuid}:realms` | set | realm uuids the server registered (realm quota) |
 /// | `{p}server:{uuid}:devices` | string | devices the server registered (device quota) |
 /// | `{p}idem:{server}:{sha256(Idempotency-Key)}` | hash | `state` (pending/done), `fp` (body SHA-256), `status`, `body`: a notify's first answer (expires) |
+/// | `{p}rs:{topic:partition}:{realm}` | hash | a realm's outcome counters (`{provider}:{outcome}`) from one `push.deliveries` partition; `{p}rs:{realm}` holds those counted before |
+/// | `{p}rsp:{realm}` | set | the `topic:partition`s a realm has outcome counters in |
+/// | `{p}rc:{topic:partition}:{chunk}` | bitmap | one bit per `push.deliveries` record (offset mod 65,536), set once counted (expires after 48 h) |
 /// | `{p}providers` | hash | dispatcher process id → `{until_ms}|{provider},…`: the providers each dispatcher has credentials for, renewed while it runs (`ProviderAnnouncements`) |
 /// | `{p}tv:{window}` | string | Zulip registration-transfer verifications in a window, from anyone (expires) |
 /// | `{p}hostname:{hostname}` | string | uuid of the server registered with that hostname (Zulip's registration transfer) |
@@ -70,8 +73,16 @@ public struct RedisKeys: Sendable {
     public func gorushHook(server: String) -> String { "\(prefix)gh:\(tag(server))" }
     /// The caller's `notif_id` of one accepted notification, for the feedback hook.
     public func gorushNotificationID(_ id: NotificationID) -> String { "\(prefix)gn:\(id)" }
-    /// Outcome counters of one realm (`{provider}:{outcome}` fields).
+    /// Outcome counters of one realm (`{provider}:{outcome}` fields), as first kept: read, no longer written.
     public func realmStats(_ realm: RealmID) -> String { "\(prefix)rs:\(realm)" }
+    /// Outcome counters of one realm from one `push.deliveries` partition (`shard`:
+    /// `{topic}:{partition}`), in the partition's slot beside its counted marks.
+    public func realmStats(_ realm: RealmID, shard: String) -> String { "\(prefix)rs:\(tag(shard)):\(realm)" }
+    /// The partitions (`shard`s) a realm has outcome counters in.
+    public func realmStatsShards(_ realm: RealmID) -> String { "\(prefix)rsp:\(realm)" }
+    /// One bit per record of a `push.deliveries` partition, set once it is counted
+    /// (`chunk`: the record's offset / 65,536; expires after 48 h).
+    public func countedMarks(shard: String, chunk: Int64) -> String { "\(prefix)rc:\(tag(shard)):\(chunk)" }
     /// Status push server: one registration (by hashed key and installation), the
     /// installations of a hashed key, and notification requests already answered.
     public func statusRegistration(key: String, installation: String) -> String {

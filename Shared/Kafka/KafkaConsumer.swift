@@ -14,6 +14,10 @@ public struct KafkaRecord: Sendable {
     public var headers: [(name: String, value: [UInt8])]
     /// Broker or producer timestamp, ms since the epoch.
     public var timestampMs: Int64
+    /// Its key was busy and `KafkaConsumerConfiguration.maxWaitingBehindKeys` records
+    /// already waited behind busy keys: it was handed over at once, out of its key's
+    /// order, for the handler to set aside (a dispatcher parks it on a delay topic).
+    public var keyCongested = false
 
     public var topicPartition: TopicPartition { TopicPartition(topic: topic, partition: partition) }
 
@@ -45,6 +49,11 @@ public struct KafkaConsumerConfiguration: Sendable {
     /// which a record must not be handled. A partition whose next record is not due is
     /// paused and resumed when it is, so waiting holds no handler and no memory.
     public var dueHeader: String?
+    /// At most this many records wait behind a busy key (records with the same key
+    /// run one at a time); past it a record behind a busy key goes to the handler at
+    /// once, marked `keyCongested`. Nil: records always wait, and a few slow keys can
+    /// fill `maxInFlight` and hold up every other key.
+    public var maxWaitingBehindKeys: Int?
 
     public init(
         connection: KafkaConfiguration, groupID: String, topics: [String], maxInFlight: Int = 256,
@@ -269,7 +278,7 @@ public final class KafkaConsumer: Sendable {
         async let pollThreadExited: Void = onDedicatedThread(name: "kafka-consumer-poll") { [handle] in
             pollLoop(handle: handle.pointer, shared: shared, first: first, output: output)
         }
-        let keyOrder = KeyOrder()
+        let keyOrder = KeyOrder(maxWaiting: configuration.maxWaitingBehindKeys)
         await withGracefulShutdownHandler {
             await withTaskCancellationHandler {
                 await withDiscardingTaskGroup { group in
@@ -290,7 +299,9 @@ public final class KafkaConsumer: Sendable {
                                         == .runHandler
                                 }
                                 let answers = runnable.isEmpty ? [] : await handler(runnable.map { wave[$0] })
-                                for record in wave { if let key = record.key { keyOrder.leave(key) } }
+                                for record in wave where !record.keyCongested {
+                                    if let key = record.key { keyOrder.leave(key) }
+                                }
                                 // A handler that answers too few records leaves the rest uncommitted.
                                 var dispositions = [RecordDisposition](repeating: .abandoned, count: wave.count)
                                 for (index, answer) in zip(runnable, answers) { dispositions[index] = answer }
@@ -384,8 +395,14 @@ struct PendingBatch: Sendable {
     private var gates: [KeyOrder.Gate?] = []
 
     mutating func add(_ record: KafkaRecord, keyOrder: KeyOrder) {
+        var record = record
+        var gate: KeyOrder.Gate?
+        if let key = record.key {
+            gate = keyOrder.reserve(key)
+            record.keyCongested = gate == nil
+        }
         records.append(record)
-        gates.append(record.key.map { keyOrder.reserve($0) })
+        gates.append(gate)
     }
 
     /// The records that may run now, in poll order: those whose key is free. When none

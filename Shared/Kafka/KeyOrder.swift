@@ -35,19 +35,28 @@ final class KeyOrder: Sendable {
         }
     }
 
-    /// Per key: the gates of records waiting behind the one running.
-    private let queues = Mutex<[[UInt8]: [Gate]]>([:])
+    /// Per key: the gates of records waiting behind the one running; and how many wait in all.
+    private let queues = Mutex<(byKey: [[UInt8]: [Gate]], waiting: Int)>(([:], 0))
+    /// Past this many records waiting behind busy keys, `reserve` refuses a busy key.
+    private let maxWaiting: Int?
 
-    /// Takes the next place in line for `key`.
-    func reserve(_ key: [UInt8]) -> Gate {
+    init(maxWaiting: Int? = nil) {
+        self.maxWaiting = maxWaiting.map { max(0, $0) }
+    }
+
+    /// Takes the next place in line for `key`; nil when the key is busy and
+    /// `maxWaiting` records already wait (the record then takes no place in line).
+    func reserve(_ key: [UInt8]) -> Gate? {
         queues.withLock { q in
-            if var waiting = q[key] {
+            if var waiting = q.byKey[key] {
+                if let maxWaiting, q.waiting >= maxWaiting { return nil }
                 let gate = Gate(open: false)
                 waiting.append(gate)
-                q[key] = waiting
+                q.byKey[key] = waiting
+                q.waiting += 1
                 return gate
             }
-            q[key] = []
+            q.byKey[key] = []
             return Gate(open: true)
         }
     }
@@ -55,13 +64,14 @@ final class KeyOrder: Sendable {
     /// The record holding `key` finished: let the next one with that key run.
     func leave(_ key: [UInt8]) {
         let next: Gate? = queues.withLock { q in
-            guard var waiting = q[key] else { return nil }
+            guard var waiting = q.byKey[key] else { return nil }
             if waiting.isEmpty {
-                q[key] = nil
+                q.byKey[key] = nil
                 return nil
             }
             let first = waiting.removeFirst()
-            q[key] = waiting
+            q.byKey[key] = waiting
+            q.waiting -= 1
             return first
         }
         next?.open()

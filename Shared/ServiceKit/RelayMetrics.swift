@@ -20,6 +20,7 @@ public enum RelayMetrics {
         public static let sendAttempts = "pushrelay_send_attempts_total"
         public static let endToEnd = "pushrelay_end_to_end_seconds"
         public static let rateDeferred = "pushrelay_rate_deferred_total"
+        public static let busyDeviceParked = "pushrelay_busy_device_parked_total"
         public static let ambiguousResends = "pushrelay_ambiguous_resends_total"
         public static let unreadableTokens = "pushrelay_unreadable_tokens_total"
         public static let unreadableBodies = "pushrelay_unreadable_bodies_total"
@@ -78,6 +79,12 @@ public enum RelayMetrics {
 
     public static func rateDeferred(target: String) -> Counter {
         Counter(label: Name.rateDeferred, dimensions: [(Label.target, target)])
+    }
+
+    /// Pushes set aside on a retry topic because their device's earlier pushes were
+    /// still being sent and too many pushes already waited for busy devices.
+    public static func busyDeviceParked(provider: String) -> Counter {
+        Counter(label: Name.busyDeviceParked, dimensions: [(Label.provider, provider)])
     }
 
     public static func ambiguousResends(provider: String) -> Counter {

@@ -103,6 +103,8 @@ public enum SettingsCatalog {
         "pushrelay.dispatcher.rate.ceiling": .double(1...1_000_000),
         "pushrelay.dispatcher.rate.floor": .double(0.01...1_000_000),
         "pushrelay.dispatcher.rate.max.wait.ms": .int(0...60_000),
+        "pushrelay.dispatcher.busy.device.queue": .int(1...100_000),
+        "pushrelay.dispatcher.retry.busy.device.queue": .int(1...100_000),
         "pushrelay.apns.url": .text,
         "pushrelay.apns.team.id": .text,
         "pushrelay.apns.key.id": .text,

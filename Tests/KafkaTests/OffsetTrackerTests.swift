@@ -53,9 +53,9 @@ import Testing
     @Test func sameKeyWaitsForItsPredecessorOtherKeysDoNot() async throws {
         let order = KeyOrder()
         let a = Array("user-1".utf8)
-        let first = order.reserve(a)
-        let second = order.reserve(a)
-        let other = order.reserve(Array("user-2".utf8))
+        let first = try #require(order.reserve(a))
+        let second = try #require(order.reserve(a))
+        let other = try #require(order.reserve(Array("user-2".utf8)))
         let log = EventLog()
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask {
@@ -79,6 +79,19 @@ import Testing
             try await group.waitForAll()
         }
         #expect(log.events == ["other", "second"])
+    }
+
+    @Test func pastTheWaitingLimitABusyKeyIsRefusedAndAFreeKeyIsNot() throws {
+        let order = KeyOrder(maxWaiting: 2)
+        let slow = Array("slow-device".utf8)
+        #expect(order.reserve(slow)?.isOpen == true)
+        #expect(order.reserve(slow)?.isOpen == false)
+        #expect(order.reserve(slow)?.isOpen == false)
+        #expect(order.reserve(slow) == nil, "two already wait: a third is refused its place")
+        #expect(order.reserve(Array("other".utf8))?.isOpen == true, "a free key still runs")
+        order.leave(slow)
+        #expect(order.reserve(slow)?.isOpen == false, "one left the line: there is room again")
+        #expect(order.reserve(slow) == nil)
     }
 }
 

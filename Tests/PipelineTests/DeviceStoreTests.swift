@@ -63,6 +63,46 @@ extension StackTests {
             try await redis.command("DEL", RedisArgument(keys.providers))
         }
 
+        /// gorush's `/api/stat/app` outcome counters count each `push.deliveries` record
+        /// once: a batch counted again (a pipeline re-run after a Redis fault, a batch read
+        /// again after a crash, cut differently) adds nothing; counts from before the
+        /// counters were kept per partition still read.
+        @Test func outcomeCountersCountEachRecordOnce() async throws {
+            let stack = try await Stack.get()
+            let redis = RedisClient(configuration: RedisConfiguration(port: stack.redisPort, connections: 2))
+            let keys = RedisKeys(prefix: "t\(UUID().uuidString.prefix(8)):")
+            let store = RedisGorushStore(redis: redis, keys: keys)
+            func outcome(_ realm: RealmID, _ field: String, partition: Int32, offset: Int64) -> CountedOutcome {
+                CountedOutcome(
+                    realm: realm, field: field, topic: "push.deliveries", partition: partition, offset: offset)
+            }
+            let first = [
+                outcome("r1", "ios:sent", partition: 0, offset: 0),
+                outcome("r1", "ios:sent", partition: 0, offset: 1),
+                outcome("r1", "android:failed", partition: 1, offset: 1),
+                outcome("r2", "ios:sent", partition: 1, offset: 70_000),
+            ]
+            try await store.countOutcomes(first)
+            // Read again, cut differently, with one new record.
+            try await store.countOutcomes(Array(first[1...]) + [outcome("r1", "ios:sent", partition: 0, offset: 2)])
+            try await store.countOutcomes([first[0]])
+            #expect(
+                try await store.counters(server: "s", realm: "r1").outcomes == ["ios:sent": 3, "android:failed": 1])
+            #expect(try await store.counters(server: "s", realm: "r2").outcomes == ["ios:sent": 1])
+            // The same offset on another topic is another record.
+            try await store.countOutcomes([
+                CountedOutcome(realm: "r2", field: "ios:sent", topic: "other", partition: 1, offset: 70_000)
+            ])
+            #expect(try await store.counters(server: "s", realm: "r2").outcomes == ["ios:sent": 2])
+            // Counts kept before, under the realm's old key, are added in.
+            try await redis.command("HINCRBY", RedisArgument(keys.realmStats("r2")), "ios:sent", "5")
+            #expect(try await store.counters(server: "s", realm: "r2").outcomes == ["ios:sent": 7])
+            // The marks expire; the counters do not.
+            let ttl = try await redis.command(
+                "TTL", RedisArgument(keys.countedMarks(shard: "push.deliveries:0", chunk: 0)))
+            #expect((ttl.int ?? 0) > 0)
+        }
+
         /// The hostname index of Zulip's registration transfer: the first server to register
         /// a hostname keeps it, a server that moves away gives it up, and servers stored
         /// before the index are indexed by `pushrelay-admin index-hostnames`, oldest first.

@@ -275,6 +275,21 @@ extension StackTests {
                     == RedisSlot.of(keys.sent(notificationID: notification, deviceID: 2)))
             #expect(try await ledger.claim(notificationID: notification, deviceID: 1, nowMs: 1) == .unknown)
             #expect(try await ledger.claim(notificationID: notification, deviceID: 1, nowMs: 2) == .claimed(atMs: 1))
+
+            // gorush's outcome counters: each record once, a partition's marks and counters in one slot.
+            let gorush = RedisGorushStore(redis: redis, keys: keys)
+            #expect(
+                RedisSlot.of(keys.countedMarks(shard: "push.deliveries:3", chunk: 0))
+                    == RedisSlot.of(keys.realmStats("realm-c", shard: "push.deliveries:3")))
+            let batch = (0..<6).map { offset in
+                CountedOutcome(
+                    realm: offset < 4 ? "realm-c" : "realm-d", field: "fcm:sent", topic: "push.deliveries",
+                    partition: Int32(offset % 3), offset: Int64(offset) * 40_000)
+            }
+            try await gorush.countOutcomes(batch)
+            try await gorush.countOutcomes(Array(batch.prefix(5)))
+            #expect(try await gorush.counters(server: "s1", realm: "realm-c").outcomes == ["fcm:sent": 4])
+            #expect(try await gorush.counters(server: "s1", realm: "realm-d").outcomes == ["fcm:sent": 2])
         }
 
         @Test func theWholePipelineRunsOnTheCluster() async throws {

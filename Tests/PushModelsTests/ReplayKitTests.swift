@@ -49,6 +49,16 @@ import Testing
         let old = TopicEntry(topic: "push.outbound", timestampMs: 0, value: .object(v1))
         #expect(old.kind == .outbound && old.deviceID == 31 && old.reason == nil)
         #expect(EntryFilter(device: 31, provider: "apns").matches(old))
+        // A feedback hook's record: by topic, and by shape under another name.
+        let failed = delivery("invalid_token", reason: "Unregistered", at: 7).value
+        for topic in ["push.hooks", "renamed.hooks"] {
+            let hook = TopicEntry(
+                topic: topic, timestampMs: 8, value: ["schema": 1, "server_uuid": "server-1", "delivery": failed])
+            #expect(hook.kind == .hook, "\(topic)")
+            #expect(hook.notificationID == "n1" && hook.deviceID == 31 && hook.realmUUID == "realm-a")
+            #expect(hook.outcome == "hook" && hook.reason == "Unregistered")
+            #expect(Trace.render(notificationID: "n1", entries: [hook]).contains("feedback hook of server server-1"))
+        }
     }
 
     @Test func filtersMatchEveryCriterion() {

@@ -235,6 +235,30 @@ import Testing
         #expect(ledger.releases == 1)
     }
 
+    @Test func aPushBehindACongestedDeviceIsParkedUnsentWithoutAnAttempt() async throws {
+        var consumed = try F.consumed(
+            try outbound(attempts: 2, lastError: "ServiceUnavailable"), topic: F.topics.outbound)
+        consumed.keyCongested = true
+        #expect(await stage().handle(consumed, maxRateWait: .seconds(1)) == .done)
+        #expect(apns.sent.isEmpty, "the provider is not called")
+        #expect(ledger.claims == 0, "the ledger is not touched")
+        #expect(publisher.topics == ["push.retry.1"])
+        let message = try #require(publisher.records.soleElement)
+        #expect(message.headerTexts(RecordHeader.due) == ["\(F.now + 1_000)"])
+        #expect(!message.valueText.contains(token))
+        let parked = try Wire.decode(OutboundRecord.self, from: message.value)
+        #expect(
+            parked.attempts == 2 && parked.lastError == "ServiceUnavailable", "its attempts and reason as they were")
+        #expect(parked.notBeforeMs == F.now + 1_000)
+        #expect(try deliveries().isEmpty)
+
+        // Expired, it is not parked again but dead-lettered as expired.
+        var expired = try F.consumed(try outbound(expiresAt: F.now / 1000 - 1), topic: F.topics.outbound)
+        expired.keyCongested = true
+        #expect(await stage().handle(expired, maxRateWait: .seconds(1)) == .done)
+        #expect(try deadLetters().soleElement?.cause == .expired)
+    }
+
     @Test func retryAfterChoosesTheStageThatCoversItAndLaterAttemptsMoveOn() async throws {
         // Attempt 1 with Retry-After 2 s: the 1 s stage cannot honour it.
         apns.enqueue(.retry(reason: .apns(.tooManyRequests), status: 429, retryAfter: .seconds(2)))

@@ -483,6 +483,7 @@ final class MemoryGorushStore: GorushStore {
         var callerIDs: [NotificationID: String] = [:]
         var submitted: [String: [String: Int64]] = [:]
         var outcomes: [RealmID: [String: Int64]] = [:]
+        var counted: Set<String> = []
     }
 
     private let state = Mutex(State())
@@ -511,10 +512,11 @@ final class MemoryGorushStore: GorushStore {
         state.withLock { GorushCounters(submitted: $0.submitted[server] ?? [:], outcomes: $0.outcomes[realm] ?? [:]) }
     }
 
-    func countOutcomes(_ counts: [RealmID: [String: Int64]]) async throws {
+    func countOutcomes(_ outcomes: [CountedOutcome]) async throws {
         state.withLock { state in
-            for (realm, fields) in counts {
-                for (field, count) in fields { state.outcomes[realm, default: [:]][field, default: 0] += count }
+            for outcome in outcomes
+            where state.counted.insert("\(outcome.topic):\(outcome.partition):\(outcome.offset)").inserted {
+                state.outcomes[outcome.realm, default: [:]][outcome.field, default: 0] += 1
             }
         }
     }

@@ -80,7 +80,8 @@ public enum Trace {
         case .deadLetter: 3
         case .feedback: 4
         case .delivery: 5
-        case .unknown: 6
+        case .hook: 6
+        case .unknown: 7
         }
     }
 
@@ -140,6 +141,10 @@ public enum Trace {
             if let status = v["http_status"]?.intValue { text += " status \(status)" }
             if let attempts = v["attempts"]?.intValue { text += " attempts \(attempts)" }
             return text
+        case .hook:
+            let failed = e.hookedDelivery?["outcome"]?.stringValue ?? "?"
+            return
+                "queued for the feedback hook of server \(v["server_uuid"]?.stringValue ?? "?"): \(device()) \(failed)"
         case .unknown:
             return "unrecognised record"
         }

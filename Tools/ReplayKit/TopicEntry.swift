@@ -7,7 +7,7 @@ import PushModels
 /// means every schema version decodes: a field an old version lacks is just nil.
 public struct TopicEntry: Sendable {
     public enum Kind: String, Sendable, Codable {
-        case request, outbound, retry, deadLetter = "dead_letter", delivery, feedback, unknown
+        case request, outbound, retry, deadLetter = "dead_letter", delivery, feedback, hook, unknown
     }
 
     public var topic: String
@@ -56,10 +56,12 @@ public struct TopicEntry: Sendable {
         case topics.deadLetter: return .deadLetter
         case topics.deliveries: return .delivery
         case topics.feedback: return .feedback
+        case topics.hooks: return .hook
         case _ where topic.hasPrefix(topics.retryPrefix): return .retry
         default: break
         }
         if value["cause"] != nil, value["record"] != nil { return .deadLetter }
+        if value["server_uuid"] != nil, value["delivery"]?["outcome"] != nil { return .hook }
         if value["outcome"] != nil { return .delivery }
         if value["token_fingerprint"] != nil { return .feedback }
         if value["kind"] != nil, value["server_uuid"] != nil { return .request }
@@ -80,7 +82,10 @@ public struct TopicEntry: Sendable {
         }
     }
 
-    private func field(_ name: String) -> JSONValue? { value[name] ?? push?[name] }
+    /// A `push.hooks` record's failed push, as it was on `push.deliveries`.
+    public var hookedDelivery: JSONValue? { kind == .hook ? value["delivery"] : nil }
+
+    private func field(_ name: String) -> JSONValue? { value[name] ?? push?[name] ?? hookedDelivery?[name] }
 
     public var notificationID: String? {
         field("notification_id")?.stringValue
@@ -97,11 +102,13 @@ public struct TopicEntry: Sendable {
         case .deadLetter: "dead_letter"
         case .retry: "retry"
         case .feedback: "invalidated"
+        case .hook: "hook"
         default: nil
         }
     }
     public var reason: String? {
         value["reason"]?.stringValue ?? value["last_error"]?.stringValue ?? push?["last_error"]?.stringValue
+            ?? hookedDelivery?["reason"]?.stringValue
     }
     /// Device ids a record concerns: its own, or a request's listed devices and items.
     public var deviceIDs: [Int64] {
