@@ -45,6 +45,9 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/google/swift-benchmark", from: "0.1.2"),
         .package(url: "https://github.com/apple/swift-protobuf", from: "1.39.0"),
+        .package(url: "https://github.com/apple/swift-distributed-tracing", from: "1.7.3"),
+        .package(url: "https://github.com/apple/swift-service-context", from: "1.5.1"),
+        .package(url: "https://github.com/swift-otel/swift-otel", from: "1.6.0"),
     ],
     targets: [
         // C libraries from Debian, each used by exactly one Swift wrapper module.
@@ -134,6 +137,10 @@ let package = Package(
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
+                .product(name: "Instrumentation", package: "swift-distributed-tracing"),
+                .product(name: "ServiceContextModule", package: "swift-service-context"),
+                .product(name: "OTel", package: "swift-otel"),
             ],
             path: "Shared/ServiceKit", swiftSettings: strict),
         .target(
@@ -171,6 +178,7 @@ let package = Package(
         .target(
             name: "IngestCore",
             dependencies: [
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
                 "ServiceKit", "DeviceState", "PushCrypto", "PushModels", "Kafka", "RedisClient", "StatusPush",
                 "Providers",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
@@ -187,6 +195,7 @@ let package = Package(
         .target(
             name: "EncryptorCore",
             dependencies: [
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
                 "ServiceKit", "DeviceState", "PushCrypto", "PushModels", "Kafka", "RedisClient",
                 .product(name: "Configuration", package: "swift-configuration"),
             ],
@@ -197,6 +206,7 @@ let package = Package(
         .target(
             name: "DispatcherCore",
             dependencies: [
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
                 "ServiceKit", "Providers", "PushModels", "PushCrypto", "Kafka", "DeviceState", "RedisClient",
                 .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -208,6 +218,7 @@ let package = Package(
         .target(
             name: "FeedbackCore",
             dependencies: [
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
                 "ServiceKit", "DeviceState", "PushModels", "PushCrypto", "Kafka", "RedisClient", "Providers",
                 .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian packages PushRelay builds and runs with, if any is missing:
-# librdkafka, hiredis, libsodium, OpenSSL and libsecp256k1 (headers), pkg-config, Redis, curl.
+# librdkafka, hiredis, libsodium, OpenSSL and libsecp256k1 (headers), pkg-config, Redis, curl,
+# and prometheus (for promtool: the alert rules' checks and unit tests).
 set -euo pipefail
-packages=(librdkafka-dev libhiredis-dev libsodium-dev libssl-dev libsecp256k1-dev pkg-config redis-server curl)
+packages=(librdkafka-dev libhiredis-dev libsodium-dev libssl-dev libsecp256k1-dev pkg-config redis-server curl prometheus)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -30,7 +30,7 @@ struct DevBroker {
             default: "push.requests,push.outbound,push.feedback,push.deliveries,push.deadletter,push.hooks,"
                 + "push.retry.1,push.retry.2,push.retry.3"
         ).split(separator: ",").map { String($0).trimmingCharacters(in: .whitespaces) }
-        let logger = Observability.bootstrap(service: "devbroker", level: .info).logger
+        let logger = try Observability.bootstrap(service: "devbroker", level: .info, tracing: false).logger
 
         let cluster = try MockCluster(brokers: brokers)
         for topic in topics where !topic.isEmpty {

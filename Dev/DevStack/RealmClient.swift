@@ -108,11 +108,13 @@ public struct RealmClient: Sendable {
         return id
     }
 
-    public func notify(userID: Int64, payload: JSONValue, deviceIDs: [Int64]? = nil) async throws -> HTTP.Reply {
+    public func notify(
+        userID: Int64, payload: JSONValue, deviceIDs: [Int64]? = nil, headers: [(String, String)] = []
+    ) async throws -> HTTP.Reply {
         var body: [String: JSONValue] = ["realm_uuid": .string(realmUUID), "user_id": .int(userID), "payload": payload]
         if let deviceIDs { body["device_ids"] = .array(deviceIDs.map { .int($0) }) }
         return try await HTTP.send(
-            "POST", "\(stack.ingestURL)/v1/notify", json: .object(body), auth: auth, client: client)
+            "POST", "\(stack.ingestURL)/v1/notify", json: .object(body), auth: auth, headers: headers, client: client)
     }
 
     public func feedback(after cursor: String? = nil) async throws -> HTTP.Reply {

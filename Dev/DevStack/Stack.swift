@@ -243,17 +243,32 @@ public final class Stack: Sendable {
         let brokers = try String(contentsOfFile: brokersFile, encoding: .utf8)
             .trimmingCharacters(in: .whitespacesAndNewlines)
 
-        let fakePorts = (apns: try freePort(), fcm: try freePort(), control: try freePort(), push: try freePort())
-        let fakes = try launch(
-            "\(bin)/provider-fakes", [],
-            environment: [
-                "PUSHRELAY_FAKES_DIR": "\(dir)/fakes", "PUSHRELAY_FAKES_APNS_PORT": "\(fakePorts.apns)",
-                "PUSHRELAY_FAKES_FCM_PORT": "\(fakePorts.fcm)", "PUSHRELAY_FAKES_CONTROL_PORT": "\(fakePorts.control)",
-                "PUSHRELAY_FAKES_PUSH_PORT": "\(fakePorts.push)",
-            ].merging(options.fakesEnvironment) { _, new in new }, log: "\(dir)/fakes.log")
-        try await waitFor("the provider fakes") {
-            (try? await HTTP.get("http://127.0.0.1:\(fakePorts.control)/health"))?.status == 200
+        // Free ports are picked, then bound by the fakes: another process may take one in
+        // between (many stacks start at once in a test run). The fakes then exit; try new ports.
+        var fakePorts = (apns: 0, fcm: 0, control: 0, push: 0)
+        var fakes: Process?
+        for attempt in 1...3 {
+            fakePorts = (apns: try freePort(), fcm: try freePort(), control: try freePort(), push: try freePort())
+            let process = try launch(
+                "\(bin)/provider-fakes", [],
+                environment: [
+                    "PUSHRELAY_FAKES_DIR": "\(dir)/fakes", "PUSHRELAY_FAKES_APNS_PORT": "\(fakePorts.apns)",
+                    "PUSHRELAY_FAKES_FCM_PORT": "\(fakePorts.fcm)",
+                    "PUSHRELAY_FAKES_CONTROL_PORT": "\(fakePorts.control)",
+                    "PUSHRELAY_FAKES_PUSH_PORT": "\(fakePorts.push)",
+                ].merging(options.fakesEnvironment) { _, new in new }, log: "\(dir)/fakes.log")
+            let control = fakePorts.control
+            try await waitFor("the provider fakes") {
+                if !process.isRunning { return true }
+                return (try? await HTTP.get("http://127.0.0.1:\(control)/health"))?.status == 200
+            }
+            if process.isRunning {
+                fakes = process
+                break
+            }
+            if attempt == 3 { throw StackError("the provider fakes exited (see \(dir)/fakes.log)") }
         }
+        guard let fakes else { throw StackError("the provider fakes did not start") }
         var dispatcherEnvironment: [String: String] = [:]
         for line in try String(contentsOfFile: "\(dir)/fakes/dispatcher.env", encoding: .utf8).split(separator: "\n") {
             let parts = line.split(separator: "=", maxSplits: 1)
@@ -341,6 +356,13 @@ public final class Stack: Sendable {
                 env["PUSHRELAY_PUSH_ENDPOINT_CA_FILE"] = ca
             }
         }
+        // Tracing on, exported to the fakes' OTLP receiver; only a request whose own
+        // `traceparent` says sampled is traced (OpenTelemetry's parent-based sampler at 0).
+        env["OTEL_EXPORTER_OTLP_ENDPOINT"] = controlURL
+        env["OTEL_EXPORTER_OTLP_PROTOCOL"] = "http/protobuf"
+        env["OTEL_TRACES_SAMPLER"] = "parentbased_traceidratio"
+        env["OTEL_TRACES_SAMPLER_ARG"] = "0"
+        env["OTEL_BSP_SCHEDULE_DELAY"] = "200"
         env.merge(redisEnvironment) { _, new in new }
         env.merge(options.environment) { _, new in new }
         if service == .dispatcher {

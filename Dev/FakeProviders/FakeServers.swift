@@ -9,7 +9,8 @@ import PushModels
 /// The fakes as runnable applications: APNs and FCM over HTTP/2 + TLS with the fake
 /// CA's certificate; Web Push (`/wp/…`), simple push (`/sp/…`), Huawei Push Kit
 /// (`/v1/…`, `/oauth2/v3/token`) and WNS (`/w/…`, `/accesstoken.srf`) on one more TLS
-/// port; and a plain-HTTP control API on loopback for tests and the demo.
+/// port; and a plain-HTTP control API on loopback for tests and the demo, which also
+/// receives the services' OTLP trace export (`FakeOTLP`).
 public struct FakeServers: Sendable {
     public struct Ports: Sendable {
         public var apns: Int
@@ -33,6 +34,8 @@ public struct FakeServers: Sendable {
     public let publicHost: String
     /// Requests per connection before a GOAWAY retires it (0: never).
     public let goAwayEvery: Int
+    /// The OTLP trace receiver on the control port (`POST /v1/traces`, `GET /traces`).
+    public let otlp = FakeOTLP()
 
     public var apnsURL: String { "https://\(publicHost):\(ports.apns)" }
     public var fcmURL: String { "https://\(publicHost):\(ports.fcm)" }
@@ -131,6 +134,7 @@ public struct FakeServers: Sendable {
             ])
         }
         router.get("/stats") { _, _ in try FakeServers.json(state.counts()) }
+        otlp.addRoutes(to: router)
         router.get("/:provider/received") { request, context in
             let provider = context.parameters.get("provider") ?? ""
             var pushes = state.received(provider: provider)

@@ -9,6 +9,7 @@ import PushModels
 import RedisClient
 import ServiceKit
 import ServiceLifecycle
+import Tracing
 
 /// dispatcher: sends each `push.outbound` record to its provider, once, and records
 /// the outcome. A record's offset is committed only after everything it caused is
@@ -65,10 +66,11 @@ public enum Dispatcher {
     /// Builds the stage on Kafka, Redis and the provider clients, and runs it until SIGTERM.
     public static func run(_ configuration: DispatcherConfiguration) async throws {
         let settings = configuration.common
-        let observability = Observability.bootstrap(service: "dispatcher", level: settings.logLevel)
+        let observability = try Observability.bootstrap(service: "dispatcher", level: settings.logLevel)
         let logger = observability.logger
         let clients = try configuration.providers.makeClients(logger: logger)
         if clients.isEmpty { logger.warning("no provider is configured: every push will be dead-lettered") }
+        RelayMetrics.prepare(dispatcherProviders: clients.keys.map(\.rawValue).sorted())
         let redis = RedisClient(configuration: settings.redis)
         let producer = try KafkaProducer(configuration: try settings.kafka(), logger: logger)
         let main = try KafkaConsumer(configuration: configuration.main, logger: logger)
@@ -87,8 +89,10 @@ public enum Dispatcher {
             readiness: Readiness(kafka: { main.isConnected() && retries.isConnected() }, redis: redis),
             observability: observability)
         try await runServices(
-            [
+            observability.services + [
                 KafkaProducerService(producer: producer),
+                HealthGauges(
+                    consumers: [main, retries], kafka: { main.isConnected() && retries.isConnected() }, redis: redis),
                 ShutdownHook {
                     for client in clients.values { await client.shutdown() }
                 }, app,
@@ -170,14 +174,23 @@ public struct DispatchStage: Sendable {
     }
 
     public func handle(_ record: KafkaRecord, maxRateWait: Duration) async -> RecordDisposition {
-        guard let messages = await sendAndAccount(record, maxRateWait: maxRateWait) else { return .abandoned }
-        return await publishUntilAcknowledged(messages, to: publisher, logger: logger)
+        await RelayTracing.withRecordSpan("dispatch push", of: record) { span in
+            span?.describe(record)
+            guard var messages = await sendAndAccount(record, maxRateWait: maxRateWait, span: span) else {
+                return .abandoned
+            }
+            // Its outcome, retry, dead letter or invalidation continue this push's trace.
+            RelayTracing.stamp(&messages)
+            return await publishUntilAcknowledged(messages, to: publisher, logger: logger)
+        }
     }
 
     /// Sends a record's push when it is time, and returns what must be published for it
     /// (outcome, retry or dead letter). Nil when shutdown interrupted it: the record
     /// stays uncommitted and the next consumer takes it.
-    func sendAndAccount(_ record: KafkaRecord, maxRateWait: Duration) async -> [KafkaOutgoing]? {
+    func sendAndAccount(_ record: KafkaRecord, maxRateWait: Duration, span: (any Span)? = nil) async
+        -> [KafkaOutgoing]?
+    {
         guard let received = decodeRecord(OutboundRecord.self, from: record, logger: logger) else {
             // Counted and skipped; the realm's outcome stream says so when the record names its push.
             let outcome = DeliveryRecord.malformed(record.value, reason: .malformedRecord, nowMs: clock.nowMillis())
@@ -185,7 +198,11 @@ public struct DispatchStage: Sendable {
         }
         // What is published for it (retry, dead letter) is the record as it came, its token sealed.
         let outbound = opener.resealed(received)
+        span?.attributes[SpanKey.notificationID] = outbound.notificationID.rawValue
+        span?.attributes[SpanKey.deviceID] = outbound.deviceID.rawValue
+        span?.attributes[SpanKey.provider] = outbound.provider.rawValue
         if record.keyCongested && !outbound.isExpired(atMs: clock.nowMillis()) {
+            span?.attributes[SpanKey.outcome] = "parked_busy_device"
             return parkedForBusyDevice(outbound)
         }
         let force = record.header(RecordHeader.replay).map { String(decoding: $0, as: UTF8.self) } == "force"
@@ -216,6 +233,7 @@ public struct DispatchStage: Sendable {
             }
             if released == nil { return nil }
         }
+        Self.annotate(span, decision.step)
         do {
             return try self.messages(outbound, token: token, step: decision.step, ambiguous: decision.ambiguous)
         } catch {
@@ -288,10 +306,15 @@ public struct DispatchStage: Sendable {
                 result: .retry(reason: .relay(.rateLimited), status: nil, retryAfter: nil))
         }
         let start = ContinuousClock.now
-        let result = await limiter.withSlot { await client.send(push) }
+        let result = await limiter.withSlot {
+            await Self.traced(record.provider, attempt: attemptsSoFar.saturatingAdd(1)) { await client.send(push) }
+        }
         rates.observe(target, result: result)
         RelayMetrics.sendDuration(provider: record.provider.rawValue).record(duration: ContinuousClock.now - start)
-        RelayMetrics.sendAttempts(provider: record.provider.rawValue, result: Self.label(result)).increment()
+        RelayMetrics.sendAttempts(
+            provider: record.provider.rawValue, result: Self.label(result),
+            reason: result.reason.map { RelayMetrics.labelValue($0.name) } ?? ""
+        ).increment()
         let attempts = attemptsSoFar.saturatingAdd(1)
         switch result {
         case .sent, .invalidToken:
@@ -337,6 +360,48 @@ public struct DispatchStage: Sendable {
         next.lastError = reason.name
         next.notBeforeMs = plan.dueAtMs
         return .retry(next, stage: plan.stage, dueAtMs: plan.dueAtMs)
+    }
+
+    /// One provider request, in a client span of its own (provider, status, reason, attempt).
+    static func traced(_ provider: Provider, attempt: Int, _ send: () async -> SendResult) async -> SendResult {
+        guard RelayTracing.isEnabled else { return await send() }
+        return await withSpan("send to \(provider.rawValue)", ofKind: .client) { span in
+            let result = await send()
+            span.attributes[SpanKey.provider] = provider.rawValue
+            span.attributes[SpanKey.attempt] = attempt
+            span.attributes[SpanKey.outcome] = label(result)
+            if let status = result.status { span.attributes[SpanKey.httpStatus] = status }
+            if let reason = result.reason {
+                span.attributes[SpanKey.reason] = reason.name
+                if case .sent = result {} else { span.setStatus(SpanStatus(code: .error, message: reason.name)) }
+            }
+            return result
+        }
+    }
+
+    /// What a push's step was, on its span: the outcome, and a retry's or dead letter's reason.
+    static func annotate(_ span: (any Span)?, _ step: Step) {
+        guard let span else { return }
+        switch step {
+        case .outcome(let result, let attempts):
+            span.attributes[SpanKey.outcome] = label(result)
+            span.attributes[SpanKey.attempt] = attempts
+            if let reason = result.reason { span.attributes[SpanKey.reason] = reason.name }
+        case .alreadySent:
+            span.attributes[SpanKey.outcome] = "already_sent"
+        case .retry(let next, let stage, _):
+            span.attributes[SpanKey.outcome] = "retry"
+            span.attributes[SpanKey.attempt] = next.attempts ?? 0
+            span.attributes[SpanKey.reason] = next.lastError ?? ""
+            span.addEvent(
+                SpanEvent(name: "parked for retry", attributes: ["pushrelay.retry_stage": .int64(Int64(stage))]))
+        case .dead(let cause, let result, let attempts):
+            span.attributes[SpanKey.outcome] = "dead_letter"
+            span.attributes[SpanKey.attempt] = attempts
+            span.attributes[SpanKey.reason] = result.reasonName
+            span.addEvent(SpanEvent(name: "dead-lettered", attributes: ["pushrelay.cause": .string(cause.rawValue)]))
+            span.setStatus(SpanStatus(code: .error, message: "dead-lettered: \(cause.rawValue)"))
+        }
     }
 
     static func label(_ result: SendResult) -> String {

@@ -7,6 +7,7 @@ import PushCrypto
 import PushModels
 import RedisClient
 import ServiceKit
+import Tracing
 
 /// encryptor: resolves each request's devices, encrypts native notifications with each
 /// device's key, and emits one `push.outbound` record per device (or its outcome on
@@ -36,7 +37,7 @@ public enum Encryptor {
     /// Builds the stage on Kafka and Redis and runs it until SIGTERM.
     public static func run(_ configuration: EncryptorConfiguration) async throws {
         let settings = configuration.common
-        let observability = Observability.bootstrap(service: "encryptor", level: settings.logLevel)
+        let observability = try Observability.bootstrap(service: "encryptor", level: settings.logLevel)
         let logger = observability.logger
         let redis = RedisClient(configuration: settings.redis)
         let producer = try KafkaProducer(configuration: try settings.kafka(), logger: logger)
@@ -50,8 +51,9 @@ public enum Encryptor {
             settings: settings, readiness: Readiness(kafka: { consumer.isConnected() }, redis: redis),
             observability: observability)
         try await runServices(
-            [
+            observability.services + [
                 KafkaProducerService(producer: producer), app,
+                HealthGauges(consumers: [consumer], kafka: { consumer.isConnected() }, redis: redis),
                 KafkaConsumerService(
                     consumer: consumer, maxBatch: configuration.maxBatch, batchHandler: stage.handleBatch),
             ],
@@ -112,17 +114,28 @@ public struct EncryptorStage: Sendable {
         }
         let decoded = requests
         let start = ContinuousClock.now
+        // One span per request, each under the span its record carries.
+        let spans = decoded.map { index, request in
+            Self.span(for: request, of: records[index])
+        }
         let outcome = await retrying(
             "encrypt a batch of requests", logger: logger, permanentAttempts: 2, isTransient: { _ in false }
         ) {
             let directory = try await PrefetchedDevices.read(for: decoded.map(\.request), from: self.devices)
             var messages: [KafkaOutgoing] = []
-            for (index, request) in decoded {
-                messages += Self.marked(
-                    try await self.messages(for: request, from: directory), replay: records[index])
+            for ((index, request), span) in zip(decoded, spans) {
+                var built = try await RelayTracing.within(span) {
+                    try await self.messages(for: request, from: directory)
+                }
+                if let span { RelayTracing.stamp(&built, with: span.context) }
+                messages += Self.marked(built, replay: records[index])
             }
             try await publisher.publish(messages)
             return true
+        }
+        for span in spans {
+            if case .failed(let error) = outcome { span?.recordError(error) }
+            span?.end()
         }
         switch outcome {
         case .succeeded:
@@ -150,9 +163,28 @@ public struct EncryptorStage: Sendable {
     }
 
     private func handle(_ request: PushRequestRecord, from record: KafkaRecord) async -> RecordDisposition {
+        let span = Self.span(for: request, of: record)
+        defer { span?.end() }
+        return await RelayTracing.within(span) { await handleInSpan(request, from: record) }
+    }
+
+    /// A request's span: its ids and how many devices it names; child of its record's.
+    static func span(for request: PushRequestRecord, of record: KafkaRecord) -> (any Span)? {
+        guard let span = RelayTracing.startSpan("encrypt notification", parent: RelayTracing.context(of: record))
+        else { return nil }
+        span.describe(record)
+        span.attributes[SpanKey.notificationID] = request.notificationID.rawValue
+        span.attributes[SpanKey.realm] = request.realmUUID.rawValue
+        if let ids = request.deviceIDs { span.attributes[SpanKey.devices] = ids.count }
+        return span
+    }
+
+    private func handleInSpan(_ request: PushRequestRecord, from record: KafkaRecord) async -> RecordDisposition {
         let start = ContinuousClock.now
         let outcome = await retrying("encrypt request", logger: logger, isTransient: Self.isTransient) {
-            try await publisher.publish(Self.marked(try await self.messages(for: request), replay: record))
+            var messages = try await self.messages(for: request)
+            RelayTracing.stamp(&messages)
+            try await publisher.publish(Self.marked(messages, replay: record))
             return true
         }
         RelayMetrics.stageDuration("encryptor").record(duration: ContinuousClock.now - start)

@@ -7,6 +7,7 @@ import PushCrypto
 import PushModels
 import RedisClient
 import ServiceKit
+import Tracing
 
 /// The encryptor's fan-out: a request's target devices resolved, and one ready-to-send
 /// push (or one outcome) built per device, by request kind.
@@ -85,17 +86,19 @@ extension EncryptorStage {
                 messages.append(outcome)
                 continue
             }
-            let body: JSONValue
-            switch try Self.body(for: device, plaintext: plaintext, type: type, acceptedAtMs: request.acceptedAtMs) {
-            case .body(let built): body = built
-            case .unsent(let reason):
-                messages.append(try unsent(request, device: id, provider: device.provider, .failed, .stage(reason)))
-                continue
-            }
             messages.append(
-                try .outbound(
-                    try outbound(request, device: device, delivery: DeliveryClass(type), body: body),
-                    topic: topics.outbound))
+                try traced(device) {
+                    switch try Self.body(
+                        for: device, plaintext: plaintext, type: type, acceptedAtMs: request.acceptedAtMs)
+                    {
+                    case .body(let body):
+                        return try .outbound(
+                            try outbound(request, device: device, delivery: DeliveryClass(type), body: body),
+                            topic: topics.outbound)
+                    case .unsent(let reason):
+                        return try unsent(request, device: id, provider: device.provider, .failed, .stage(reason))
+                    }
+                })
         }
         return messages
     }
@@ -160,8 +163,10 @@ extension EncryptorStage {
                 fcmPriority: item.fcmPriority ?? .known(.high))
             let body = ProviderBody.passThrough(provider: device.provider, payload: item.payload)
             messages.append(
-                try .outbound(
-                    try outbound(request, device: device, delivery: delivery, body: body), topic: topics.outbound))
+                try traced(device) {
+                    try .outbound(
+                        try outbound(request, device: device, delivery: delivery, body: body), topic: topics.outbound)
+                })
         }
         return messages
     }
@@ -211,9 +216,11 @@ extension EncryptorStage {
                     apnsPriority: .immediate, apnsPushType: .known(.alert), fcmPriority: Named(payload.fcmPriority))
             }
             messages.append(
-                try .outbound(
-                    try sealedOutbound(request, device: device, delivery: delivery, body: body), topic: topics.outbound)
-            )
+                try traced(device) {
+                    try .outbound(
+                        try sealedOutbound(request, device: device, delivery: delivery, body: body),
+                        topic: topics.outbound)
+                })
         }
         return messages
     }
@@ -302,18 +309,36 @@ extension EncryptorStage {
                         request, device: device.id, provider: device.provider, .failed, .stage(.providerMismatch)))
                 continue
             }
-            var record = try sealedOutbound(request, device: device, delivery: notification.delivery, body: body)
-            record.bodyForm = device.provider == .apns ? nil : .message
-            if let expiresAt = notification.expiresAt {
-                record.expiresAt = expiresAt
-            } else {
-                // gorush tells the provider nothing: the relay's expiry bounds only its retries.
-                record.providerExpiry = .providerDefault
-            }
-            record.collapseID = notification.collapseID
-            messages.append(try .outbound(record, topic: topics.outbound))
+            messages.append(
+                try traced(device) {
+                    var record = try sealedOutbound(
+                        request, device: device, delivery: notification.delivery, body: body)
+                    record.bodyForm = device.provider == .apns ? nil : .message
+                    if let expiresAt = notification.expiresAt {
+                        record.expiresAt = expiresAt
+                    } else {
+                        // gorush tells the provider nothing: the relay's expiry bounds only its retries.
+                        record.providerExpiry = .providerDefault
+                    }
+                    record.collapseID = notification.collapseID
+                    return try .outbound(record, topic: topics.outbound)
+                })
         }
         return messages
+    }
+
+    /// One device's push (or its outcome when nothing can be sent), built in a span of
+    /// its own when tracing is on: the record carries that span's context, so the
+    /// dispatcher's span of this push is its child.
+    func traced(_ device: DeviceRecord, _ build: () throws -> KafkaOutgoing) rethrows -> KafkaOutgoing {
+        guard RelayTracing.isEnabled else { return try build() }
+        return try RelayTracing.withChildSpan("encrypt for device") { span in
+            span?.attributes[SpanKey.deviceID] = device.id.rawValue
+            span?.attributes[SpanKey.provider] = device.provider.rawValue
+            var message = [try build()]
+            RelayTracing.stamp(&message)
+            return message[0]
+        }
     }
 
     /// The push for one device. The token travels sealed, bound to this notification

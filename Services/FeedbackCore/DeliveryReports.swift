@@ -14,6 +14,7 @@ import RedisClient
 import ServiceKit
 import ServiceLifecycle
 import Synchronization
+import Tracing
 
 /// The feedback hook's settings (README, "Replace gorush").
 public struct FeedbackHookSettings: Sendable {
@@ -73,15 +74,26 @@ public struct DeliveryReports: Sendable {
     /// is read again; its records already counted are not counted again.
     public func handleBatch(_ records: [KafkaRecord]) async -> [RecordDisposition] {
         var counts: [CountedOutcome] = []
-        var failures: [DeliveryRecord] = []
+        var failures: [(DeliveryRecord, trace: [(name: String, value: [UInt8])])] = []
+        var spans: [any Span] = []
+        defer { for span in spans { span.end() } }
         for record in records {
             guard let delivery = decodeRecord(DeliveryRecord.self, from: record, logger: logger) else { continue }
+            if let span = RelayTracing.startSpan("account outcome", parent: RelayTracing.context(of: record)) {
+                span.describe(record)
+                span.attributes[SpanKey.notificationID] = delivery.notificationID.rawValue
+                span.attributes[SpanKey.outcome] = delivery.outcome.rawValue
+                if let reason = delivery.reason { span.attributes[SpanKey.reason] = reason.name }
+                spans.append(span)
+            }
             counts.append(
                 CountedOutcome(
                     realm: delivery.realmUUID,
                     field: "\(delivery.provider?.rawValue ?? "none"):\(delivery.outcome.rawValue)",
                     topic: record.topic, partition: record.partition, offset: record.offset))
-            if Self.failures.contains(delivery.outcome), delivery.deviceID != nil { failures.append(delivery) }
+            if Self.failures.contains(delivery.outcome), delivery.deviceID != nil {
+                failures.append((delivery, RelayTracing.traceHeaders(of: record)))
+            }
         }
         if !counts.isEmpty {
             let outcomes = counts
@@ -104,17 +116,23 @@ public struct DeliveryReports: Sendable {
 
     /// The failures whose server has a hook, as `push.hooks` records: each realm's owner
     /// and each owner's hook read once per batch.
-    func hookRecords(_ failures: [DeliveryRecord]) async throws -> [KafkaOutgoing] {
-        let realmIDs = Array(Set(failures.map(\.realmUUID.rawValue)))
+    func hookRecords(_ failures: [(DeliveryRecord, trace: [(name: String, value: [UInt8])])]) async throws
+        -> [KafkaOutgoing]
+    {
+        let realmIDs = Array(Set(failures.map(\.0.realmUUID.rawValue)))
         let owners = Dictionary(
             uniqueKeysWithValues: zip(realmIDs, try await realms.owners(realmIDs)).compactMap { realm, owner in
                 owner.map { (realm, $0) }
             })
         var hooked: [String: Bool] = [:]
         for server in Set(owners.values) { hooked[server] = try await gorush.hookURL(server: server) != nil }
-        return try failures.compactMap { delivery in
+        return try failures.compactMap { delivery, trace in
             guard let server = owners[delivery.realmUUID.rawValue], hooked[server] == true else { return nil }
-            return try .hook(HookDeliveryRecord(server: ServerID(server), delivery: delivery), topic: hooksTopic)
+            var message = try KafkaOutgoing.hook(
+                HookDeliveryRecord(server: ServerID(server), delivery: delivery), topic: hooksTopic)
+            // The hook's delivery continues the push's trace.
+            message.headers += trace
+            return message
         }
     }
 
@@ -125,7 +143,11 @@ public struct DeliveryReports: Sendable {
         guard let hookRecord = decodeRecord(HookDeliveryRecord.self, from: record, logger: logger) else {
             return .done
         }
-        return await deliver(hookRecord)
+        return await RelayTracing.withRecordSpan("feedback hook", of: record) { span in
+            span?.describe(record)
+            span?.attributes[SpanKey.notificationID] = hookRecord.delivery.notificationID.rawValue
+            return await deliver(hookRecord)
+        }
     }
 
     /// What a delivery needs from Redis: the hook, the device, the caller's `notif_id`.

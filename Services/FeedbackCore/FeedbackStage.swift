@@ -6,6 +6,7 @@ import PushCrypto
 import PushModels
 import RedisClient
 import ServiceKit
+import Tracing
 
 /// feedback: applies providers' dead-token reports. The device is marked invalid
 /// (dropping it from fan-out), and the invalidation is recorded for the realm's
@@ -41,8 +42,9 @@ public enum Feedback {
     /// Builds the stage on Kafka and Redis and runs it until SIGTERM.
     public static func run(_ configuration: FeedbackConfiguration) async throws {
         let settings = configuration.common
-        let observability = Observability.bootstrap(service: "feedback", level: settings.logLevel)
+        let observability = try Observability.bootstrap(service: "feedback", level: settings.logLevel)
         let logger = observability.logger
+        RelayMetrics.prepare(feedbackProviders: Provider.allCases.map(\.rawValue))
         let redis = RedisClient(configuration: settings.redis)
         let devices = DeviceStore(
             redis: redis, keys: settings.redisKeys, storage: configuration.storageKeys)
@@ -58,8 +60,11 @@ public enum Feedback {
             settings: settings, readiness: Readiness(kafka: { consumer.isConnected() }, redis: redis),
             observability: observability)
         try await runServices(
-            [
+            observability.services + [
                 KafkaProducerService(producer: producer), app,
+                HealthGauges(
+                    consumers: [consumer, reportsConsumer, hooksConsumer], kafka: { consumer.isConnected() },
+                    redis: redis),
                 KafkaConsumerService(consumer: consumer, handler: stage.handle),
                 KafkaConsumerService(consumer: reportsConsumer, maxBatch: 512, batchHandler: reports.handleBatch),
                 KafkaConsumerService(consumer: hooksConsumer, handler: reports.deliverHook),
@@ -80,7 +85,18 @@ public struct FeedbackStage: Sendable {
     }
 
     public func handle(_ record: KafkaRecord) async -> RecordDisposition {
+        await RelayTracing.withRecordSpan("invalidate token", of: record) { span in
+            span?.describe(record)
+            return await handleInSpan(record, span: span)
+        }
+    }
+
+    private func handleInSpan(_ record: KafkaRecord, span: (any Span)?) async -> RecordDisposition {
         guard let report = decodeRecord(FeedbackRecord.self, from: record, logger: logger) else { return .done }
+        span?.attributes[SpanKey.notificationID] = report.notificationID.rawValue
+        span?.attributes[SpanKey.deviceID] = report.deviceID.rawValue
+        span?.attributes[SpanKey.provider] = report.provider.rawValue
+        span?.attributes[SpanKey.reason] = report.reason
         guard let change = await untilSuccess("invalidate device", logger: logger, { try await apply(report) }) else {
             return .abandoned
         }
@@ -94,6 +110,7 @@ public struct FeedbackStage: Sendable {
             if counted == nil { return .abandoned }
         }
         let changed = change != .none
+        span?.attributes["pushrelay.invalidated"] = changed
         RelayMetrics.invalidations(provider: report.provider.rawValue, applied: changed).increment()
         logger.info(
             changed ? "device invalidated" : "invalidation ignored (stale, repeated or re-registered)",

@@ -47,6 +47,9 @@ struct Acceptor: Sendable {
     }
 
     private func publish(_ messages: [KafkaOutgoing], id: NotificationID) async throws {
+        var messages = messages
+        // The request's span: the stages after ingest continue its trace.
+        RelayTracing.stamp(&messages)
         do {
             try await publisher.publish(messages)
         } catch {

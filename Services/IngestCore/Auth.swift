@@ -47,6 +47,8 @@ public final class ServerAuthenticator: Sendable {
     /// Recently verified credentials, by a hash of uuid:key.
     private let verified = Mutex<[String: Verified]>([:])
     private let leases: Mutex<QuotaLeases>
+    /// The `tenant` label of `pushrelay_tenant_requests_total`.
+    let tenants = TenantLabels()
     /// Lease renewals under way, by server: concurrent requests wait for the same one.
     private let renewals = Mutex<[String: Task<Void, any Error>]>([:])
 
@@ -104,7 +106,10 @@ public final class ServerAuthenticator: Sendable {
                 }
             }
             guard let current = key else { break }
-            if try await admit(server: credentials.uuid, key: current) { return credentials.uuid }
+            if try await admit(server: credentials.uuid, key: current) {
+                RelayMetrics.tenantRequests(tenant: tenants.label(credentials.uuid), api: "\(api)").increment()
+                return credentials.uuid
+            }
             verified.withLock { _ = $0.removeValue(forKey: cacheKey) }
             key = nil
         }
@@ -306,5 +311,27 @@ public final class ServerAuthenticator: Sendable {
     func forgetAll() {
         verified.withLock { $0.removeAll() }
         leases.withLock { $0.removeAll() }
+    }
+}
+
+/// The `tenant` label values of one process: the first `capacity` servers that
+/// authenticate get their own (their uuid), every later one `other`, so the series stay
+/// bounded however many servers there are.
+final class TenantLabels: Sendable {
+    static let other = "other"
+    private let named = Mutex<Set<String>>([])
+    let capacity: Int
+
+    init(capacity: Int = 100) {
+        self.capacity = max(0, capacity)
+    }
+
+    func label(_ server: String) -> String {
+        named.withLock { named in
+            if named.contains(server) { return server }
+            guard named.count < capacity else { return Self.other }
+            named.insert(server)
+            return server
+        }
     }
 }

@@ -84,7 +84,7 @@ public enum Ingest {
     /// Builds the API on Kafka and Redis and serves it until SIGTERM.
     public static func run(_ configuration: IngestConfiguration) async throws {
         let settings = configuration.common
-        let observability = Observability.bootstrap(service: "ingest", level: settings.logLevel)
+        let observability = try Observability.bootstrap(service: "ingest", level: settings.logLevel)
         let logger = observability.logger
         var kafka = try settings.kafka()
         // A record librdkafka cannot deliver fails within the bound, so a 503 is final:
@@ -118,8 +118,9 @@ public enum Ingest {
                 "ops": "\(ops.host):\(ops.port)",
             ])
         try await runServices(
-            [
+            observability.services + [
                 KafkaProducerService(producer: producer), ops.service, app, ShutdownHook { await api.shutdown() },
+                HealthGauges(consumers: [], kafka: { producer.isConnected() }, redis: redis),
                 KafkaConsumerService(
                     consumer: watchConsumer, maxBatch: 512, batchHandler: DeliveryWatch.handler(watch)),
             ], shutdownTimeout: settings.shutdownTimeout,

@@ -133,6 +133,8 @@ public struct IngestAPI: Sendable {
         router.add(middleware: GorushHeadersMiddleware(stats: gorush.responseStats))
         router.add(middleware: ErrorMiddleware(routes: RouteMethods(probe.routes)))
         router.add(middleware: MetricsMiddleware())
+        // A request's span (its own `traceparent` honoured): the notification's trace starts here.
+        if RelayTracing.isEnabled { router.add(middleware: TracingMiddleware()) }
         addRoutes(to: router)
         return router
     }

@@ -217,6 +217,18 @@ public final class KafkaConsumer: Sendable {
         brokerAnswers(handle.pointer, timeout: timeout)
     }
 
+    /// The consumer group it belongs to.
+    public var groupID: String { configuration.groupID }
+
+    /// Records of the partitions this consumer holds that its group has not committed,
+    /// per topic: each partition's high watermark less the group's committed offset (its
+    /// low watermark when none is). Asks the broker, on a thread of its own; nil when it
+    /// does not answer within `timeout` or nothing is assigned yet.
+    public func lag(timeout: Duration = .seconds(2)) async -> [String: Int64]? {
+        let ms = max(100, Int32(clamping: timeout.components.seconds * 1000))
+        return await onDedicatedThread(name: "kafka-lag") { [handle] in groupLag(handle.pointer, timeoutMs: ms) }
+    }
+
     /// Consumes until graceful shutdown or cancellation, running `handler` for each
     /// record with at most `maxInFlight` at once; then drains, commits and closes.
     /// Throws if the consumer cannot subscribe or hits a fatal error. Call once.
@@ -379,6 +391,40 @@ public struct KafkaConsumerService: Service {
 
     public func run() async throws {
         try await consumer.runBatches(maxBatch: maxBatch, handler: handler)
+    }
+}
+
+/// See `KafkaConsumer.lag`.
+private func groupLag(_ handle: OpaquePointer, timeoutMs: Int32) -> [String: Int64]? {
+    var assignment: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?
+    guard rd_kafka_assignment(handle, &assignment) == RD_KAFKA_RESP_ERR_NO_ERROR, let list = assignment else {
+        return nil
+    }
+    defer { rd_kafka_topic_partition_list_destroy(list) }
+    guard list.pointee.cnt > 0, rd_kafka_committed(handle, list, timeoutMs) == RD_KAFKA_RESP_ERR_NO_ERROR else {
+        return nil
+    }
+    var lag: [String: Int64] = [:]
+    for index in 0..<Int(list.pointee.cnt) {
+        let entry = list.pointee.elems[index]
+        guard let name = entry.topic else { continue }
+        var low: Int64 = 0
+        var high: Int64 = 0
+        guard
+            rd_kafka_query_watermark_offsets(handle, name, entry.partition, &low, &high, timeoutMs)
+                == RD_KAFKA_RESP_ERR_NO_ERROR
+        else { return nil }
+        let committed = entry.offset >= 0 ? entry.offset : low
+        lag[String(cString: name), default: 0] += max(0, high.saturatingSubtractingZero(committed))
+    }
+    return lag
+}
+
+extension Int64 {
+    /// `self - other`, or 0 when that overflows (offsets from the broker are outside data).
+    fileprivate func saturatingSubtractingZero(_ other: Int64) -> Int64 {
+        let (difference, overflow) = subtractingReportingOverflow(other)
+        return overflow ? 0 : difference
     }
 }
 

@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import Metrics
 import Prometheus
+import ServiceLifecycle
 import Synchronization
 
 /// Metadata keys used in log lines, in one place so logs stay greppable.
@@ -19,24 +20,39 @@ public enum LogKey {
     public static let offset = "offset"
 }
 
-/// Logging and metrics for one process: swift-log to stderr, swift-metrics into a
-/// Prometheus registry served at `/metrics`.
+/// Logging, metrics and tracing for one process: swift-log to stderr, swift-metrics
+/// into a Prometheus registry served at `/metrics`, and, when the OpenTelemetry
+/// variables ask for it, spans exported with OTLP (`RelayTracing`).
 public struct Observability: Sendable {
     public let logger: Logger
     public let registry: PrometheusCollectorRegistry
+    /// The span exporter, when tracing is on: run it first in the service group, so it
+    /// stops last and exports what the others finished.
+    public let tracingService: (any Service)?
 
-    /// Bootstraps the global logging and metrics systems; call once, first thing in main.
-    public static func bootstrap(service: String, level: Logger.Level) -> Observability {
-        LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = level
-            return handler
-        }
+    /// The services to run before the process's own: the span exporter, if any.
+    public var services: [any Service] { tracingService.map { [$0] } ?? [] }
+
+    /// Bootstraps the global logging, metrics and (when asked for) tracing systems; call
+    /// once, first thing in main. Throws when the OpenTelemetry variables do not read.
+    public static func bootstrap(
+        service: String, level: Logger.Level, tracing: Bool = true,
+        environment: [String: String] = ProcessInfo.processInfo.environment
+    ) throws -> Observability {
+        let traced = tracing && RelayTracing.isRequested(environment)
+        // Inside a span, every line carries its trace_id and span_id.
+        LoggingSystem.bootstrap(
+            { label, metadataProvider in
+                var handler = StreamLogHandler.standardError(label: label, metadataProvider: metadataProvider)
+                handler.logLevel = level
+                return handler
+            }, metadataProvider: traced ? RelayTracing.loggingMetadataProvider : nil)
         let registry = PrometheusCollectorRegistry()
         MetricsSystem.bootstrap(MetricHandlers(PrometheusMetricsFactory(registry: registry)))
         var logger = Logger(label: "pushrelay.\(service)")
         logger.logLevel = level
-        return Observability(logger: logger, registry: registry)
+        let tracingService = traced ? try RelayTracing.bootstrap(service: service, environment: environment) : nil
+        return Observability(logger: logger, registry: registry, tracingService: tracingService)
     }
 }
 

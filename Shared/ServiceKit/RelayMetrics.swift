@@ -6,7 +6,9 @@ import PushModels
 /// counted once the broker acknowledged them (`RecordPublisher.publish` counts what the
 /// records it sent carry in `KafkaOutgoing.tally`), so a retried publish never counts
 /// twice. Ingest's HTTP metrics come from Hummingbird's `MetricsMiddleware`
-/// (`hb_requests`, `hb_request_duration`, `hb_request_errors`).
+/// (`hb_requests`, `http_server_request_duration`, `hb_request_errors`). README
+/// "Operate" lists every series; the dashboard and alert rules in `deploy/observability/`
+/// read them (`ObservabilityTests` checks each one they query is exported).
 public enum RelayMetrics {
     /// Metric names.
     public enum Name {
@@ -32,6 +34,9 @@ public enum RelayMetrics {
         public static let idempotencyStoreFailures = "pushrelay_idempotency_store_failures_total"
         public static let malformedHTTP = "pushrelay_http_malformed_requests_total"
         public static let slowClients = "pushrelay_http_slow_clients_total"
+        public static let consumerLag = "pushrelay_consumer_lag_records"
+        public static let dependencyUp = "pushrelay_dependency_up"
+        public static let tenantRequests = "pushrelay_tenant_requests_total"
     }
 
     /// Label names.
@@ -47,6 +52,10 @@ public enum RelayMetrics {
         public static let applied = "applied"
         public static let listener = "listener"
         public static let phase = "phase"
+        public static let group = "group"
+        public static let dependency = "dependency"
+        public static let tenant = "tenant"
+        public static let api = "api"
     }
 
     public static func recordsIn(topic: String) -> Counter {
@@ -69,8 +78,27 @@ public enum RelayMetrics {
         Timer(label: Name.sendDuration, dimensions: [(Label.provider, provider)])
     }
 
-    public static func sendAttempts(provider: String, result: String) -> Counter {
-        Counter(label: Name.sendAttempts, dimensions: [(Label.provider, provider), (Label.result, result)])
+    /// Provider answers: `result` (sent, invalid_token, retry, failed) and the provider's
+    /// reason (empty for sent), a bounded set per provider.
+    public static func sendAttempts(provider: String, result: String, reason: String) -> Counter {
+        Counter(
+            label: Name.sendAttempts,
+            dimensions: [(Label.provider, provider), (Label.result, result), (Label.reason, reason)])
+    }
+
+    /// Records of `topic` its consumer group has not committed, on this process's partitions.
+    public static func consumerLag(group: String, topic: String) -> Gauge {
+        Gauge(label: Name.consumerLag, dimensions: [(Label.group, group), (Label.topic, topic)])
+    }
+
+    /// 1 while `dependency` (kafka, redis) answers, else 0.
+    public static func dependencyUp(_ dependency: String) -> Gauge {
+        Gauge(label: Name.dependencyUp, dimensions: [(Label.dependency, dependency)])
+    }
+
+    /// Authenticated API requests per tenant (`TenantLabels` bounds the label's values).
+    public static func tenantRequests(tenant: String, api: String) -> Counter {
+        Counter(label: Name.tenantRequests, dimensions: [(Label.tenant, tenant), (Label.api, api)])
     }
 
     public static func endToEnd(provider: String) -> Timer {
@@ -116,6 +144,45 @@ public enum RelayMetrics {
 
     public static func slowClients(listener: String, phase: String) -> Counter {
         Counter(label: Name.slowClients, dimensions: [(Label.listener, listener), (Label.phase, phase)])
+    }
+
+    /// Creates, at zero, the series a stage's alerts and dashboard read before anything
+    /// happened: a counter that first appears at its first increment hides that
+    /// increment from `rate()`, and an absent series reads as "no data". Labels are the
+    /// known ones (the configured providers, every dead-letter cause).
+    public static func prepare(dispatcherProviders providers: [String]) {
+        for cause in ["expired", "rejected", "attempts_exhausted"] {
+            _ = Counter(label: Name.deadLetters, dimensions: [(Label.cause, cause)])
+        }
+        for provider in providers {
+            _ = busyDeviceParked(provider: provider)
+            _ = ambiguousResends(provider: provider)
+            _ = sendAttempts(provider: provider, result: "sent", reason: "")
+            _ = sendDuration(provider: provider)
+            _ = endToEnd(provider: provider)
+            if provider == "fcm" || provider == "hms" { _ = rateDeferred(target: provider) }
+        }
+    }
+
+    /// See `prepare(dispatcherProviders:)`: feedback's invalidations, per provider.
+    public static func prepare(feedbackProviders providers: [String]) {
+        for provider in providers {
+            _ = invalidations(provider: provider, applied: true)
+            _ = invalidations(provider: provider, applied: false)
+        }
+    }
+
+    /// A value from outside (a provider's reason) as a label value: itself when it is a
+    /// short word (letters, digits, `_.-`, at most 48), else `other`, so one odd answer
+    /// cannot add series without bound.
+    public static func labelValue(_ value: String) -> String {
+        guard !value.isEmpty, value.utf8.count <= 48,
+            value.utf8.allSatisfy({ byte in
+                (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A)
+                    || byte == 0x5F || byte == 0x2E || byte == 0x2D
+            })
+        else { return "other" }
+        return value
     }
 
     /// The tally of an outcome record: `pushrelay_deliveries_total{outcome,provider,reason}`.

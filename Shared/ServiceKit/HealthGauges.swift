@@ -1,0 +1,52 @@
+import Dispatch
+import Kafka
+import Metrics
+import RedisClient
+import ServiceLifecycle
+
+/// Gauges sampled every `interval` while the process runs: whether Kafka and Redis
+/// answer (`pushrelay_dependency_up{dependency}`, 1 or 0), and each consumer group's
+/// lag on the partitions this process holds (`pushrelay_consumer_lag_records{group,topic}`).
+/// The alert rules in `deploy/observability/alerts.yml` read both.
+public struct HealthGauges: Service {
+    let consumers: [KafkaConsumer]
+    let kafka: @Sendable () -> Bool
+    let redis: RedisClient?
+    let interval: Duration
+
+    public init(
+        consumers: [KafkaConsumer], kafka: @escaping @Sendable () -> Bool, redis: RedisClient?,
+        interval: Duration = .seconds(15)
+    ) {
+        self.consumers = consumers
+        self.kafka = kafka
+        self.redis = redis
+        self.interval = interval
+    }
+
+    public func run() async throws {
+        // Ends quietly at shutdown: a sampler is no reason for the process to fail.
+        await cancelWhenGracefulShutdown {
+            while !Task.isCancelled {
+                await sample()
+                try? await Task.sleep(for: interval)
+            }
+        }
+    }
+
+    func sample() async {
+        let kafka = self.kafka
+        let kafkaUp = await withCheckedContinuation { continuation in
+            // A metadata request blocks its thread (at most a second): not on the pool.
+            DispatchQueue.global().async { continuation.resume(returning: kafka()) }
+        }
+        RelayMetrics.dependencyUp("kafka").record(kafkaUp ? 1 : 0)
+        if let redis { RelayMetrics.dependencyUp("redis").record(await redis.ping() ? 1 : 0) }
+        for consumer in consumers {
+            guard let lag = await consumer.lag() else { continue }
+            for (topic, records) in lag {
+                RelayMetrics.consumerLag(group: consumer.groupID, topic: topic).record(records)
+            }
+        }
+    }
+}

@@ -1,0 +1,164 @@
+import Foundation
+import Instrumentation
+import Kafka
+import Logging
+import OTel
+import ServiceContextModule
+import ServiceLifecycle
+import Synchronization
+import Tracing
+
+/// Distributed tracing: one notification is one trace across the four stages.
+///
+/// Off unless the standard OpenTelemetry variables ask for it (`RelayTracing.isRequested`):
+/// then swift-otel exports spans with OTLP (`OTEL_EXPORTER_OTLP_PROTOCOL`: `grpc`,
+/// `http/protobuf` or `http/json`; `OTEL_EXPORTER_OTLP_*ENDPOINT`, `OTEL_TRACES_SAMPLER*`,
+/// `OTEL_SERVICE_NAME`, …), and every log line written inside a span carries its
+/// `trace_id` and `span_id`. The W3C trace context (`traceparent`, `tracestate`) travels
+/// in each record's Kafka headers, from ingest (which honours a request's own
+/// `traceparent`) through the encryptor, the dispatcher and its retries, to feedback.
+/// Spans name ids, providers, statuses and reasons only: never a token, key or content.
+public enum RelayTracing {
+    private static let enabled = Atomic<Bool>(false)
+
+    /// A tracer that exports somewhere is bootstrapped. While false, the stages start no
+    /// span and read or write no trace header: tracing costs nothing when it is off.
+    public static var isEnabled: Bool { enabled.load(ordering: .relaxed) }
+
+    /// The standard variables ask for traces: `OTEL_TRACES_EXPORTER` names an exporter
+    /// other than `none`, or an OTLP endpoint is set; and `OTEL_SDK_DISABLED` is not `true`.
+    public static func isRequested(_ environment: [String: String]) -> Bool {
+        if environment["OTEL_SDK_DISABLED"]?.lowercased() == "true" { return false }
+        if let exporter = environment["OTEL_TRACES_EXPORTER"]?.lowercased(), !exporter.isEmpty {
+            return exporter != "none"
+        }
+        return ["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"].contains {
+            !(environment[$0] ?? "").isEmpty
+        }
+    }
+
+    /// Bootstraps the tracer when asked for (`isRequested`), named `pushrelay-<service>`
+    /// unless `OTEL_SERVICE_NAME` says otherwise. Returns the exporter's service, to run
+    /// in the process's service group (first, so it stops last and flushes what the
+    /// others finished); nil when tracing is off.
+    static func bootstrap(service: String, environment: [String: String]) throws -> (any Service)? {
+        guard isRequested(environment) else { return nil }
+        var configuration = OTel.Configuration.default
+        configuration.serviceName = "pushrelay-\(service)"
+        configuration.logs.enabled = false
+        configuration.metrics.enabled = false
+        configuration.propagators = [.traceContext]
+        let backend = try OTel.makeTracingBackend(configuration: configuration)
+        InstrumentationSystem.bootstrap(backend.factory)
+        enabled.store(true, ordering: .relaxed)
+        return backend.service
+    }
+
+    /// The trace context a record carries in its headers (top level when none).
+    public static func context(of record: KafkaRecord) -> ServiceContext {
+        var context = ServiceContext.topLevel
+        guard isEnabled else { return context }
+        InstrumentationSystem.instrument.extract(record.headers, into: &context, using: KafkaHeaderExtractor())
+        return context
+    }
+
+    /// A record's trace headers as they are, to carry on to a record it leads to.
+    public static func traceHeaders(of record: KafkaRecord) -> [(name: String, value: [UInt8])] {
+        guard isEnabled else { return [] }
+        return record.headers.filter { $0.name == traceparent || $0.name == tracestate }
+    }
+
+    /// Writes `context` (its span's trace context) into the headers of those `messages`
+    /// that carry none yet (a message built in a span of its own keeps that span's).
+    /// Nothing when tracing is off.
+    public static func stamp(_ messages: inout [KafkaOutgoing], with context: ServiceContext = .current ?? .topLevel) {
+        guard isEnabled else { return }
+        for index in messages.indices where !messages[index].headers.contains(where: { $0.name == traceparent }) {
+            InstrumentationSystem.instrument.inject(
+                context, into: &messages[index].headers, using: KafkaHeaderInjector())
+        }
+    }
+
+    /// The W3C trace context header.
+    static let traceparent = "traceparent"
+    static let tracestate = "tracestate"
+
+    /// Runs `body` in a consumer span `name`, child of the span `record` carries, with the
+    /// span's context current (so its log lines carry the trace id). When tracing is off,
+    /// just runs `body` with no span.
+    public static func withRecordSpan<T>(
+        _ name: String, of record: KafkaRecord, _ body: (_ span: (any Span)?) async throws -> T
+    ) async rethrows -> T {
+        guard isEnabled else { return try await body(nil) }
+        return try await withSpan(name, context: context(of: record), ofKind: .consumer) { span in
+            try await body(span)
+        }
+    }
+
+    /// Starts a span `name` under `parent` (for work several records share a task for,
+    /// such as one batch): the caller ends it. Nil when tracing is off.
+    public static func startSpan(_ name: String, parent: ServiceContext, kind: SpanKind = .consumer) -> (any Span)? {
+        guard isEnabled else { return nil }
+        return Tracing.startSpan(name, context: parent, ofKind: kind)
+    }
+
+    /// Runs `body` with `span`'s context current (its child spans and log lines belong to
+    /// it); just runs `body` when there is no span.
+    public static func within<T>(_ span: (any Span)?, _ body: () async throws -> T) async rethrows -> T {
+        guard let span else { return try await body() }
+        return try await ServiceContext.withValue(span.context) { try await body() }
+    }
+
+    /// Runs `body` in a span `name`, child of the current one, with its context current.
+    public static func withChildSpan<T>(
+        _ name: String, _ body: (_ span: (any Span)?) throws -> T
+    ) rethrows -> T {
+        guard isEnabled else { return try body(nil) }
+        return try withSpan(name, ofKind: .internal) { span in try body(span) }
+    }
+
+    /// The logging metadata of the current span (`trace_id`, `span_id`), when tracing is on.
+    static var loggingMetadataProvider: Logger.MetadataProvider { OTel.makeLoggingMetadataProvider() }
+}
+
+/// Span attribute names, in one place (OpenTelemetry's where one fits).
+public enum SpanKey {
+    public static let notificationID = "pushrelay.notification_id"
+    public static let realm = "pushrelay.realm_uuid"
+    public static let deviceID = "pushrelay.device_id"
+    public static let devices = "pushrelay.devices"
+    public static let provider = "pushrelay.provider"
+    public static let attempt = "pushrelay.attempt"
+    public static let outcome = "pushrelay.outcome"
+    public static let reason = "pushrelay.reason"
+    public static let httpStatus = "http.response.status_code"
+    public static let topic = "messaging.destination.name"
+    public static let partition = "messaging.destination.partition.id"
+    public static let offset = "messaging.kafka.offset"
+    public static let messagingSystem = "messaging.system"
+}
+
+extension Span {
+    /// Where the record a span handles was on its topic.
+    public func describe(_ record: KafkaRecord) {
+        attributes[SpanKey.messagingSystem] = "kafka"
+        attributes[SpanKey.topic] = record.topic
+        attributes[SpanKey.partition] = "\(record.partition)"
+        attributes[SpanKey.offset] = record.offset
+    }
+}
+
+/// Writes trace headers into a Kafka record's headers (replacing any of the same name).
+struct KafkaHeaderInjector: Injector {
+    func inject(_ value: String, forKey key: String, into carrier: inout [(name: String, value: [UInt8])]) {
+        carrier.removeAll { $0.name == key }
+        carrier.append((key, Array(value.utf8)))
+    }
+}
+
+/// Reads trace headers from a Kafka record's headers.
+struct KafkaHeaderExtractor: Extractor {
+    func extract(key: String, from carrier: [(name: String, value: [UInt8])]) -> String? {
+        carrier.first { $0.name == key }.map { String(decoding: $0.value, as: UTF8.self) }
+    }
+}
