@@ -15,3 +15,5 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 command -v swift >/dev/null || { echo "swift is not on PATH (Swift 6.2+ is required)" >&2; exit 1; }
+# PyYAML: scripts/observability_metrics.py reads the alert rules (PyPI, if missing).
+python3 -c "import yaml" 2>/dev/null || python3 -m pip install --quiet pyyaml

@@ -74,6 +74,10 @@ public final class Stack: Sendable {
         public var redisClusterReplicas = 0
         /// Told apart in the stack's directory name, for a second stack in one process.
         public var name: String
+        /// Tracing: the share of requests traced (OpenTelemetry's parent-based ratio sampler;
+        /// a request whose own `traceparent` is sampled is always traced), exported to the
+        /// fakes' OTLP receiver. Nil: tracing off, as in production unless configured.
+        public var tracingRatio: Double?
 
         public init(
             environment: [String: String] = [:], partitions: Int = 6, fakesEnvironment: [String: String] = [:],
@@ -90,14 +94,21 @@ public final class Stack: Sendable {
         /// Every test shares 127.0.0.1, so the per-address limits on failed
         /// authentication and server registration are lifted here; the hardening tests
         /// start an extra ingest with them (`launchExtraIngest`).
-        public static let tests = Options(environment: [
-            "PUSHRELAY_AUTH_FAILURES_MAX": "1000000",
-            "PUSHRELAY_SERVER_REGISTRATIONS_MAX": "1000000",
-            "PUSHRELAY_STATUS_REQUESTS_MAX": "1000000",
-            "PUSHRELAY_RATELIMIT_REQUESTS": "300",
-            "PUSHRELAY_RETRY_DELAYS": "1s,2s,3s",
-            "PUSHRELAY_RETRY_MAX_ATTEMPTS": "4",
-        ])
+        /// Tracing is on, tracing only the requests that ask for it.
+        public static let tests: Options = {
+            var options = Options(environment: [
+                "PUSHRELAY_AUTH_FAILURES_MAX": "1000000",
+                "PUSHRELAY_SERVER_REGISTRATIONS_MAX": "1000000",
+                "PUSHRELAY_STATUS_REQUESTS_MAX": "1000000",
+                "PUSHRELAY_RATELIMIT_REQUESTS": "300",
+                "PUSHRELAY_RETRY_DELAYS": "1s,2s,3s",
+                "PUSHRELAY_RETRY_MAX_ATTEMPTS": "4",
+                // Spans exported every 200 ms (OpenTelemetry's default: 5 s), for the trace tests.
+                "OTEL_BSP_SCHEDULE_DELAY": "200",
+            ])
+            options.tracingRatio = 0
+            return options
+        }()
     }
 
     public var ingestURL: String { "http://127.0.0.1:\(ports[.ingest] ?? 0)" }
@@ -356,13 +367,14 @@ public final class Stack: Sendable {
                 env["PUSHRELAY_PUSH_ENDPOINT_CA_FILE"] = ca
             }
         }
-        // Tracing on, exported to the fakes' OTLP receiver; only a request whose own
-        // `traceparent` says sampled is traced (OpenTelemetry's parent-based sampler at 0).
-        env["OTEL_EXPORTER_OTLP_ENDPOINT"] = controlURL
-        env["OTEL_EXPORTER_OTLP_PROTOCOL"] = "http/protobuf"
-        env["OTEL_TRACES_SAMPLER"] = "parentbased_traceidratio"
-        env["OTEL_TRACES_SAMPLER_ARG"] = "0"
-        env["OTEL_BSP_SCHEDULE_DELAY"] = "200"
+        if let ratio = options.tracingRatio {
+            // Exported to the fakes' OTLP receiver; a request whose own `traceparent` says
+            // sampled is traced, others at `ratio` (OpenTelemetry's parent-based sampler).
+            env["OTEL_EXPORTER_OTLP_ENDPOINT"] = controlURL
+            env["OTEL_EXPORTER_OTLP_PROTOCOL"] = "http/protobuf"
+            env["OTEL_TRACES_SAMPLER"] = "parentbased_traceidratio"
+            env["OTEL_TRACES_SAMPLER_ARG"] = "\(ratio)"
+        }
         env.merge(redisEnvironment) { _, new in new }
         env.merge(options.environment) { _, new in new }
         if service == .dispatcher {

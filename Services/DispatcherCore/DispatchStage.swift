@@ -180,7 +180,7 @@ public struct DispatchStage: Sendable {
                 return .abandoned
             }
             // Its outcome, retry, dead letter or invalidation continue this push's trace.
-            RelayTracing.stamp(&messages)
+            if span != nil { RelayTracing.stamp(&messages) }
             return await publishUntilAcknowledged(messages, to: publisher, logger: logger)
         }
     }
@@ -364,7 +364,8 @@ public struct DispatchStage: Sendable {
 
     /// One provider request, in a client span of its own (provider, status, reason, attempt).
     static func traced(_ provider: Provider, attempt: Int, _ send: () async -> SendResult) async -> SendResult {
-        guard RelayTracing.isEnabled else { return await send() }
+        // Only inside a traced push's span: never a trace of its own.
+        guard RelayTracing.isEnabled, ServiceContext.current != nil else { return await send() }
         return await withSpan("send to \(provider.rawValue)", ofKind: .client) { span in
             let result = await send()
             span.attributes[SpanKey.provider] = provider.rawValue

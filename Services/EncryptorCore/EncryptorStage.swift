@@ -170,7 +170,7 @@ public struct EncryptorStage: Sendable {
 
     /// A request's span: its ids and how many devices it names; child of its record's.
     static func span(for request: PushRequestRecord, of record: KafkaRecord) -> (any Span)? {
-        guard let span = RelayTracing.startSpan("encrypt notification", parent: RelayTracing.context(of: record))
+        guard let span = RelayTracing.startSpan("encrypt notification", of: record)
         else { return nil }
         span.describe(record)
         span.attributes[SpanKey.notificationID] = request.notificationID.rawValue

@@ -331,7 +331,7 @@ extension EncryptorStage {
     /// its own when tracing is on: the record carries that span's context, so the
     /// dispatcher's span of this push is its child.
     func traced(_ device: DeviceRecord, _ build: () throws -> KafkaOutgoing) rethrows -> KafkaOutgoing {
-        guard RelayTracing.isEnabled else { return try build() }
+        guard RelayTracing.isEnabled, ServiceContext.current != nil else { return try build() }
         return try RelayTracing.withChildSpan("encrypt for device") { span in
             span?.attributes[SpanKey.deviceID] = device.id.rawValue
             span?.attributes[SpanKey.provider] = device.provider.rawValue

@@ -79,7 +79,7 @@ public struct DeliveryReports: Sendable {
         defer { for span in spans { span.end() } }
         for record in records {
             guard let delivery = decodeRecord(DeliveryRecord.self, from: record, logger: logger) else { continue }
-            if let span = RelayTracing.startSpan("account outcome", parent: RelayTracing.context(of: record)) {
+            if let span = RelayTracing.startSpan("account outcome", of: record) {
                 span.describe(record)
                 span.attributes[SpanKey.notificationID] = delivery.notificationID.rawValue
                 span.attributes[SpanKey.outcome] = delivery.outcome.rawValue

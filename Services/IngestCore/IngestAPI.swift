@@ -1,4 +1,5 @@
 import DeviceState
+import HTTPTypes
 import Hummingbird
 import Logging
 import PushCrypto
@@ -134,7 +135,7 @@ public struct IngestAPI: Sendable {
         router.add(middleware: ErrorMiddleware(routes: RouteMethods(probe.routes)))
         router.add(middleware: MetricsMiddleware())
         // A request's span (its own `traceparent` honoured): the notification's trace starts here.
-        if RelayTracing.isEnabled { router.add(middleware: TracingMiddleware()) }
+        if RelayTracing.isEnabled { router.add(middleware: SampledTracingMiddleware()) }
         addRoutes(to: router)
         return router
     }
@@ -146,4 +147,25 @@ public struct IngestAPI: Sendable {
         ]
         for collection in collections { router.addRoutes(collection) }
     }
+}
+
+/// Hummingbird's request span, for the requests the sampler traces
+/// (`RelayTracing.tracesRequest`): the others run with no span and cost no more than
+/// with tracing off.
+struct SampledTracingMiddleware<Context: RequestContext>: RouterMiddleware {
+    let tracing = TracingMiddleware<Context>()
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response)
+        async throws -> Response
+    {
+        guard RelayTracing.tracesRequest(parent: request.headers[TraceContextHeader.traceparent]) else {
+            return try await next(request, context)
+        }
+        return try await tracing.handle(request, context: context, next: next)
+    }
+}
+
+/// W3C trace context's request header.
+enum TraceContextHeader {
+    static let traceparent = HTTPField.Name("traceparent")!
 }

@@ -23,6 +23,9 @@ func makeHTTPClient(caFile: String?, connectTimeout: Duration) throws -> HTTPCli
     configuration.httpVersion = .automatic
     configuration.timeout = .init(connect: .seconds(Int64(connectTimeout.components.seconds)), read: .seconds(30))
     configuration.redirectConfiguration = .disallow
+    // No spans of its own: the relay's span of the push (or hook) covers its requests,
+    // and a request outside any (a token refresh) must not start a trace.
+    configuration.tracing.tracer = nil
     return HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
 }
 

@@ -196,6 +196,9 @@ public final class OutboundEndpoints: EndpointClientSource {
             if let raw = URLComponents(string: endpoint.url)?.host { override[raw] = address }
             configuration.dnsOverride = override
         }
+        // No spans of its own: the relay's span of the push (or hook) covers its requests,
+        // and a request outside any (a token refresh) must not start a trace.
+        configuration.tracing.tracer = nil
         return HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
     }
 

@@ -20,6 +20,53 @@ import Tracing
 /// Spans name ids, providers, statuses and reasons only: never a token, key or content.
 public enum RelayTracing {
     private static let enabled = Atomic<Bool>(false)
+    /// How requests without a followed parent are sampled, when the relay decides it
+    /// (`RootSampling`); nil: OpenTelemetry's sampler decides every span.
+    private static let rootSampling = Mutex<RootSampling?>(nil)
+
+    /// The standard samplers, decided before a request's span is started, so a request
+    /// that is not traced costs no span at all (OpenTelemetry's own sampler would start
+    /// one, not recording, with new random ids, for every request).
+    struct RootSampling: Sendable, Equatable {
+        /// A sampled or unsampled parent decides (`parentbased_*`).
+        var followsParent: Bool
+        /// The share of the other requests that are traced.
+        var share: Double
+
+        /// From `OTEL_TRACES_SAMPLER` and `OTEL_TRACES_SAMPLER_ARG` (default
+        /// `parentbased_always_on`); nil for a sampler the relay leaves to OpenTelemetry
+        /// (`jaeger_remote`, `xray`, …).
+        init?(_ environment: [String: String]) {
+            let name = (environment["OTEL_TRACES_SAMPLER"] ?? "").lowercased()
+            let argument = environment["OTEL_TRACES_SAMPLER_ARG"].flatMap(Double.init).flatMap {
+                (0...1).contains($0) ? $0 : nil
+            }
+            switch name {
+            case "", "parentbased_always_on": (followsParent, share) = (true, 1)
+            case "parentbased_always_off": (followsParent, share) = (true, 0)
+            case "parentbased_traceidratio": (followsParent, share) = (true, argument ?? 1)
+            case "always_on": (followsParent, share) = (false, 1)
+            case "always_off": (followsParent, share) = (false, 0)
+            case "traceidratio": (followsParent, share) = (false, argument ?? 1)
+            default: return nil
+            }
+        }
+
+        /// Whether a request with this `traceparent` (or none) is traced.
+        func traces(parent: [UInt8]?, random: Double) -> Bool {
+            if followsParent, let parent, parent.count == 55 { return RelayTracing.isSampled(parent) }
+            return random < share
+        }
+    }
+
+    /// Whether a request whose `traceparent` header is `parent` starts a span: decided
+    /// here for the standard samplers (see `RootSampling`); always when tracing is on with
+    /// another sampler (OpenTelemetry decides); never when tracing is off.
+    public static func tracesRequest(parent: String?) -> Bool {
+        guard isEnabled else { return false }
+        guard let sampling = rootSampling.withLock({ $0 }) else { return true }
+        return sampling.traces(parent: parent.map { Array($0.utf8) }, random: Double.random(in: 0..<1))
+    }
 
     /// A tracer that exports somewhere is bootstrapped. While false, the stages start no
     /// span and read or write no trace header: tracing costs nothing when it is off.
@@ -48,58 +95,89 @@ public enum RelayTracing {
         configuration.logs.enabled = false
         configuration.metrics.enabled = false
         configuration.propagators = [.traceContext]
+        // The relay samples each request itself (`tracesRequest`); every span it then
+        // starts is recorded: OpenTelemetry's sampler always says yes.
+        let sampling = RootSampling(environment)
+        if let sampling {
+            configuration.traces.sampler = sampling.followsParent ? .parentBasedAlwaysOn : .alwaysOn
+            unsetenv("OTEL_TRACES_SAMPLER")
+            unsetenv("OTEL_TRACES_SAMPLER_ARG")
+        }
+        rootSampling.withLock { $0 = sampling }
         let backend = try OTel.makeTracingBackend(configuration: configuration)
         InstrumentationSystem.bootstrap(backend.factory)
         enabled.store(true, ordering: .relaxed)
         return backend.service
     }
 
-    /// The trace context a record carries in its headers (top level when none).
-    public static func context(of record: KafkaRecord) -> ServiceContext {
+    /// The trace context a record carries in its headers, when it carries a sampled one.
+    /// A record without one (or not sampled) is not traced further: no span is started
+    /// for it and nothing is stamped on what it leads to, so an unsampled notification
+    /// costs the stages after ingest one header lookup.
+    public static func context(of record: KafkaRecord) -> ServiceContext? {
+        guard isEnabled, let header = record.header(traceparent), isSampled(header) else { return nil }
         var context = ServiceContext.topLevel
-        guard isEnabled else { return context }
         InstrumentationSystem.instrument.extract(record.headers, into: &context, using: KafkaHeaderExtractor())
         return context
     }
 
-    /// A record's trace headers as they are, to carry on to a record it leads to.
+    /// A W3C `traceparent` (`00-<trace id>-<parent id>-<flags>`) whose flags say sampled.
+    static func isSampled(_ header: [UInt8]) -> Bool {
+        guard header.count == 55, let flags = hexValue(header[54]) else { return false }
+        return flags & 1 == 1
+    }
+
+    private static func hexValue(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
+        default: nil
+        }
+    }
+
+    /// A record's trace headers as they are, to carry on to a record it leads to (none
+    /// when it is not traced).
     public static func traceHeaders(of record: KafkaRecord) -> [(name: String, value: [UInt8])] {
-        guard isEnabled else { return [] }
+        guard isEnabled, let header = record.header(traceparent), isSampled(header) else { return [] }
         return record.headers.filter { $0.name == traceparent || $0.name == tracestate }
     }
 
     /// Writes `context` (its span's trace context) into the headers of those `messages`
-    /// that carry none yet (a message built in a span of its own keeps that span's).
+    /// that carry none yet (a message built in a span of its own keeps that span's). A
+    /// context that is not sampled is not written: the stages after it start no span.
     /// Nothing when tracing is off.
-    public static func stamp(_ messages: inout [KafkaOutgoing], with context: ServiceContext = .current ?? .topLevel) {
-        guard isEnabled else { return }
+    public static func stamp(_ messages: inout [KafkaOutgoing], with context: ServiceContext? = .current) {
+        guard isEnabled, let context, !messages.isEmpty else { return }
+        var headers: [(name: String, value: [UInt8])] = []
+        InstrumentationSystem.instrument.inject(context, into: &headers, using: KafkaHeaderInjector())
+        guard let parent = headers.first(where: { $0.name == traceparent }), isSampled(parent.value) else { return }
         for index in messages.indices where !messages[index].headers.contains(where: { $0.name == traceparent }) {
-            InstrumentationSystem.instrument.inject(
-                context, into: &messages[index].headers, using: KafkaHeaderInjector())
+            messages[index].headers += headers
         }
     }
 
-    /// The W3C trace context header.
+    /// The W3C trace context headers.
     static let traceparent = "traceparent"
     static let tracestate = "tracestate"
 
     /// Runs `body` in a consumer span `name`, child of the span `record` carries, with the
-    /// span's context current (so its log lines carry the trace id). When tracing is off,
-    /// just runs `body` with no span.
+    /// span's context current (so its log lines carry the trace id). When the record is
+    /// not traced, just runs `body` with no span.
     public static func withRecordSpan<T>(
         _ name: String, of record: KafkaRecord, _ body: (_ span: (any Span)?) async throws -> T
     ) async rethrows -> T {
-        guard isEnabled else { return try await body(nil) }
-        return try await withSpan(name, context: context(of: record), ofKind: .consumer) { span in
+        guard let parent = context(of: record) else { return try await body(nil) }
+        return try await withSpan(name, context: parent, ofKind: .consumer) { span in
             try await body(span)
         }
     }
 
-    /// Starts a span `name` under `parent` (for work several records share a task for,
-    /// such as one batch): the caller ends it. Nil when tracing is off.
-    public static func startSpan(_ name: String, parent: ServiceContext, kind: SpanKind = .consumer) -> (any Span)? {
-        guard isEnabled else { return nil }
-        return Tracing.startSpan(name, context: parent, ofKind: kind)
+    /// Starts a span `name` for `record`, child of the span it carries (for work several
+    /// records share a task for, such as one batch): the caller ends it. Nil when the
+    /// record is not traced.
+    public static func startSpan(_ name: String, of record: KafkaRecord) -> (any Span)? {
+        guard let parent = context(of: record) else { return nil }
+        return Tracing.startSpan(name, context: parent, ofKind: .consumer)
     }
 
     /// Runs `body` with `span`'s context current (its child spans and log lines belong to
@@ -109,11 +187,12 @@ public enum RelayTracing {
         return try await ServiceContext.withValue(span.context) { try await body() }
     }
 
-    /// Runs `body` in a span `name`, child of the current one, with its context current.
+    /// Runs `body` in a span `name`, child of the current one, with its context current;
+    /// without a current span (the work is not traced), just runs `body`.
     public static func withChildSpan<T>(
         _ name: String, _ body: (_ span: (any Span)?) throws -> T
     ) rethrows -> T {
-        guard isEnabled else { return try body(nil) }
+        guard isEnabled, ServiceContext.current != nil else { return try body(nil) }
         return try withSpan(name, ofKind: .internal) { span in try body(span) }
     }
 

@@ -45,9 +45,13 @@ extension StackTests {
             let services: Set<String> = [
                 "pushrelay-ingest", "pushrelay-encryptor", "pushrelay-dispatcher", "pushrelay-feedback",
             ]
+            // Spans are exported as they end, a parent after its children: wait for the whole tree.
             let spans = try await Self.spans(stack, traceID: traceID) { spans in
-                Set(spans.map(\.service)) == services && spans.contains { $0.name == "invalidate token" }
+                let ids = Set(spans.map(\.spanID))
+                return Set(spans.map(\.service)) == services && spans.contains { $0.name == "invalidate token" }
                     && spans.filter { $0.name == "account outcome" }.count >= 2
+                    && spans.filter { $0.name == "dispatch push" }.count >= 2
+                    && spans.allSatisfy { $0.parentSpanID == callerSpan || ids.contains($0.parentSpanID) }
             }
             let names = Set(spans.map(\.name))
             for expected in [
@@ -106,6 +110,12 @@ extension StackTests {
             try await Task.sleep(for: .seconds(1))
             let exported = try await HTTP.get("\(stack.controlURL)/traces?trace_id=\(traceID)")
             #expect(exported.json.arrayValue?.isEmpty == true, "not sampled: nothing exported")
+            // No stage starts a trace of its own: every root span is an ingest request's.
+            let all = try await HTTP.get("\(stack.controlURL)/traces")
+            let spans = try JSONDecoder().decode([FakeOTLP.ReceivedSpan].self, from: Data(all.body))
+            let roots = spans.filter { $0.parentSpanID.isEmpty }
+            #expect(
+                roots.allSatisfy { $0.service == "pushrelay-ingest" }, "\(roots.map { "\($0.service) \($0.name)" })")
         }
 
         /// The dashboard and the alert rules read only metrics the services export: each

@@ -20,6 +20,39 @@ import Testing
         #expect(!RelayTracing.isRequested(["OTEL_SERVICE_NAME": "relay"]), "a name alone exports nothing")
     }
 
+    @Test func onlyASampledTraceparentIsFollowed() {
+        let id = "4bf92f3577b34da6a3ce929d0e0e4736"
+        #expect(RelayTracing.isSampled(Array("00-\(id)-00f067aa0ba902b7-01".utf8)))
+        #expect(RelayTracing.isSampled(Array("00-\(id)-00f067aa0ba902b7-03".utf8)))
+        #expect(!RelayTracing.isSampled(Array("00-\(id)-00f067aa0ba902b7-00".utf8)))
+        #expect(!RelayTracing.isSampled(Array("00-\(id)-00f067aa0ba902b7-0".utf8)), "too short")
+        #expect(!RelayTracing.isSampled(Array("00-\(id)-00f067aa0ba902b7-0z".utf8)))
+        #expect(!RelayTracing.isSampled([]))
+    }
+
+    @Test func requestsAreSampledAsTheStandardSamplersSay() throws {
+        let sampled = Array("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".utf8)
+        let unsampled = Array("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00".utf8)
+        let byDefault = try #require(RelayTracing.RootSampling([:]))
+        #expect(byDefault.followsParent && byDefault.share == 1)
+        #expect(byDefault.traces(parent: nil, random: 0.99))
+        #expect(!byDefault.traces(parent: unsampled, random: 0), "an unsampled parent is followed")
+        let ratio = try #require(
+            RelayTracing.RootSampling([
+                "OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.01",
+            ]))
+        #expect(ratio.traces(parent: nil, random: 0.005) && !ratio.traces(parent: nil, random: 0.5))
+        #expect(ratio.traces(parent: sampled, random: 0.99), "a sampled parent is followed")
+        let plain = try #require(
+            RelayTracing.RootSampling(["OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.5"]))
+        #expect(!plain.traces(parent: sampled, random: 0.7), "traceidratio ignores the parent")
+        #expect(RelayTracing.RootSampling(["OTEL_TRACES_SAMPLER": "always_off"])?.share == 0)
+        #expect(
+            RelayTracing.RootSampling(["OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "7"])?.share
+                == 1, "an argument out of 0...1 reads as the default")
+        #expect(RelayTracing.RootSampling(["OTEL_TRACES_SAMPLER": "jaeger_remote"]) == nil, "left to OpenTelemetry")
+    }
+
     @Test func theTenantLabelNamesTheFirstServersAndCallsTheRestOther() {
         let labels = TenantLabels(capacity: 2)
         #expect(labels.label("a") == "a")

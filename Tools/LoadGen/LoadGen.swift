@@ -18,6 +18,8 @@ struct LoadGen: AsyncParsableCommand {
     @Option(help: "Kafka partitions per topic in the dev broker.") var partitions = 24
     @Option(help: "Extra service environment, KEY=VALUE (repeatable).") var env: [String] = []
     @Option(help: "Write the reports as JSON here.") var json = "benchmarks/results/latest.json"
+    @Option(help: "Trace this share of notifications (0...1) with OpenTelemetry, exported to the fakes; off if unset.")
+    var traceRatio: Double?
 
     func run() async throws {
         var settings = LoadRun.Settings()
@@ -39,11 +41,17 @@ struct LoadGen: AsyncParsableCommand {
             guard kv.count == 2 else { throw ValidationError("--env \(pair): expected KEY=VALUE") }
             environment[String(kv[0])] = String(kv[1])
         }
-        let stack = try await Stack.start(
-            options: Stack.Options(
-                environment: environment, partitions: partitions,
-                fakesEnvironment: ["PUSHRELAY_FAKES_MAX_RECORDED": "1000"]))
-        progress("stack up in \(stack.directory) (binaries: \(stack.binDirectory))")
+        if let traceRatio, !(0...1).contains(traceRatio) {
+            throw ValidationError("--trace-ratio \(traceRatio): expected 0 to 1")
+        }
+        var options = Stack.Options(
+            environment: environment, partitions: partitions,
+            fakesEnvironment: ["PUSHRELAY_FAKES_MAX_RECORDED": "1000"])
+        options.tracingRatio = traceRatio
+        let stack = try await Stack.start(options: options)
+        progress(
+            "stack up in \(stack.directory) (binaries: \(stack.binDirectory))"
+                + (traceRatio.map { ", tracing \($0 * 100) % of notifications" } ?? ""))
         let reports = try await LoadRun(stack: stack, settings: settings, log: progress).run()
         print(LoadRun.table(reports))
         try writeReport(Report(machine: Self.machine(), settings: settings.description, phases: reports), to: json)
