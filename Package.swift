@@ -48,6 +48,9 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-distributed-tracing", from: "1.7.3"),
         .package(url: "https://github.com/apple/swift-service-context", from: "1.5.1"),
         .package(url: "https://github.com/swift-otel/swift-otel", from: "1.6.0"),
+        // The test OTLP receiver's gRPC side (swift-otel's gRPC exporter uses them too).
+        .package(url: "https://github.com/grpc/grpc-swift-2", from: "2.4.3"),
+        .package(url: "https://github.com/grpc/grpc-swift-nio-transport", from: "2.9.2"),
     ],
     targets: [
         // C libraries from Debian, each used by exactly one Swift wrapper module.
@@ -147,6 +150,9 @@ let package = Package(
             name: "FakeProviders",
             dependencies: [
                 "PushModels",
+                .product(name: "GRPCCore", package: "grpc-swift-2"),
+                .product(name: "GRPCNIOTransportHTTP2", package: "grpc-swift-nio-transport"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "HummingbirdHTTP2", package: "hummingbird"),

@@ -39,6 +39,8 @@ public final class Stack: Sendable {
     /// Ingest's ops listener (health, metrics), apart from its API port.
     public let ingestOpsPort: Int
     public let controlPort: Int
+    /// The fakes' OTLP/gRPC trace receiver (OTLP/HTTP is on the control port).
+    public let otlpGRPCPort: Int
     public let dispatcherEnvironment: [String: String]
     public let bouncerPublicKey: String
     public let options: Options
@@ -113,6 +115,7 @@ public final class Stack: Sendable {
 
     public var ingestURL: String { "http://127.0.0.1:\(ports[.ingest] ?? 0)" }
     public var controlURL: String { "http://127.0.0.1:\(controlPort)" }
+    public var otlpGRPCURL: String { "http://127.0.0.1:\(otlpGRPCPort)" }
 
     private static let shared = Mutex<Task<Stack, any Error>?>(nil)
 
@@ -256,10 +259,13 @@ public final class Stack: Sendable {
 
         // Free ports are picked, then bound by the fakes: another process may take one in
         // between (many stacks start at once in a test run). The fakes then exit; try new ports.
-        var fakePorts = (apns: 0, fcm: 0, control: 0, push: 0)
+        var fakePorts = (apns: 0, fcm: 0, control: 0, push: 0, otlpGRPC: 0)
         var fakes: Process?
         for attempt in 1...3 {
-            fakePorts = (apns: try freePort(), fcm: try freePort(), control: try freePort(), push: try freePort())
+            fakePorts = (
+                apns: try freePort(), fcm: try freePort(), control: try freePort(), push: try freePort(),
+                otlpGRPC: try freePort()
+            )
             let process = try launch(
                 "\(bin)/provider-fakes", [],
                 environment: [
@@ -267,6 +273,7 @@ public final class Stack: Sendable {
                     "PUSHRELAY_FAKES_FCM_PORT": "\(fakePorts.fcm)",
                     "PUSHRELAY_FAKES_CONTROL_PORT": "\(fakePorts.control)",
                     "PUSHRELAY_FAKES_PUSH_PORT": "\(fakePorts.push)",
+                    "PUSHRELAY_FAKES_OTLP_GRPC_PORT": "\(fakePorts.otlpGRPC)",
                 ].merging(options.fakesEnvironment) { _, new in new }, log: "\(dir)/fakes.log")
             let control = fakePorts.control
             try await waitFor("the provider fakes") {
@@ -302,8 +309,9 @@ public final class Stack: Sendable {
         for service in Service.allCases { ports[service] = try freePort() }
         let stack = Stack(
             directory: dir, binDirectory: bin, redisPort: redisPort, kafkaBrokers: brokers, ports: ports,
-            ingestOpsPort: try freePort(), controlPort: fakePorts.control, dispatcherEnvironment: dispatcherEnvironment,
-            bouncerPublicKey: bouncerKey, options: options, redisCluster: redisCluster)
+            ingestOpsPort: try freePort(), controlPort: fakePorts.control, otlpGRPCPort: fakePorts.otlpGRPC,
+            dispatcherEnvironment: dispatcherEnvironment, bouncerPublicKey: bouncerKey, options: options,
+            redisCluster: redisCluster)
         stack.redis.withLock { $0 = redis }
         stack.helpers.withLock { helpers in
             helpers = ["provider-fakes": fakes, "devbroker": broker]
@@ -316,9 +324,10 @@ public final class Stack: Sendable {
 
     private init(
         directory: String, binDirectory: String, redisPort: Int, kafkaBrokers: String, ports: [Service: Int],
-        ingestOpsPort: Int, controlPort: Int, dispatcherEnvironment: [String: String], bouncerPublicKey: String,
-        options: Options, redisCluster: LocalRedisCluster?
+        ingestOpsPort: Int, controlPort: Int, otlpGRPCPort: Int, dispatcherEnvironment: [String: String],
+        bouncerPublicKey: String, options: Options, redisCluster: LocalRedisCluster?
     ) {
+        self.otlpGRPCPort = otlpGRPCPort
         self.options = options
         self.redisCluster = redisCluster
         self.directory = directory

@@ -1,12 +1,16 @@
 import Foundation
+import GRPCCore
+import GRPCNIOTransportHTTP2
 import Hummingbird
 import NIOCore
 import PushModels
+import ServiceLifecycle
 import Synchronization
 
-/// A small OTLP/HTTP trace receiver for the tests: `POST /v1/traces` takes an
-/// `ExportTraceServiceRequest` in binary protobuf (OTLP's default) and keeps each span
-/// with its service's name; `GET /traces?trace_id=…` lists them. It reads only the
+/// A small OTLP trace receiver for the tests: `POST /v1/traces` (OTLP/HTTP) and the
+/// gRPC method `opentelemetry.proto.collector.trace.v1.TraceService/Export` (OTLP/gRPC,
+/// `grpcServer(port:)`) take an `ExportTraceServiceRequest` in binary protobuf and keep
+/// each span with its service's name and how it came; `GET /traces?trace_id=…` lists them. It reads only the
 /// fields the tests look at (opentelemetry-proto: trace/v1/trace.proto,
 /// common/v1/common.proto) and skips every other field by its wire type.
 public final class FakeOTLP: Sendable {
@@ -18,9 +22,11 @@ public final class FakeOTLP: Sendable {
         public var spanID: String
         public var parentSpanID: String
         public var attributes: [String: String]
+        /// `http` or `grpc`: the OTLP transport it came over.
+        public var via: String
 
         enum CodingKeys: String, CodingKey {
-            case service, name, attributes
+            case service, name, attributes, via
             case traceID = "trace_id"
             case spanID = "span_id"
             case parentSpanID = "parent_span_id"
@@ -50,7 +56,7 @@ public final class FakeOTLP: Sendable {
                 throw HTTPError(.unsupportedMediaType, message: "this receiver takes application/x-protobuf")
             }
             do {
-                self.keep(try Self.spans(in: Array(body.readableBytesView)))
+                self.keep(try Self.spans(in: Array(body.readableBytesView), via: "http"))
             } catch {
                 throw HTTPError(.badRequest, message: "not an ExportTraceServiceRequest: \(error)")
             }
@@ -66,6 +72,53 @@ public final class FakeOTLP: Sendable {
         }
     }
 
+    /// The OTLP/gRPC receiver on `127.0.0.1:port` (plaintext HTTP/2), as a service.
+    public func grpcServer(port: Int) -> some Service {
+        GRPCReceiver(otlp: self, port: port)
+    }
+
+    struct GRPCReceiver: Service {
+        let otlp: FakeOTLP
+        let port: Int
+
+        func run() async throws {
+            var router = RPCRouter<HTTP2ServerTransport.Posix>()
+            let otlp = self.otlp
+            router.registerHandler(
+                forMethod: MethodDescriptor(
+                    fullyQualifiedService: "opentelemetry.proto.collector.trace.v1.TraceService", method: "Export"),
+                deserializer: RawMessage(), serializer: RawMessage()
+            ) { request, _ in
+                for try await message in request.messages {
+                    do {
+                        otlp.keep(try FakeOTLP.spans(in: message, via: "grpc"))
+                    } catch {
+                        throw RPCError(code: .invalidArgument, message: "not an ExportTraceServiceRequest")
+                    }
+                }
+                // An empty ExportTraceServiceResponse: everything accepted.
+                return StreamingServerResponse(single: ServerResponse(message: []))
+            }
+            let server = GRPCServer(
+                transport: HTTP2ServerTransport.Posix(
+                    address: .ipv4(host: "127.0.0.1", port: port), transportSecurity: .plaintext),
+                router: router)
+            try await withGracefulShutdownHandler {
+                try await server.serve()
+            } onGracefulShutdown: {
+                server.beginGracefulShutdown()
+            }
+        }
+    }
+
+    /// A gRPC message as its bytes: parsed by `spans(in:via:)`, answered empty.
+    struct RawMessage: MessageSerializer, MessageDeserializer {
+        func serialize<Bytes: GRPCContiguousBytes>(_ message: [UInt8]) throws -> Bytes { Bytes(message) }
+        func deserialize<Bytes: GRPCContiguousBytes>(_ bytes: Bytes) throws -> [UInt8] {
+            bytes.withUnsafeBytes { Array($0) }
+        }
+    }
+
     // MARK: Protobuf, as far as the tests need it
 
     struct MalformedProtobuf: Error {}
@@ -73,7 +126,7 @@ public final class FakeOTLP: Sendable {
     /// The spans of an `ExportTraceServiceRequest`: field 1, `ResourceSpans` (1 resource,
     /// 2 scope spans); `ScopeSpans` 2, spans; `Span` 1 trace id, 2 span id, 4 parent span
     /// id, 5 name, 9 attributes.
-    static func spans(in message: [UInt8]) throws -> [ReceivedSpan] {
+    static func spans(in message: [UInt8], via: String) throws -> [ReceivedSpan] {
         var result: [ReceivedSpan] = []
         for (field, resourceSpans) in try fields(message) where field == 1 {
             guard case .bytes(let resourceSpans) = resourceSpans else { continue }
@@ -96,7 +149,7 @@ public final class FakeOTLP: Sendable {
             }
             for span in spanMessages {
                 var received = ReceivedSpan(
-                    service: service, name: "", traceID: "", spanID: "", parentSpanID: "", attributes: [:])
+                    service: service, name: "", traceID: "", spanID: "", parentSpanID: "", attributes: [:], via: via)
                 for (field, value) in try fields(span) {
                     guard case .bytes(let bytes) = value else { continue }
                     switch field {

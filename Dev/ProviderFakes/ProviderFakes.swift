@@ -22,6 +22,7 @@ struct ProviderFakesMain {
         "pushrelay.fakes.fcm.port": .int(0...65535),
         "pushrelay.fakes.control.port": .int(0...65535),
         "pushrelay.fakes.push.port": .int(0...65535),
+        "pushrelay.fakes.otlp.grpc.port": .int(0...65535),
         "pushrelay.fakes.host": .text,
         "pushrelay.fakes.public.host": .text,
         "pushrelay.fakes.apns.team.id": .text,
@@ -57,6 +58,10 @@ struct ProviderFakesMain {
                 "apns": "\(fakes.apnsURL)", "fcm": "\(fakes.fcmURL)", "push": "\(fakes.pushURL)",
                 "control": "http://127.0.0.1:\(ports.control)", "dispatcher_env": "\(directory)/dispatcher.env",
             ])
-        try await runServices(apps.map { $0 as any Service }, shutdownTimeout: .seconds(10), logger: logger)
+        var services = apps.map { $0 as any Service }
+        // The OTLP/gRPC trace receiver, when given a port (OTLP/HTTP is on the control port).
+        let grpcPort = try reader.int("pushrelay.fakes.otlp.grpc.port", default: 0)
+        if grpcPort > 0 { services.append(fakes.otlp.grpcServer(port: grpcPort)) }
+        try await runServices(services, shutdownTimeout: .seconds(10), logger: logger)
     }
 }

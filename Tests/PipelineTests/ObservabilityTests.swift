@@ -95,6 +95,31 @@ extension StackTests {
                 log.split(separator: "\n").contains { $0.contains("dead token") && $0.contains("trace_id=\(traceID)") })
         }
 
+        /// The same export over OTLP/gRPC: an ingest configured for it sends its span of a
+        /// sampled request to the receiver's gRPC side.
+        @Test func spansAreExportedOverGRPCToo() async throws {
+            let stack = try await Stack.get()
+            let extra = try await stack.launchExtraIngest(
+                ["OTEL_EXPORTER_OTLP_ENDPOINT": stack.otlpGRPCURL, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"],
+                name: "otlp-grpc")
+            let realm = try await RealmClient.registered(stack)
+            _ = try await realm.device(
+                userID: 33, kind: "fcm", token: RealmClient.fcmToken(), key: RealmClient.pushKey())
+            let traceID = (0..<16).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
+            let reply = try await HTTP.send(
+                "POST", "\(extra.api)/v1/notify",
+                json: [
+                    "realm_uuid": .string(realm.realmUUID), "user_id": 33,
+                    "payload": realm.messagePayload(userID: 33, messageID: 3301),
+                ], auth: realm.auth, headers: [("traceparent", "00-\(traceID)-00f067aa0ba902b7-01")])
+            #expect(reply.status == 202)
+            let spans = try await Self.spans(stack, traceID: traceID) { spans in
+                spans.contains { $0.service == "pushrelay-ingest" && $0.via == "grpc" }
+                    && spans.contains { $0.name == "dispatch push" }
+            }
+            #expect(spans.contains { $0.service == "pushrelay-ingest" && $0.parentSpanID == "00f067aa0ba902b7" })
+        }
+
         @Test func aRequestWithoutASampledTraceIsNotExported() async throws {
             let stack = try await Stack.get()
             let realm = try await RealmClient.registered(stack)
