@@ -46,6 +46,11 @@ public struct DispatcherConfiguration: Sendable {
             "pushrelay.dispatcher.busy.device.queue", default: max(1, main.maxInFlight / 4))
         retries.maxWaitingBehindKeys = try reader.int(
             "pushrelay.dispatcher.retry.busy.device.queue", default: max(1, retries.maxInFlight / 4))
+        // …but only behind a device busy for this long: under load, many devices are busy
+        // for a few milliseconds, and their pushes wait rather than go round a retry topic.
+        main.minimumBusyForCongestion = try reader.milliseconds(
+            "pushrelay.dispatcher.busy.device.park.after.ms", default: 500)
+        retries.minimumBusyForCongestion = main.minimumBusyForCongestion
         pipelineKeys = try reader.pipelineKeyring()
         providers = try ProviderSettings(reader: reader)
         dedupeTTL = max(

@@ -14,9 +14,10 @@ public struct KafkaRecord: Sendable {
     public var headers: [(name: String, value: [UInt8])]
     /// Broker or producer timestamp, ms since the epoch.
     public var timestampMs: Int64
-    /// Its key was busy and `KafkaConsumerConfiguration.maxWaitingBehindKeys` records
-    /// already waited behind busy keys: it was handed over at once, out of its key's
-    /// order, for the handler to set aside (a dispatcher parks it on a delay topic).
+    /// Its key had been busy for a while (`minimumBusyForCongestion`) and
+    /// `KafkaConsumerConfiguration.maxWaitingBehindKeys` records already waited behind
+    /// busy keys: it was handed over at once, out of its key's order, for the handler to
+    /// set aside (a dispatcher parks it on a delay topic).
     public var keyCongested = false
 
     public var topicPartition: TopicPartition { TopicPartition(topic: topic, partition: partition) }
@@ -54,6 +55,9 @@ public struct KafkaConsumerConfiguration: Sendable {
     /// once, marked `keyCongested`. Nil: records always wait, and a few slow keys can
     /// fill `maxInFlight` and hold up every other key.
     public var maxWaitingBehindKeys: Int?
+    /// Only a key busy this long or longer is refused past `maxWaitingBehindKeys`: under
+    /// ordinary load many keys are busy for a moment, and their records should wait.
+    public var minimumBusyForCongestion: Duration = .milliseconds(500)
 
     public init(
         connection: KafkaConfiguration, groupID: String, topics: [String], maxInFlight: Int = 256,
@@ -290,7 +294,8 @@ public final class KafkaConsumer: Sendable {
         async let pollThreadExited: Void = onDedicatedThread(name: "kafka-consumer-poll") { [handle] in
             pollLoop(handle: handle.pointer, shared: shared, first: first, output: output)
         }
-        let keyOrder = KeyOrder(maxWaiting: configuration.maxWaitingBehindKeys)
+        let keyOrder = KeyOrder(
+            maxWaiting: configuration.maxWaitingBehindKeys, minimumBusy: configuration.minimumBusyForCongestion)
         await withGracefulShutdownHandler {
             await withTaskCancellationHandler {
                 await withDiscardingTaskGroup { group in

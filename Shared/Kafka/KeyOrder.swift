@@ -35,42 +35,54 @@ final class KeyOrder: Sendable {
         }
     }
 
-    /// Per key: the gates of records waiting behind the one running; and how many wait in all.
-    private let queues = Mutex<(byKey: [[UInt8]: [Gate]], waiting: Int)>(([:], 0))
-    /// Past this many records waiting behind busy keys, `reserve` refuses a busy key.
-    private let maxWaiting: Int?
-
-    init(maxWaiting: Int? = nil) {
-        self.maxWaiting = maxWaiting.map { max(0, $0) }
+    /// One key's line: the gates of the records waiting behind the one running, and
+    /// since when that one holds the key.
+    private struct Line {
+        var gates: [Gate] = []
+        var since: ContinuousClock.Instant
     }
 
-    /// Takes the next place in line for `key`; nil when the key is busy and
-    /// `maxWaiting` records already wait (the record then takes no place in line).
-    func reserve(_ key: [UInt8]) -> Gate? {
+    /// Per key its line; and how many records wait in all.
+    private let queues = Mutex<(byKey: [[UInt8]: Line], waiting: Int)>(([:], 0))
+    /// Past this many records waiting behind busy keys, `reserve` refuses a key that has
+    /// been busy for at least `minimumBusy`.
+    private let maxWaiting: Int?
+    private let minimumBusy: Duration
+
+    init(maxWaiting: Int? = nil, minimumBusy: Duration = .zero) {
+        self.maxWaiting = maxWaiting.map { max(0, $0) }
+        self.minimumBusy = max(.zero, minimumBusy)
+    }
+
+    /// Takes the next place in line for `key`; nil when `maxWaiting` records already wait
+    /// and the key has been busy for `minimumBusy` or longer (a slow key, not one of the
+    /// many that are busy for a moment under load): the record then takes no place in line.
+    func reserve(_ key: [UInt8], now: ContinuousClock.Instant = .now) -> Gate? {
         queues.withLock { q in
-            if var waiting = q.byKey[key] {
-                if let maxWaiting, q.waiting >= maxWaiting { return nil }
+            if var line = q.byKey[key] {
+                if let maxWaiting, q.waiting >= maxWaiting, now - line.since >= minimumBusy { return nil }
                 let gate = Gate(open: false)
-                waiting.append(gate)
-                q.byKey[key] = waiting
+                line.gates.append(gate)
+                q.byKey[key] = line
                 q.waiting += 1
                 return gate
             }
-            q.byKey[key] = []
+            q.byKey[key] = Line(since: now)
             return Gate(open: true)
         }
     }
 
     /// The record holding `key` finished: let the next one with that key run.
-    func leave(_ key: [UInt8]) {
+    func leave(_ key: [UInt8], now: ContinuousClock.Instant = .now) {
         let next: Gate? = queues.withLock { q in
-            guard var waiting = q.byKey[key] else { return nil }
-            if waiting.isEmpty {
+            guard var line = q.byKey[key] else { return nil }
+            if line.gates.isEmpty {
                 q.byKey[key] = nil
                 return nil
             }
-            let first = waiting.removeFirst()
-            q.byKey[key] = waiting
+            let first = line.gates.removeFirst()
+            line.since = now
+            q.byKey[key] = line
             q.waiting -= 1
             return first
         }

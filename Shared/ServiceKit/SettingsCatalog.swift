@@ -105,6 +105,7 @@ public enum SettingsCatalog {
         "pushrelay.dispatcher.rate.max.wait.ms": .int(0...60_000),
         "pushrelay.dispatcher.busy.device.queue": .int(1...100_000),
         "pushrelay.dispatcher.retry.busy.device.queue": .int(1...100_000),
+        "pushrelay.dispatcher.busy.device.park.after.ms": .int(0...600_000),
         "pushrelay.apns.url": .text,
         "pushrelay.apns.team.id": .text,
         "pushrelay.apns.key.id": .text,

@@ -81,17 +81,22 @@ import Testing
         #expect(log.events == ["other", "second"])
     }
 
-    @Test func pastTheWaitingLimitABusyKeyIsRefusedAndAFreeKeyIsNot() throws {
-        let order = KeyOrder(maxWaiting: 2)
+    @Test func pastTheWaitingLimitAKeyBusyForLongIsRefusedAndOthersWait() throws {
+        let order = KeyOrder(maxWaiting: 2, minimumBusy: .milliseconds(500))
+        let start = ContinuousClock.now
         let slow = Array("slow-device".utf8)
-        #expect(order.reserve(slow)?.isOpen == true)
-        #expect(order.reserve(slow)?.isOpen == false)
-        #expect(order.reserve(slow)?.isOpen == false)
-        #expect(order.reserve(slow) == nil, "two already wait: a third is refused its place")
-        #expect(order.reserve(Array("other".utf8))?.isOpen == true, "a free key still runs")
-        order.leave(slow)
-        #expect(order.reserve(slow)?.isOpen == false, "one left the line: there is room again")
-        #expect(order.reserve(slow) == nil)
+        #expect(order.reserve(slow, now: start)?.isOpen == true)
+        #expect(order.reserve(slow, now: start)?.isOpen == false)
+        #expect(order.reserve(slow, now: start)?.isOpen == false)
+        #expect(
+            order.reserve(slow, now: start + .milliseconds(100))?.isOpen == false,
+            "busy for a moment only: it waits, past the limit too")
+        #expect(order.reserve(slow, now: start + .seconds(1)) == nil, "busy for a second with three waiting: refused")
+        #expect(order.reserve(Array("other".utf8), now: start + .seconds(1))?.isOpen == true, "a free key still runs")
+        // The next record takes the key: it is busy from then on, not from the first.
+        order.leave(slow, now: start + .seconds(2))
+        #expect(order.reserve(slow, now: start + .milliseconds(2100))?.isOpen == false)
+        #expect(order.reserve(slow, now: start + .seconds(3)) == nil)
     }
 }
 
