@@ -78,6 +78,14 @@ public final class ServerAuthenticator: Sendable {
         case native
         /// `/api/v1/remotes/…`: Zulip's bouncer answers (docs/zulip-bouncer-wire.md §2).
         case zulip
+
+        /// The `api` label of `pushrelay_tenant_requests_total`.
+        var label: String {
+            switch self {
+            case .native: "native"
+            case .zulip: "zulip"
+            }
+        }
     }
 
     /// The authenticated server's uuid.
@@ -107,7 +115,7 @@ public final class ServerAuthenticator: Sendable {
             }
             guard let current = key else { break }
             if try await admit(server: credentials.uuid, key: current) {
-                RelayMetrics.tenantRequests(tenant: tenants.label(credentials.uuid), api: "\(api)").increment()
+                RelayMetrics.tenantRequests(tenant: tenants.label(credentials.uuid), api: api.label).increment()
                 return credentials.uuid
             }
             verified.withLock { _ = $0.removeValue(forKey: cacheKey) }
