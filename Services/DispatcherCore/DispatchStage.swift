@@ -206,9 +206,11 @@ public struct DispatchStage: Sendable {
         span?.attributes[SpanKey.notificationID] = outbound.notificationID.rawValue
         span?.attributes[SpanKey.deviceID] = outbound.deviceID.rawValue
         span?.attributes[SpanKey.provider] = outbound.provider.rawValue
-        if record.keyCongested && !outbound.isExpired(atMs: clock.nowMillis()) {
+        // Parked only if it is still alive when it comes back; else it is handled now.
+        let parkedDue = clock.nowMillis().saturatingAdd(RetrySchedule.milliseconds(schedule.delays[0]))
+        if record.keyCongested && !outbound.isExpired(atMs: parkedDue) {
             span?.attributes[SpanKey.outcome] = "parked_busy_device"
-            return parkedForBusyDevice(outbound)
+            return parkedForBusyDevice(outbound, due: parkedDue, replay: record.header(RecordHeader.replay))
         }
         let force = record.header(RecordHeader.replay).map { String(decoding: $0, as: UTF8.self) } == "force"
         let decision: Decision
@@ -334,16 +336,17 @@ public struct DispatchStage: Sendable {
 
     /// A push whose device is still busy with earlier pushes while too many others wait:
     /// parked on the first retry topic as it is (no attempt counted, no ledger claim),
-    /// out of its device's order. Its TTL still bounds how long it may be parked.
-    func parkedForBusyDevice(_ record: OutboundRecord) -> [KafkaOutgoing]? {
+    /// out of its device's order, due at `due`. Its TTL still bounds how long it may be
+    /// parked. A re-driven push keeps its `replay` mark.
+    func parkedForBusyDevice(_ record: OutboundRecord, due: Int64, replay: [UInt8]?) -> [KafkaOutgoing]? {
         RelayMetrics.busyDeviceParked(provider: record.provider.rawValue).increment()
-        let due = clock.nowMillis().saturatingAdd(RetrySchedule.milliseconds(schedule.delays[0]))
         var next = record
         next.schema = OutboundRecord.currentSchema
         next.notBeforeMs = due
         do {
             var message = try KafkaOutgoing.outbound(next, topic: topics.retry(1))
             message.headers.append((RecordHeader.due, Array("\(due)".utf8)))
+            if let replay { message.headers.append((RecordHeader.replay, replay)) }
             return [message]
         } catch {
             logger.error("cannot encode a parked push", metadata: [LogKey.error: "\(error)"])

@@ -158,14 +158,25 @@ struct SampledTracingMiddleware<Context: RequestContext>: RouterMiddleware {
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response)
         async throws -> Response
     {
-        guard RelayTracing.tracesRequest(parent: request.headers[TraceContextHeader.traceparent]) else {
-            return try await next(request, context)
+        let sampling = RelayTracing.requestSampling(
+            traceparents: request.headers[values: TraceContextHeader.traceparent])
+        guard sampling.traced else { return try await next(request, context) }
+        guard !sampling.keepParent,
+            request.headers[TraceContextHeader.traceparent] != nil
+                || request.headers[TraceContextHeader.tracestate] != nil
+        else {
+            return try await tracing.handle(request, context: context, next: next)
         }
-        return try await tracing.handle(request, context: context, next: next)
+        // A parent not followed (malformed, or past the budget) is not read at all.
+        var head = request.head
+        head.headerFields[TraceContextHeader.traceparent] = nil
+        head.headerFields[TraceContextHeader.tracestate] = nil
+        return try await tracing.handle(Request(head: head, body: request.body), context: context, next: next)
     }
 }
 
 /// W3C trace context's request header.
 enum TraceContextHeader {
     static let traceparent = HTTPField.Name("traceparent")!
+    static let tracestate = HTTPField.Name("tracestate")!
 }

@@ -1,7 +1,6 @@
 import PushCrypto
 import PushModels
 import RedisClient
-import Synchronization
 
 /// Where a server's failed gorush pushes are reported (`PUT /api/feedback-hook`).
 public struct GorushHook: Sendable, Equatable {
@@ -71,37 +70,10 @@ public protocol GorushStore: Sendable {
 public struct RedisGorushStore: GorushStore {
     let redis: RedisClient
     let keys: RedisKeys
-    /// The (realm, partition) pairs this process already listed in `{p}rsp:` (a set that
-    /// never expires): listed once, not in every batch.
-    let listed = ListedShards()
 
     public init(redis: RedisClient, keys: RedisKeys) {
         self.redis = redis
         self.keys = keys
-    }
-
-    final class ListedShards: Sendable {
-        private let pairs = Mutex<Set<String>>([])
-        static let capacity = 100_000
-
-        /// Of `wanted`, those not listed yet.
-        func missing(_ wanted: [RealmID: Set<String>]) -> [RealmID: Set<String>] {
-            pairs.withLock { pairs in
-                var missing: [RealmID: Set<String>] = [:]
-                for (realm, shards) in wanted {
-                    let new = shards.filter { !pairs.contains("\($0) \(realm)") }
-                    if !new.isEmpty { missing[realm] = new }
-                }
-                return missing
-            }
-        }
-
-        func noteListed(_ listed: [RealmID: Set<String>]) {
-            pairs.withLock { pairs in
-                if pairs.count > Self.capacity { pairs.removeAll() }
-                for (realm, shards) in listed { for shard in shards { pairs.insert("\(shard) \(realm)") } }
-            }
-        }
     }
 
     public func hook(server: String) async throws -> GorushHook? {
@@ -176,8 +148,8 @@ public struct RedisGorushStore: GorushStore {
     /// there. Marks and counters of a partition share one hash tag (one Redis Cluster
     /// slot), so a record's mark and its count are written together or not at all; a
     /// record counted before is skipped. Each realm lists the partitions it has counters
-    /// in (`SADD` first, once per process and pair: a listed partition without counts
-    /// reads as none).
+    /// in (`SADD`, in the same pipeline: a listed partition without counts reads as none,
+    /// and a listing that failed is made again with the counts when the batch is re-run).
     public func countOutcomes(_ outcomes: [CountedOutcome]) async throws {
         var byShard: [String: [CountedOutcome]] = [:]
         var shardsOfRealm: [RealmID: Set<String>] = [:]
@@ -187,17 +159,14 @@ public struct RedisGorushStore: GorushStore {
             shardsOfRealm[outcome.realm, default: []].insert(shard)
         }
         guard !byShard.isEmpty else { return }
-        let unlisted = listed.missing(shardsOfRealm)
-        if !unlisted.isEmpty {
-            let commands: [[RedisArgument]] = unlisted.map { realm, shards in
-                [["SADD", RedisArgument(keys.realmStatsShards(realm))], shards.sorted().map { RedisArgument($0) }]
-                    .flatMap { $0 }
-            }
-            _ = try await redis.checkedPipeline(commands)
-            listed.noteListed(unlisted)
+        // The listings and the counts in one pipelined round trip: both are idempotent, so
+        // a pipeline re-run after an error is harmless.
+        var commands: [[RedisArgument]] = shardsOfRealm.map { realm, shards in
+            [["SADD", RedisArgument(keys.realmStatsShards(realm))], shards.sorted().map { RedisArgument($0) }]
+                .flatMap { $0 }
         }
-        _ = try await redis.checkedPipeline(
-            byShard.map { shard, records in countScript(shard: shard, records: records) })
+        commands += byShard.map { shard, records in countScript(shard: shard, records: records) }
+        _ = try await redis.checkedPipeline(commands)
     }
 
     /// The `EVAL` counting one partition's records: KEYS are the bitmaps, then the
@@ -233,7 +202,7 @@ public struct RedisGorushStore: GorushStore {
             redis.call('HINCRBY', KEYS[tonumber(ARGV[i + 2])], ARGV[i + 3], 1)
             counted = counted + 1
           end
-          if redis.call('TTL', marks) < 0 then redis.call('EXPIRE', marks, ttl) end
+          if redis.call('TTL', marks) < ttl / 2 then redis.call('EXPIRE', marks, ttl) end
         end
         return counted
         """

@@ -25,7 +25,7 @@ import PushModels
 /// | `{p}idem:{server}:{sha256(Idempotency-Key)}` | hash | `state` (pending/done), `fp` (body SHA-256), `status`, `body`: a notify's first answer (expires) |
 /// | `{p}rs:{topic:partition}:{realm}` | hash | a realm's outcome counters (`{provider}:{outcome}`) from one `push.deliveries` partition; `{p}rs:{realm}` holds those counted before |
 /// | `{p}rsp:{realm}` | set | the `topic:partition`s a realm has outcome counters in |
-/// | `{p}rc:{topic:partition}:{chunk}` | bitmap | one bit per `push.deliveries` record (offset mod 65,536), set once counted (expires after 48 h) |
+/// | `{p}rc:{topic:partition}:{chunk}` | bitmap | one bit per `push.deliveries` record (offset mod 65,536), set once counted (kept 48 h after its last write) |
 /// | `{p}providers` | hash | dispatcher process id → `{until_ms}|{provider},…`: the providers each dispatcher has credentials for, renewed while it runs (`ProviderAnnouncements`) |
 /// | `{p}tv:{window}` | string | Zulip registration-transfer verifications in a window, from anyone (expires) |
 /// | `{p}hostname:{hostname}` | string | uuid of the server registered with that hostname (Zulip's registration transfer) |
@@ -81,7 +81,7 @@ public struct RedisKeys: Sendable {
     /// The partitions (`shard`s) a realm has outcome counters in.
     public func realmStatsShards(_ realm: RealmID) -> String { "\(prefix)rsp:\(realm)" }
     /// One bit per record of a `push.deliveries` partition, set once it is counted
-    /// (`chunk`: the record's offset / 65,536; expires after 48 h).
+    /// (`chunk`: the record's offset / 65,536; kept 48 h after it was last written).
     public func countedMarks(shard: String, chunk: Int64) -> String { "\(prefix)rc:\(tag(shard)):\(chunk)" }
     /// Status push server: one registration (by hashed key and installation), the
     /// installations of a hashed key, and notification requests already answered.

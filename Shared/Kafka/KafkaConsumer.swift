@@ -226,8 +226,8 @@ public final class KafkaConsumer: Sendable {
 
     /// Records of the partitions this consumer holds that its group has not committed,
     /// per topic: each partition's high watermark less the group's committed offset (its
-    /// low watermark when none is). Asks the broker, on a thread of its own; nil when it
-    /// does not answer within `timeout` or nothing is assigned yet.
+    /// low watermark when none is). Asks the broker, on a thread of its own; empty when
+    /// nothing is assigned, nil when the broker does not answer within `timeout`.
     public func lag(timeout: Duration = .seconds(2)) async -> [String: Int64]? {
         let ms = max(100, Int32(clamping: timeout.components.seconds * 1000))
         return await onDedicatedThread(name: "kafka-lag") { [handle] in groupLag(handle.pointer, timeoutMs: ms) }
@@ -406,9 +406,9 @@ private func groupLag(_ handle: OpaquePointer, timeoutMs: Int32) -> [String: Int
         return nil
     }
     defer { rd_kafka_topic_partition_list_destroy(list) }
-    guard list.pointee.cnt > 0, rd_kafka_committed(handle, list, timeoutMs) == RD_KAFKA_RESP_ERR_NO_ERROR else {
-        return nil
-    }
+    // Nothing assigned: no lag here (the gauges of topics held before go to 0).
+    guard list.pointee.cnt > 0 else { return [:] }
+    guard rd_kafka_committed(handle, list, timeoutMs) == RD_KAFKA_RESP_ERR_NO_ERROR else { return nil }
     var lag: [String: Int64] = [:]
     for index in 0..<Int(list.pointee.cnt) {
         let entry = list.pointee.elems[index]
@@ -420,7 +420,10 @@ private func groupLag(_ handle: OpaquePointer, timeoutMs: Int32) -> [String: Int
                 == RD_KAFKA_RESP_ERR_NO_ERROR
         else { return nil }
         let committed = entry.offset >= 0 ? entry.offset : low
-        lag[String(cString: name), default: 0] += max(0, high.saturatingSubtractingZero(committed))
+        let behind = max(0, high.saturatingSubtractingZero(committed))
+        let topic = String(cString: name)
+        let (sum, overflow) = lag[topic, default: 0].addingReportingOverflow(behind)
+        lag[topic] = overflow ? Int64.max : sum
     }
     return lag
 }

@@ -27,14 +27,16 @@ public struct HealthGauges: Service {
     public func run() async throws {
         // Ends quietly at shutdown: a sampler is no reason for the process to fail.
         await cancelWhenGracefulShutdown {
+            var reported: [String: Set<String>] = [:]
             while !Task.isCancelled {
-                await sample()
+                await sample(reported: &reported)
                 try? await Task.sleep(for: interval)
             }
         }
     }
 
-    func sample() async {
+    /// `reported`: per group, the topics given a lag before; one no longer held reads 0.
+    func sample(reported: inout [String: Set<String>]) async {
         let kafka = self.kafka
         let kafkaUp = await withCheckedContinuation { continuation in
             // A metadata request blocks its thread (at most a second): not on the pool.
@@ -44,9 +46,12 @@ public struct HealthGauges: Service {
         if let redis { RelayMetrics.dependencyUp("redis").record(await redis.ping() ? 1 : 0) }
         for consumer in consumers {
             guard let lag = await consumer.lag() else { continue }
-            for (topic, records) in lag {
-                RelayMetrics.consumerLag(group: consumer.groupID, topic: topic).record(records)
+            let group = consumer.groupID
+            for (topic, records) in lag { RelayMetrics.consumerLag(group: group, topic: topic).record(records) }
+            for topic in reported[group, default: []] where lag[topic] == nil {
+                RelayMetrics.consumerLag(group: group, topic: topic).record(0)
             }
+            reported[group, default: []].formUnion(lag.keys)
         }
     }
 }

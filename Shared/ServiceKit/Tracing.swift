@@ -3,6 +3,7 @@ import Instrumentation
 import Kafka
 import Logging
 import OTel
+import PushModels
 import ServiceContextModule
 import ServiceLifecycle
 import Synchronization
@@ -59,13 +60,53 @@ public enum RelayTracing {
         }
     }
 
-    /// Whether a request whose `traceparent` header is `parent` starts a span: decided
-    /// here for the standard samplers (see `RootSampling`); always when tracing is on with
-    /// another sampler (OpenTelemetry decides); never when tracing is off.
-    public static func tracesRequest(parent: String?) -> Bool {
-        guard isEnabled else { return false }
-        guard let sampling = rootSampling.withLock({ $0 }) else { return true }
-        return sampling.traces(parent: parent.map { Array($0.utf8) }, random: Double.random(in: 0..<1))
+    /// What ingest does with a request's `traceparent` headers (`values`, as sent): keep
+    /// one that is well formed (W3C: `00-<32 hex>-<16 hex>-<2 hex>`, lowercase, ids not
+    /// all zero), and follow it when it says sampled, at most `maxSampledParentsPerSecond`
+    /// a second per process (callers cannot turn every notification into a trace); drop
+    /// anything else, so nothing malformed reaches the propagator. `traced`: whether the
+    /// request starts a span.
+    public static func requestSampling(traceparents values: [String], nowSeconds: Int64 = Wire.nowMillis() / 1000)
+        -> (traced: Bool, keepParent: Bool)
+    {
+        guard isEnabled else { return (false, false) }
+        let parent = values.count == 1 ? Array(values[0].utf8) : nil
+        let valid = parent.map(isWellFormed) ?? false
+        var keep = valid
+        if valid, let parent, isSampled(parent), !sampledParents.withLock({ $0.take(nowSeconds: nowSeconds) }) {
+            keep = false
+        }
+        guard let sampling = rootSampling.withLock({ $0 }) else { return (true, keep) }
+        return (sampling.traces(parent: keep ? parent : nil, random: Double.random(in: 0..<1)), keep)
+    }
+
+    /// Sampled parents followed per second at most (see `requestSampling`).
+    public static let maxSampledParentsPerSecond = 100
+    private static let sampledParents = Mutex(SecondBudget(limit: maxSampledParentsPerSecond))
+
+    struct SecondBudget {
+        let limit: Int
+        var second: Int64 = 0
+        var used = 0
+
+        mutating func take(nowSeconds: Int64) -> Bool {
+            if nowSeconds != second { (second, used) = (nowSeconds, 0) }
+            guard used < limit else { return false }
+            used += 1
+            return true
+        }
+    }
+
+    /// A W3C `traceparent` of version 00, exactly.
+    static func isWellFormed(_ header: [UInt8]) -> Bool {
+        guard header.count == 55, header[0] == UInt8(ascii: "0"), header[1] == UInt8(ascii: "0"),
+            header[2] == UInt8(ascii: "-"), header[35] == UInt8(ascii: "-"), header[52] == UInt8(ascii: "-")
+        else { return false }
+        let traceID = header[3..<35]
+        let spanID = header[36..<52]
+        let flags = header[53..<55]
+        for part in [traceID, spanID, flags] where !part.allSatisfy({ hexValue($0) != nil }) { return false }
+        return traceID.contains { $0 != UInt8(ascii: "0") } && spanID.contains { $0 != UInt8(ascii: "0") }
     }
 
     /// A tracer that exports somewhere is bootstrapped. While false, the stages start no
@@ -95,6 +136,11 @@ public enum RelayTracing {
         configuration.logs.enabled = false
         configuration.metrics.enabled = false
         configuration.propagators = [.traceContext]
+        // swift-otel's own log: errors only (its warnings print whole carriers, such as a
+        // request's headers with their credentials).
+        var diagnostics = Logger(label: "swift-otel")
+        diagnostics.logLevel = .error
+        configuration.diagnosticLogger = .custom(diagnostics)
         // The relay samples each request itself (`tracesRequest`); every span it then
         // starts is recorded: OpenTelemetry's sampler always says yes.
         let sampling = RootSampling(environment)

@@ -252,11 +252,25 @@ import Testing
         #expect(parked.notBeforeMs == F.now + 1_000)
         #expect(try deliveries().isEmpty)
 
-        // Expired, it is not parked again but dead-lettered as expired.
+        // A forced re-drive keeps its mark when parked.
+        var forced = try F.consumed(
+            try outbound(), topic: F.topics.outbound, headers: [F.header(RecordHeader.replay, "force")])
+        forced.keyCongested = true
+        #expect(await stage().handle(forced, maxRateWait: .seconds(1)) == .done)
+        #expect(publisher.records.last?.headerTexts(RecordHeader.replay) == ["force"])
+
+        // Expired, it is not parked but dead-lettered as expired.
         var expired = try F.consumed(try outbound(expiresAt: F.now / 1000 - 1), topic: F.topics.outbound)
         expired.keyCongested = true
         #expect(await stage().handle(expired, maxRateWait: .seconds(1)) == .done)
         #expect(try deadLetters().soleElement?.cause == .expired)
+
+        // Alive now but expired before it would come back: sent now, not parked.
+        apns.enqueue(.sent(status: 200, providerMessageID: "sent-now"))
+        var late = try F.consumed(try outbound(device: 2, expiresAt: F.now / 1000), topic: F.topics.outbound)
+        late.keyCongested = true
+        #expect(await stage().handle(late, maxRateWait: .seconds(1)) == .done)
+        #expect(apns.sent.last?.deviceID == 2)
     }
 
     @Test func retryAfterChoosesTheStageThatCoversItAndLaterAttemptsMoveOn() async throws {

@@ -1035,8 +1035,10 @@ import Testing
     }
 
     @Test func rateLimitAndFailedAuthenticationThrottle() async throws {
+        // A day's window: four requests never straddle two windows (a minute's did, on a loaded machine).
         let fixture = try await RouterFixture.make([
-            "pushrelay.ratelimit.requests": "3", "pushrelay.auth.failures.max": "3",
+            "pushrelay.ratelimit.requests": "3", "pushrelay.ratelimit.window.seconds": "86400",
+            "pushrelay.auth.failures.max": "3",
         ])
         try await fixture.run { client in
             let server = try await client.registeredServer()

@@ -53,6 +53,23 @@ import Testing
         #expect(RelayTracing.RootSampling(["OTEL_TRACES_SAMPLER": "jaeger_remote"]) == nil, "left to OpenTelemetry")
     }
 
+    @Test func onlyAWellFormedTraceparentIsRead() {
+        let id = "4bf92f3577b34da6a3ce929d0e0e4736"
+        #expect(RelayTracing.isWellFormed(Array("00-\(id)-00f067aa0ba902b7-01".utf8)))
+        #expect(!RelayTracing.isWellFormed(Array("00-\(id.uppercased())-00f067aa0ba902b7-01".utf8)))
+        #expect(!RelayTracing.isWellFormed(Array("01-\(id)-00f067aa0ba902b7-01".utf8)), "version 00 only")
+        #expect(!RelayTracing.isWellFormed(Array("00-\(String(repeating: "0", count: 32))-00f067aa0ba902b7-01".utf8)))
+        #expect(!RelayTracing.isWellFormed(Array("00-\(id)-0000000000000000-01".utf8)))
+        #expect(!RelayTracing.isWellFormed(Array("00-\(id)x00f067aa0ba902b7-01".utf8)))
+        #expect(!RelayTracing.isWellFormed(Array("00-\(id)-00f067aa0ba902b7-zz".utf8)))
+    }
+
+    @Test func sampledParentsAreFollowedUpToTheBudget() {
+        var budget = RelayTracing.SecondBudget(limit: 2)
+        let taken = [10, 10, 10, 11].map { budget.take(nowSeconds: $0) }
+        #expect(taken == [true, true, false, true], "two a second; the third waits for the next second")
+    }
+
     @Test func theTenantLabelNamesTheFirstServersAndCallsTheRestOther() {
         let labels = TenantLabels(capacity: 2)
         #expect(labels.label("a") == "a")
