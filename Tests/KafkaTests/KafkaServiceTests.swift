@@ -202,7 +202,10 @@ struct KafkaServiceTests {
             tasks.cancelAll()
             try await tasks.waitForAll()
         }
-        #expect(try await uncommittedValues(cluster, group: "gh", topic: "half", count: 3) == ["3", "4", "5"])
+        // What the group's next member reads: "3"–"5" and nothing before them (a rebalance on a
+        // loaded machine may hand one over twice, which at-least-once allows).
+        let values = try await uncommittedValues(cluster, group: "gh", topic: "half", count: 3)
+        #expect(Set(values) == ["3", "4", "5"], "\(values)")
         await producer.close()
     }
 }
