@@ -1,4 +1,3 @@
-import Dispatch
 import Kafka
 import Metrics
 import RedisClient
@@ -37,11 +36,7 @@ public struct HealthGauges: Service {
 
     /// `reported`: per group, the topics given a lag before; one no longer held reads 0.
     func sample(reported: inout [String: Set<String>]) async {
-        let kafka = self.kafka
-        let kafkaUp = await withCheckedContinuation { continuation in
-            // A metadata request blocks its thread (at most a second): not on the pool.
-            DispatchQueue.global().async { continuation.resume(returning: kafka()) }
-        }
+        let kafkaUp = await offThePool(kafka)
         RelayMetrics.dependencyUp("kafka").record(kafkaUp ? 1 : 0)
         if let redis { RelayMetrics.dependencyUp("redis").record(await redis.ping() ? 1 : 0) }
         for consumer in consumers {

@@ -5,6 +5,14 @@ import Prometheus
 import RedisClient
 import Synchronization
 
+/// Runs a check that blocks its thread (a Kafka metadata request, at most a second) on a
+/// Dispatch thread, not on the cooperative pool.
+func offThePool(_ check: @escaping @Sendable () -> Bool) async -> Bool {
+    await withCheckedContinuation { continuation in
+        DispatchQueue.global().async { continuation.resume(returning: check()) }
+    }
+}
+
 /// Answers "can this process do its work?": Kafka and Redis both respond.
 /// Checks run off the cooperative pool (librdkafka's metadata call blocks) and the
 /// answer is cached for a second so probes stay cheap.
@@ -17,13 +25,7 @@ public final class Readiness: Sendable {
     }
 
     public convenience init(kafka: @escaping @Sendable () -> Bool, redis: RedisClient?) {
-        var checks: [@Sendable () async -> Bool] = [
-            {
-                await withCheckedContinuation { continuation in
-                    DispatchQueue.global().async { continuation.resume(returning: kafka()) }
-                }
-            }
-        ]
+        var checks: [@Sendable () async -> Bool] = [{ await offThePool(kafka) }]
         if let redis { checks.append { await redis.ping() } }
         self.init(checks: checks)
     }

@@ -119,6 +119,18 @@ extension StackTests {
         /// Waits until every accepted notification has an outcome for `device`, then counts
         /// what was lost (no `sent` and no dead letter), duplicates and their marks, by the
         /// pushes the fake received (decrypted message ids).
+        /// `account` for the phone's FCM and APNs devices.
+        static func accountBoth(
+            _ stack: Stack, _ phone: Phone, accepted: [String: Int64], figures: inout Figures
+        ) async throws {
+            try await account(
+                stack, phone, provider: "fcm", token: phone.fcm, device: phone.fcmDevice, accepted: accepted,
+                figures: &figures)
+            try await account(
+                stack, phone, provider: "apns", token: phone.apns, device: phone.apnsDevice, accepted: accepted,
+                figures: &figures)
+        }
+
         static func account(
             _ stack: Stack, _ phone: Phone, provider: String, token: String, device: Int64,
             accepted: [String: Int64], figures: inout Figures
@@ -321,12 +333,7 @@ extension StackTests {
             }
             figures.accepted = accepted.count
             figures.extra.append("replica promoted after \(promotedMs.map { "\($0) ms" } ?? "no promotion seen")")
-            try await Self.account(
-                stack, phone, provider: "fcm", token: phone.fcm, device: phone.fcmDevice, accepted: accepted,
-                figures: &figures)
-            try await Self.account(
-                stack, phone, provider: "apns", token: phone.apns, device: phone.apnsDevice, accepted: accepted,
-                figures: &figures)
+            try await Self.accountBoth(stack, phone, accepted: accepted, figures: &figures)
             print(figures)
             #expect(promotedMs != nil, "the replica took over: \(figures)")
             #expect(figures.lost == 0, "\(figures)")
@@ -421,12 +428,7 @@ extension StackTests {
             figures.accepted = accepted.count
             figures.refused = refused
             figures.slowestAnswerMs = slowest
-            try await Self.account(
-                stack, phone, provider: "fcm", token: phone.fcm, device: phone.fcmDevice, accepted: accepted,
-                figures: &figures)
-            try await Self.account(
-                stack, phone, provider: "apns", token: phone.apns, device: phone.apnsDevice, accepted: accepted,
-                figures: &figures)
+            try await Self.accountBoth(stack, phone, accepted: accepted, figures: &figures)
             // APNs pushes after the restart are signed with the second key.
             let signed = try await stack.received("apns").filter {
                 $0.token == phone.apns && $0.receivedAtMs > rotatedAt

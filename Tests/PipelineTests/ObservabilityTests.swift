@@ -9,6 +9,11 @@ extension StackTests {
     /// stack exports OTLP (binary protobuf over HTTP) to the fakes' receiver, sampling
     /// only requests whose own `traceparent` is sampled.
     @Suite struct ObservabilityTests {
+        /// A random id of `bytes` bytes in lowercase hex (W3C trace and span ids).
+        static func randomHex(bytes: Int) -> String {
+            (0..<bytes).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
+        }
+
         /// Spans of `traceID` the receiver has, once `condition` holds for them.
         static func spans(
             _ stack: Stack, traceID: String, until condition: ([FakeOTLP.ReceivedSpan]) -> Bool
@@ -35,8 +40,8 @@ extension StackTests {
             try await stack.unregister("fcm", token: dead)
             let content = "trace me \(UUID().uuidString)"
             // The caller's own trace: the relay's spans join it.
-            let traceID = (0..<16).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
-            let callerSpan = (0..<8).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
+            let traceID = Self.randomHex(bytes: 16)
+            let callerSpan = Self.randomHex(bytes: 8)
             let reply = try await realm.notify(
                 userID: 30, payload: realm.messagePayload(userID: 30, messageID: 3001, content: content),
                 headers: [("traceparent", "00-\(traceID)-\(callerSpan)-01")])
@@ -105,7 +110,7 @@ extension StackTests {
             let realm = try await RealmClient.registered(stack)
             _ = try await realm.device(
                 userID: 33, kind: "fcm", token: RealmClient.fcmToken(), key: RealmClient.pushKey())
-            let traceID = (0..<16).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
+            let traceID = Self.randomHex(bytes: 16)
             let reply = try await HTTP.send(
                 "POST", "\(extra.api)/v1/notify",
                 json: [
@@ -126,7 +131,7 @@ extension StackTests {
             let key = try RealmClient.pushKey()
             let token = RealmClient.fcmToken()
             _ = try await realm.device(userID: 31, kind: "fcm", token: token, key: key)
-            let traceID = (0..<16).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
+            let traceID = Self.randomHex(bytes: 16)
             let reply = try await realm.notify(
                 userID: 31, payload: realm.messagePayload(userID: 31, messageID: 3101),
                 headers: [("traceparent", "00-\(traceID)-00f067aa0ba902b7-00")])
