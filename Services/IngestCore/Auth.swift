@@ -281,20 +281,32 @@ public final class ServerAuthenticator: Sendable {
     /// `uuid:key` from an HTTP Basic header, or nil when it is not one. The uuid must
     /// be a UUID and the key visible ASCII: anything else cannot be a credential.
     static func credentials(_ request: Request) -> (uuid: String, key: String)? {
-        guard let header = request.headers[.authorization] else { return nil }
-        var text = Substring(header).utf8
-        guard text.count <= 1024, text.count > 6,
-            text.prefix(6).elementsEqual("basic ".utf8, by: { $0 | 0x20 == $1 })
-        else { return nil }
-        text = text.dropFirst(6)
-        while let first = text.first, first == UInt8(ascii: " ") || first == UInt8(ascii: "\t") { text.removeFirst() }
-        while let last = text.last, last == UInt8(ascii: " ") || last == UInt8(ascii: "\t") { text.removeLast() }
-        guard let decoded = Data(base64Encoded: Data(text)), let colon = decoded.firstIndex(of: UInt8(ascii: ":")),
-            let uuid = Syntax.canonicalUUID(Array(decoded[..<colon]))
-        else { return nil }
-        let key = String(decoding: decoded[decoded.index(after: colon)...], as: UTF8.self)
-        guard Syntax.isVisibleASCII(key, maxBytes: 256) else { return nil }
-        return (uuid, key)
+        guard var header = request.headers[.authorization] else { return nil }
+        return header.withUTF8 { credentials(basic: $0) }
+    }
+
+    /// `credentials` from the header's bytes, in one pass over them (through `Substring`
+    /// views it cost ~20,000 instructions a request).
+    static func credentials(basic header: UnsafeBufferPointer<UInt8>) -> (uuid: String, key: String)? {
+        let space = UInt8(ascii: " ")
+        let tab = UInt8(ascii: "\t")
+        guard header.count <= 1024, header.count > 6, header[5] == space else { return nil }
+        for (index, letter) in "basic".utf8.enumerated() where header[index] | 0x20 != letter { return nil }
+        var start = 6
+        var end = header.count
+        while start < end, header[start] == space || header[start] == tab { start += 1 }
+        while end > start, header[end - 1] == space || header[end - 1] == tab { end -= 1 }
+        guard let decoded = Data(base64Encoded: Data(UnsafeBufferPointer(rebasing: header[start..<end]))) else {
+            return nil
+        }
+        return decoded.withUnsafeBytes { raw -> (uuid: String, key: String)? in
+            guard let colon = raw.firstIndex(of: UInt8(ascii: ":")),
+                let uuid = Syntax.canonicalUUID(Array(raw[..<colon]))
+            else { return nil }
+            let key = raw[(colon + 1)...]
+            guard !key.isEmpty, key.count <= 256, key.allSatisfy({ (0x21...0x7e).contains($0) }) else { return nil }
+            return (uuid, String(decoding: key, as: UTF8.self))
+        }
     }
 
     /// Counts one server registration from the client address; throws 429 past the limit.

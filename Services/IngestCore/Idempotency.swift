@@ -22,8 +22,9 @@ struct IdempotencyKey: Sendable {
     static let header = HTTPField.Name("Idempotency-Key")!
     static let maxBytes = 255
     let key: String
-    /// This request's claim, so only it can complete or release the key.
-    let claimID = UUID.random().uuidString
+    /// This request's claim, so only it can complete or release the key. Drawn only
+    /// when the request carries a key (a stored default would draw one for every request).
+    let claimID: String
 
     /// Nil when the request carries no key; 400 when the key is not 1 to 255 visible ASCII characters.
     init?(_ request: Request) throws {
@@ -35,6 +36,7 @@ struct IdempotencyKey: Sendable {
                 code: "INVALID_IDEMPOTENCY_KEY", field: "Idempotency-Key")
         }
         key = value
+        claimID = UUID.random().uuidString
     }
 
     /// Claims the key for this request. Returns the earlier answer when the key was

@@ -203,28 +203,38 @@ struct NativeController: Sendable {
         let (type, payload) = try notificationPayload(body, userID: userID)
         let requestedIDs = try deviceIDs(body)
         let plaintext = try Self.plaintext(payload, limit: limits.maxPlaintextBytes)
+        guard let key else {
+            // Without a key nothing is written before the targets are read: the owner check
+            // runs alongside the reads, and shares a Redis round trip with the first.
+            async let owned: Void = ownership.requireOwn(realm, server: server)
+            let targets = try await targets(realm: RealmID(realm), userID: userID, requestedIDs: requestedIDs)
+            try await owned
+            return try await acceptNotification(
+                server: server, realm: realm, userID: userID, targets: targets, type: type, plaintext: plaintext
+            ).http
+        }
         try await ownership.requireOwn(realm, server: server)
-        if let key,
-            let earlier = try await key.claim(
-                server: server, fingerprint: Fingerprint.hex(Fingerprint.sha256(body.bytes)), store: idempotency,
-                publishTimeout: limits.publishTimeout)
+        if let earlier = try await key.claim(
+            server: server, fingerprint: Fingerprint.hex(Fingerprint.sha256(body.bytes)), store: idempotency,
+            publishTimeout: limits.publishTimeout)
         {
             return earlier
         }
         let response: StoredAnswer
         do {
             response = try await acceptNotification(
-                server: server, realm: realm, userID: userID, requestedIDs: requestedIDs,
+                server: server, realm: realm, userID: userID,
+                targets: try await targets(realm: RealmID(realm), userID: userID, requestedIDs: requestedIDs),
                 type: type, plaintext: plaintext)
         } catch {
-            try? await key?.abandon(server: server, store: idempotency)
+            try? await key.abandon(server: server, store: idempotency)
             throw error
         }
         // The notification is accepted: the answer is 202 whatever happens to the stored
         // copy. If it cannot be kept, the claim stays pending until it expires, so a retry
         // meanwhile gets 409 rather than a second notification.
         do {
-            try await key?.complete(
+            try await key.complete(
                 server: server, response: response, store: idempotency, ttlSeconds: limits.idempotencyTTLSeconds)
         } catch {
             RelayMetrics.idempotencyStoreFailures.increment()
@@ -289,38 +299,47 @@ struct NativeController: Sendable {
         return ids.filter { seen.insert($0).inserted }
     }
 
-    /// Resolves the targets, seals and publishes one notification; the answer it gives.
-    func acceptNotification(
-        server: String, realm realmText: String, userID: Int64, requestedIDs: [DeviceID]?,
-        type: NotificationType, plaintext: [UInt8]
-    ) async throws -> StoredAnswer {
-        let realm = RealmID(realmText)
-        let targets: [DeviceID]
+    /// The devices asked for, or else all the user's, each with its standing.
+    func targets(realm: RealmID, userID: Int64, requestedIDs: [DeviceID]?) async throws -> Targets {
+        let ids: [DeviceID]
         if let requestedIDs {
-            targets = requestedIDs
+            ids = requestedIDs
         } else {
-            targets = try await devices.deviceIDs(realm: realm, userID: userID)
+            ids = try await devices.deviceIDs(realm: realm, userID: userID)
         }
         // Counted from each device's standing alone: the encryptor is the one that opens
         // tokens and keys, once, for the targets published here.
-        let standings = try await devices.standings(targets)
+        return Targets(ids: ids, standings: try await devices.standings(ids))
+    }
+
+    struct Targets {
+        let ids: [DeviceID]
+        var standings: [DeviceID: DeviceStanding]
+    }
+
+    /// Counts the targets, seals and publishes one notification; the answer it gives.
+    func acceptNotification(
+        server: String, realm realmText: String, userID: Int64, targets: Targets,
+        type: NotificationType, plaintext: [UInt8]
+    ) async throws -> StoredAnswer {
+        let realm = RealmID(realmText)
         var deleteIDs: [DeviceID] = []
         var deliverable = 0
-        for id in targets {
-            guard let standing = standings[id], standing.isDeliverable(realm: realm, userID: userID) else {
+        for id in targets.ids {
+            guard let standing = targets.standings[id], standing.isDeliverable(realm: realm, userID: userID) else {
                 deleteIDs.append(id)
                 continue
             }
             deliverable += 1
         }
         let notificationID = NotificationID.random()
-        if !targets.isEmpty {
+        if !targets.ids.isEmpty {
             let sealed = try sealer.seal(plaintext, notificationID: notificationID, realm: realm, userID: userID)
             try await acceptor.publish(
                 PushRequestRecord(
                     notificationID: notificationID, serverUUID: ServerID(server), realmUUID: realm,
                     acceptedAtMs: Wire.nowMillis(),
-                    request: .native(userID: userID, deviceIDs: targets, type: type, sealedPayload: sealed)))
+                    request: .native(userID: userID, deviceIDs: targets.ids, type: type, sealedPayload: sealed)))
         }
         return StoredAnswer(
             status: 202,

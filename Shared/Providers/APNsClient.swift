@@ -161,15 +161,20 @@ public final class APNsClient: PushProviderClient {
         request.headers.add(name: "apns-topic", value: kind.topic)
         request.headers.add(name: "apns-push-type", value: kind.pushType)
         if let priority = kind.priority { request.headers.add(name: "apns-priority", value: String(priority)) }
+        // Values that differ from push to push are sent as literals, not added to HPACK's
+        // table: indexed, each evicted the connection's reusable entries and lengthened
+        // every later lookup (the path, which names the device, likewise).
         let apnsID = Self.apnsID(push)
-        request.headers.add(name: "apns-id", value: apnsID)
-        if let expiration = kind.expiration { request.headers.add(name: "apns-expiration", value: String(expiration)) }
+        request.headers.add(name: "apns-id", value: apnsID, indexing: .nonIndexable)
+        if let expiration = kind.expiration {
+            request.headers.add(name: "apns-expiration", value: String(expiration), indexing: .nonIndexable)
+        }
         // Without a realm-chosen collapse id, the per-(notification, device) id: it collapses
         // nothing but a re-send of this very push, which the phone then shows once.
         if let collapse = push.collapseID, collapse.utf8.count <= 64 {
-            request.headers.add(name: "apns-collapse-id", value: collapse)
+            request.headers.add(name: "apns-collapse-id", value: collapse, indexing: .nonIndexable)
         } else {
-            request.headers.add(name: "apns-collapse-id", value: apnsID)
+            request.headers.add(name: "apns-collapse-id", value: apnsID, indexing: .nonIndexable)
         }
         request.headers.add(name: "content-type", value: "application/json")
         do {

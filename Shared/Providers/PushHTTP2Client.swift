@@ -134,14 +134,15 @@ public final class PushHTTP2Client: Sendable {
     }
 
     /// A POST to `path` on this client's origin, its pseudo-headers in place: add the
-    /// regular headers to `headers`.
+    /// regular headers to `headers`. The path is not added to HPACK's table: APNs's
+    /// names the device, so each would be a table entry used once.
     public func request(path: String, body: ByteBuffer) -> PushRequest {
         var headers = HPACKHeaders()
         headers.reserveCapacity(12)
         headers.add(name: ":method", value: "POST")
         headers.add(name: ":scheme", value: "https")
         headers.add(name: ":authority", value: origin.authority)
-        headers.add(name: ":path", value: origin.pathPrefix + path)
+        headers.add(name: ":path", value: origin.pathPrefix + path, indexing: .nonIndexable)
         return PushRequest(headers: headers, body: body)
     }
 

@@ -46,24 +46,48 @@ public struct ServerID: Identifier, ExpressibleByStringLiteral {
 }
 
 extension UUID {
-    /// A random (version 4) UUID from the system's generator (`getrandom`). Foundation's
-    /// `UUID()` opens `/dev/urandom` on every call on Linux: a measurable cost per request.
+    /// A random (version 4) UUID from the kernel's generator: one system call for all 16
+    /// bytes. Foundation's `UUID()` opens `/dev/urandom` on every call on Linux, and
+    /// `SystemRandomNumberGenerator` makes a system call per 8 bytes.
     public static func random() -> UUID {
-        var generator = SystemRandomNumberGenerator()
-        var b = (generator.next() as UInt64, generator.next() as UInt64)
-        return withUnsafeMutableBytes(of: &b) { raw in
+        UUID(uuid: randomUUIDBytes())
+    }
+
+    static func randomUUIDBytes() -> uuid_t {
+        var b: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        withUnsafeMutableBytes(of: &b) { raw in
+            // glibc's arc4random_buf: the kernel's generator (getrandom), all 16 bytes at once.
+            guard let base = raw.baseAddress else { return }
+            arc4random_buf(base, raw.count)
             raw[6] = raw[6] & 0x0F | 0x40  // version 4
             raw[8] = raw[8] & 0x3F | 0x80  // RFC 4122 variant
-            return UUID(
-                uuid: (
-                    raw[0], raw[1], raw[2], raw[3], raw[4], raw[5], raw[6], raw[7], raw[8], raw[9], raw[10], raw[11],
-                    raw[12], raw[13], raw[14], raw[15]
-                ))
         }
+        return b
     }
 }
 
 extension NotificationID {
     /// A fresh notification id: a random UUID, lowercase.
-    public static func random() -> NotificationID { NotificationID(UUID.random().uuidString.lowercased()) }
+    public static func random() -> NotificationID {
+        var bytes = UUID.randomUUIDBytes()
+        return NotificationID(withUnsafeBytes(of: &bytes) { Self.lowercaseUUIDText($0) })
+    }
+
+    /// `8-4-4-4-12` lowercase hex digits: `uuidString.lowercased()` without its two strings.
+    static func lowercaseUUIDText(_ raw: UnsafeRawBufferPointer) -> String {
+        let digits: StaticString = "0123456789abcdef"
+        return String(unsafeUninitializedCapacity: 36) { out in
+            var at = 0
+            for (index, byte) in raw.prefix(16).enumerated() {
+                if index == 4 || index == 6 || index == 8 || index == 10 {
+                    out[at] = UInt8(ascii: "-")
+                    at += 1
+                }
+                out[at] = digits.utf8Start[Int(byte >> 4)]
+                out[at + 1] = digits.utf8Start[Int(byte & 0x0F)]
+                at += 2
+            }
+            return at
+        }
+    }
 }

@@ -17,6 +17,16 @@ public enum Wire {
         return canonical(try JSONValueEncoder.encode(value))
     }
 
+    /// A record, written field by field (no dynamic cast to find that it is one).
+    public static func encode<T: WireObject>(_ value: T) throws -> [UInt8] {
+        encodeObject(value)
+    }
+
+    /// A record read field by field from strict JSON (no dynamic casts to find that it is one).
+    public static func decode<T: WireObject>(_ type: T.Type, from bytes: some Collection<UInt8>) throws -> T {
+        try T(fields: WireFields(try JSONReader.parse(bytes)))
+    }
+
     /// Strict JSON (RFC 8259) into any `Decodable`, through `JSONValue`: several times
     /// faster than `JSONDecoder` for records that hold JSON values. Records
     /// (`WireObject`) are read field by field from the parsed object.
@@ -31,7 +41,7 @@ public enum Wire {
     }
 
     static func encodeObject(_ object: some WireObject) -> [UInt8] {
-        var writer = JSONObjectWriter(reservingCapacity: 512)
+        var writer = JSONObjectWriter(reservingCapacity: object.encodedSizeHint)
         object.write(to: &writer)
         return writer.finish()
     }

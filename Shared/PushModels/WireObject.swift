@@ -10,6 +10,13 @@ public protocol WireObject: Codable, Sendable {
     /// Reads the object from its parsed fields. A missing required field, a value of the
     /// wrong type or an unknown name throws `DecodingError`, as `Codable` would.
     init(fields: WireFields) throws
+    /// Bytes to reserve for the encoded object: enough for most, so the buffer does
+    /// not grow (and copy) while it is written.
+    var encodedSizeHint: Int { get }
+}
+
+extension WireObject {
+    public var encodedSizeHint: Int { 512 }
 }
 
 extension WireObject {

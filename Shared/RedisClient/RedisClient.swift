@@ -34,6 +34,7 @@ public enum RedisValue: Sendable, Equatable {
     public var hash: [String: String] {
         let items = array
         var result: [String: String] = [:]
+        result.reserveCapacity(items.count / 2)
         var index = 0
         while index + 1 < items.count {
             if let key = items[index].string, let value = items[index + 1].string { result[key] = value }

@@ -210,7 +210,8 @@ extension StackTests {
                 #expect(
                     standings[id]
                         == DeviceStanding(
-                            realmUUID: record.realmUUID, userID: record.userID, isActive: record.status.isActive))
+                            realmUUID: record.realmUUID, userID: record.userID, isActive: record.status.isActive,
+                            provider: record.provider, isZulipLegacy: record.zulipLegacyOwner != nil))
             }
             let deliverable = ids.filter { standings[$0]?.isDeliverable(realm: "realm-a", userID: 3) == true }
             #expect(deliverable == [active])

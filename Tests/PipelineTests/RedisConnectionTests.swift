@@ -41,6 +41,27 @@ extension StackTests {
             #expect(try await redis.pipeline([["NOSUCHCOMMAND"], ["PING"]]).last == .bytes(Array("PONG".utf8)))
         }
 
+        /// Commands are framed byte-exact whatever their arguments: empty, lengths at each
+        /// change of digit count, CRLF and NUL inside, many arguments in one command.
+        @Test func argumentsOfEveryLengthAndByteRoundTrip() async throws {
+            let stack = try await Stack.get()
+            let redis = RedisClient(configuration: RedisConfiguration(port: stack.redisPort, connections: 1))
+            let prefix = "rf\(UUID().uuidString.prefix(8)):"
+            var values: [[UInt8]] = []
+            for length in [0, 1, 9, 10, 11, 99, 100, 101, 999, 1000, 65_537] {
+                values.append((0..<length).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) })
+            }
+            values.append(Array("a\r\nb\r\n\0$3\r\n*1".utf8))
+            let keys = values.indices.map { RedisArgument("\(prefix)\($0)") }
+            var mset: [RedisArgument] = ["MSET"]
+            for (key, value) in zip(keys, values) { mset += [key, RedisArgument(bytes: value)] }
+            try await redis.command(mset)
+            let replies = try await redis.pipeline(keys.map { ["GET", $0] } + [["MGET"] + keys])
+            #expect(Array(replies.prefix(values.count)) == values.map { .bytes($0) })
+            #expect(replies.last == .array(values.map { .bytes($0) }))
+            try await redis.command(["DEL"] + keys)
+        }
+
         @Test func aServerThatStopsAnsweringFailsItsCallersAfterTheTimeout() async throws {
             let silent = try Stack.silentListener()
             defer { close(silent.fd) }

@@ -49,6 +49,25 @@ import Testing
         #expect(throws: (any Error).self) { try Wire.decode(JSONValue.self, from: Array(text.utf8)) }
     }
 
+    /// Strings are strict UTF-8 on both paths (without and with escapes), ASCII or not:
+    /// a lone continuation byte, an overlong form, a surrogate or a truncated sequence is refused.
+    @Test func stringsAreStrictUTF8() throws {
+        for text in ["caf\u{e9} \u{1F389}", "plain"] {
+            for escaped in [false, true] {
+                let json = Array("[\"\(escaped ? "\\n" : "")\(text)\"]".utf8)
+                let value = try Wire.decode(JSONValue.self, from: json)
+                #expect(value == [.string((escaped ? "\n" : "") + text)])
+            }
+        }
+        let invalid: [[UInt8]] = [[0x80], [0xC0, 0xAF], [0xED, 0xA0, 0x80], [0xE2, 0x82], [0x61, 0xFF, 0x62]]
+        for bytes in invalid {
+            for prefix in [[], Array("\\t".utf8)] {
+                let json = Array("\"".utf8) + prefix + bytes + Array("xxxxxxxxx\"".utf8)
+                #expect(throws: (any Error).self, "\(bytes)") { try Wire.decode(JSONValue.self, from: json) }
+            }
+        }
+    }
+
     @Test func recordsDecodeWithTheSameRulesAsJSONDecoder() throws {
         struct R: Codable, Equatable {
             var a: Int64
@@ -211,5 +230,31 @@ import Testing
             try Wire.decode(PushRequestRecord.self, from: Array(#"{"kind":"native"}"#.utf8))
         }
         #expect(throws: DecodingError.self) { try Wire.decode(DeliveryRecord.self, from: Array("[]".utf8)) }
+    }
+}
+
+/// The word-at-a-time scan for the bytes a JSON string must escape agrees with a byte
+/// loop, at every start and length, whatever bytes surround the one it should find.
+@Suite struct JSONTextScanTests {
+    @Test func findsTheFirstSpecialByteLikeAByteLoop() {
+        var state: UInt64 = 0x9E37_79B9_7F4A_7C15
+        func next() -> UInt64 {
+            state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+            return state >> 33
+        }
+        let alphabet: [UInt8] = [0x00, 0x1F, 0x20, 0x21, 0x22, 0x23, 0x5B, 0x5C, 0x5D, 0x7F, 0x80, 0xA2, 0xDC, 0xFF]
+        for _ in 0..<4000 {
+            let count = Int(next() % 40)
+            var bytes = (0..<count).map { _ in UInt8(ascii: "a") + UInt8(next() % 26) }
+            // Zero to three bytes from the edge cases, anywhere.
+            for _ in 0..<Int(next() % 4) where count > 0 {
+                bytes[Int(next() % UInt64(count))] = alphabet[Int(next() % UInt64(alphabet.count))]
+            }
+            let start = count == 0 ? 0 : Int(next() % UInt64(count + 1))
+            let expected =
+                bytes[start...].firstIndex { $0 < 0x20 || $0 == 0x22 || $0 == 0x5C } ?? count
+            let found = bytes.withUnsafeBufferPointer { JSONText.firstSpecial($0, from: start) }
+            #expect(found == expected, "\(bytes) from \(start)")
+        }
     }
 }

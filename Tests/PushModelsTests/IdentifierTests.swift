@@ -33,4 +33,20 @@ import Testing
         #expect("\(DeviceID(10))" == "10" && "\(RealmID("r"))" == "r")
         #expect([DeviceID(3), 1, 2].sorted() == [1, 2, 3])
     }
+
+    @Test func freshNotificationIDsAreLowercaseVersion4UUIDs() throws {
+        var seen = Set<String>()
+        for _ in 0..<200 {
+            let text = NotificationID.random().rawValue
+            let uuid = try #require(UUID(uuidString: text), "\(text)")
+            #expect(uuid.uuidString.lowercased() == text)
+            let bytes = withUnsafeBytes(of: uuid.uuid) { Array($0) }
+            #expect(bytes[6] >> 4 == 4, "version 4: \(text)")
+            #expect(bytes[8] >> 6 == 0b10, "RFC 4122 variant: \(text)")
+            seen.insert(text)
+        }
+        #expect(seen.count == 200)
+        let uuid = UUID.random()
+        #expect(withUnsafeBytes(of: uuid.uuid) { $0[6] >> 4 } == 4)
+    }
 }
