@@ -157,12 +157,7 @@ struct GorushController: Sendable {
         var bytes = Array(digest.prefix(16))
         bytes[6] = (bytes[6] & 0x0f) | 0x80  // version 8 (RFC 9562: custom)
         bytes[8] = (bytes[8] & 0x3f) | 0x80
-        let uuid = UUID(
-            uuid: (
-                bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7], bytes[8], bytes[9],
-                bytes[10], bytes[11], bytes[12], bytes[13], bytes[14], bytes[15]
-            ))
-        return RealmID(uuid.uuidString.lowercased())
+        return RealmID(UUID.lowercaseText(bytes))
     }
 
     func ensureRealm(server: String) async throws -> RealmID {

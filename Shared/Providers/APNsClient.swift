@@ -195,21 +195,15 @@ public final class APNsClient: PushProviderClient {
 
     /// A stable apns-id per (notification, device), so a resend is recognisable.
     static func apnsID(_ push: ProviderPush) -> String {
-        if let uuid = UUID(uuidString: push.notificationID.rawValue) {
-            // Mix the device id into the last 8 bytes so each device's push has its own id.
-            var bytes = withUnsafeBytes(of: uuid.uuid) { Array($0) }
-            let id = UInt64(bitPattern: push.deviceID.rawValue).bigEndian
-            withUnsafeBytes(of: id) { raw in
-                for i in 0..<8 { bytes[8 + i] ^= raw[i] }
-            }
-            let u = UUID(
-                uuid: (
-                    bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7], bytes[8], bytes[9],
-                    bytes[10], bytes[11], bytes[12], bytes[13], bytes[14], bytes[15]
-                ))
-            return u.uuidString.lowercased()
+        guard var bytes = UUID.bytes(parsing: push.notificationID.rawValue) else {
+            return UUID.lowercaseText(withUnsafeBytes(of: UUID.random().uuid) { Array($0) })
         }
-        return UUID.random().uuidString.lowercased()
+        // Mix the device id into the last 8 bytes so each device's push has its own id.
+        let id = UInt64(bitPattern: push.deviceID.rawValue).bigEndian
+        withUnsafeBytes(of: id) { raw in
+            for i in 0..<8 { bytes[8 + i] ^= raw[i] }
+        }
+        return UUID.lowercaseText(bytes)
     }
 
     public func shutdown() async {

@@ -66,6 +66,46 @@ extension UUID {
     }
 }
 
+extension UUID {
+    /// The 16 bytes of a UUID written `8-4-4-4-12` in hex digits of either case; nil for
+    /// anything else. (Foundation's `UUID(uuidString:)` parses with `sscanf`, and
+    /// `uuidString` formats with `snprintf`: ~15,000 instructions for the pair.)
+    public static func bytes(parsing text: String) -> [UInt8]? {
+        var text = text
+        return text.withUTF8 { utf8 -> [UInt8]? in
+            guard utf8.count == 36 else { return nil }
+            var bytes: [UInt8] = []
+            bytes.reserveCapacity(16)
+            var index = 0
+            while index < 36 {
+                if index == 8 || index == 13 || index == 18 || index == 23 {
+                    guard utf8[index] == UInt8(ascii: "-") else { return nil }
+                    index += 1
+                    continue
+                }
+                guard let high = hexValue(utf8[index]), let low = hexValue(utf8[index + 1]) else { return nil }
+                bytes.append(high << 4 | low)
+                index += 2
+            }
+            return bytes
+        }
+    }
+
+    /// `8-4-4-4-12` lowercase hex digits of 16 bytes (what `uuidString.lowercased()` gives).
+    public static func lowercaseText(_ bytes: [UInt8]) -> String {
+        bytes.withUnsafeBytes { NotificationID.lowercaseUUIDText($0) }
+    }
+
+    private static func hexValue(_ digit: UInt8) -> UInt8? {
+        switch digit {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): digit - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): digit - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): digit - UInt8(ascii: "A") + 10
+        default: nil
+        }
+    }
+}
+
 extension NotificationID {
     /// A fresh notification id: a random UUID, lowercase.
     public static func random() -> NotificationID {

@@ -1,3 +1,4 @@
+import Foundation
 import PushModels
 import Testing
 
@@ -107,6 +108,20 @@ import Testing
         #expect(APNsClient.apnsID(push(1)) == APNsClient.apnsID(push(1)))
         #expect(APNsClient.apnsID(push(1)) != APNsClient.apnsID(push(2)))
         #expect(APNsClient.apnsID(push(1)) == APNsClient.apnsID(push(1)).lowercased())
+        // Pinned: the device id, big-endian, XORed into the notification id's last 8 bytes.
+        #expect(APNsClient.apnsID(push(1)) == "6dbcdd60-06da-45b6-8f37-867cf905469b")
+        #expect(APNsClient.apnsID(push(0x0102_0304_0506_0708)) == "6dbcdd60-06da-45b6-8e35-8578fc034192")
+        var upper = push(2)
+        upper.notificationID = "6DBCDD60-06DA-45B6-8F37-867CF905469A"
+        #expect(APNsClient.apnsID(upper) == "6dbcdd60-06da-45b6-8f37-867cf9054698")
+        // Not a UUID: a random one, in the same form.
+        var other = push(1)
+        other.notificationID = "not-a-uuid"
+        let random = APNsClient.apnsID(other)
+        #expect(random.count == 36 && UUID(uuidString: random)?.uuidString.lowercased() == random)
+        #expect(UUID.bytes(parsing: "6dbcdd60-06da-45b6-8f37-867cf905469") == nil)
+        #expect(UUID.bytes(parsing: "6dbcdd60x06da-45b6-8f37-867cf905469a") == nil)
+        #expect(UUID.bytes(parsing: "6dbcdd60-06da-45b6-8f37-867cf905469g") == nil)
     }
 }
 
