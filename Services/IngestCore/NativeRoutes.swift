@@ -204,11 +204,21 @@ struct NativeController: Sendable {
         let requestedIDs = try deviceIDs(body)
         let plaintext = try Self.plaintext(payload, limit: limits.maxPlaintextBytes)
         guard let key else {
-            // Without a key nothing is written before the targets are read: the owner check
-            // runs alongside the reads, and shares a Redis round trip with the first.
+            // Without a key nothing is written before the owner check: it runs alongside the
+            // first read and shares its Redis round trip. That read is one round trip
+            // whatever the realm holds, and nothing that depends on what it found is read
+            // before the check passes, so a server learns nothing of another's realm, not
+            // even from how long its 404 took.
             async let owned: Void = ownership.requireOwn(realm, server: server)
-            let targets = try await targets(realm: RealmID(realm), userID: userID, requestedIDs: requestedIDs)
-            try await owned
+            let targets: Targets
+            if let requestedIDs {
+                targets = Targets(ids: requestedIDs, standings: try await devices.standings(requestedIDs))
+                try await owned
+            } else {
+                let ids = try await devices.deviceIDs(realm: RealmID(realm), userID: userID)
+                try await owned
+                targets = Targets(ids: ids, standings: try await devices.standings(ids))
+            }
             return try await acceptNotification(
                 server: server, realm: realm, userID: userID, targets: targets, type: type, plaintext: plaintext
             ).http

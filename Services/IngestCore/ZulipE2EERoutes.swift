@@ -56,9 +56,7 @@ struct ZulipE2EEController: Sendable {
         let body = try await RequestFields.read(request, limit: limits.maxBodyBytes)
         let realm = try body.uuid("realm_uuid")
         var parsed = try pushRequests(body)
-        // Nothing is written before the owner check: it runs alongside the reads of the
-        // devices and shares a Redis round trip with the first.
-        async let owned: Void = ownership.requireZulipRealm(realm, server: server)
+        try await ownership.requireZulipRealm(realm, server: server)
         let byTokenID = parsed.first?.tokenID != nil
         if byTokenID {
             // 12.x: the realm's token ids name the devices.
@@ -69,17 +67,14 @@ struct ZulipE2EEController: Sendable {
                 parsed[i].item.deviceID = device ?? DeviceID(-1)
             }
         }
-        // Each device's standing, without its secrets: the items carry their own
-        // encrypted payloads, so nothing here needs a token or a key opened.
-        let known = try await devices.standings(parsed.map(\.item.deviceID).filter { $0.rawValue >= 0 })
-        try await owned
+        let known = try await devices.devices(parsed.map(\.item.deviceID).filter { $0.rawValue >= 0 })
         var deleted: [JSONValue] = []
         var items: [PassThroughItem] = []
         var counts: [Provider: Int] = [:]
         for (item, tokenID) in parsed {
             // A legacy-API device is not an E2EE one, even in the caller's realm.
-            guard let device = known[item.deviceID], device.realmUUID.rawValue == realm, device.isActive,
-                !device.isZulipLegacy
+            guard let device = known[item.deviceID], device.realmUUID.rawValue == realm, device.status == .active,
+                device.zulipLegacyOwner == nil
             else {
                 deleted.append(tokenID.map { .string($0) } ?? .int(item.deviceID.rawValue))
                 continue

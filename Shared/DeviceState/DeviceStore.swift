@@ -299,23 +299,17 @@ public struct DeviceStore: Sendable {
     public func standings(_ ids: [DeviceID]) async throws -> [DeviceID: DeviceStanding] {
         guard !ids.isEmpty else { return [:] }
         let replies = try await redis.checkedPipeline(
-            ids.map {
-                [
-                    "HMGET", RedisArgument(keys.device($0)), "realm", "user_id", "status", "provider", "token",
-                    "zulip_legacy",
-                ]
-            })
+            ids.map { ["HMGET", RedisArgument(keys.device($0)), "realm", "user_id", "status", "provider", "token"] })
         var result: [DeviceID: DeviceStanding] = [:]
         for (id, reply) in zip(ids, replies) {
             let fields = reply.array
-            guard fields.count == 6, let realm = fields[0].string,
-                let provider = fields[3].string.flatMap(Provider.init(rawValue:)),
+            guard fields.count == 5, let realm = fields[0].string,
+                fields[3].string.flatMap(Provider.init(rawValue:)) != nil,
                 fields[4].string != nil
             else { continue }
             result[id] = DeviceStanding(
                 realmUUID: RealmID(realm), userID: fields[1].string.flatMap { Int64($0) },
-                isActive: fields[2].string != "invalid", provider: provider,
-                isZulipLegacy: fields[5].string.flatMap(ZulipLegacyOwner.init(stored:)) != nil)
+                isActive: fields[2].string != "invalid")
         }
         return result
     }

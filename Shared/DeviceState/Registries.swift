@@ -80,9 +80,7 @@ extension DeviceRegistry {
 
     public func standings(_ ids: [DeviceID]) async throws -> [DeviceID: DeviceStanding] {
         try await devices(ids).mapValues {
-            DeviceStanding(
-                realmUUID: $0.realmUUID, userID: $0.userID, isActive: $0.status.isActive, provider: $0.provider,
-                isZulipLegacy: $0.zulipLegacyOwner != nil)
+            DeviceStanding(realmUUID: $0.realmUUID, userID: $0.userID, isActive: $0.status.isActive)
         }
     }
 }
@@ -92,16 +90,11 @@ public struct DeviceStanding: Sendable, Equatable {
     public var realmUUID: RealmID
     public var userID: Int64?
     public var isActive: Bool
-    public var provider: Provider
-    /// A device of Zulip's legacy (non-E2EE) API.
-    public var isZulipLegacy: Bool
 
-    public init(realmUUID: RealmID, userID: Int64?, isActive: Bool, provider: Provider, isZulipLegacy: Bool = false) {
+    public init(realmUUID: RealmID, userID: Int64?, isActive: Bool) {
         self.realmUUID = realmUUID
         self.userID = userID
         self.isActive = isActive
-        self.provider = provider
-        self.isZulipLegacy = isZulipLegacy
     }
 
     /// True when the device is `userID`'s in `realm` and active.

@@ -210,8 +210,7 @@ extension StackTests {
                 #expect(
                     standings[id]
                         == DeviceStanding(
-                            realmUUID: record.realmUUID, userID: record.userID, isActive: record.status.isActive,
-                            provider: record.provider, isZulipLegacy: record.zulipLegacyOwner != nil))
+                            realmUUID: record.realmUUID, userID: record.userID, isActive: record.status.isActive))
             }
             let deliverable = ids.filter { standings[$0]?.isDeliverable(realm: "realm-a", userID: 3) == true }
             #expect(deliverable == [active])
