@@ -206,13 +206,16 @@ public struct DispatchStage: Sendable {
         span?.attributes[SpanKey.notificationID] = outbound.notificationID.rawValue
         span?.attributes[SpanKey.deviceID] = outbound.deviceID.rawValue
         span?.attributes[SpanKey.provider] = outbound.provider.rawValue
-        // Parked only if it is still alive when it comes back; else it is handled now.
-        let parkedDue = clock.nowMillis().saturatingAdd(RetrySchedule.milliseconds(schedule.delays[0]))
-        if record.keyCongested && !outbound.isExpired(atMs: parkedDue) {
-            span?.attributes[SpanKey.outcome] = "parked_busy_device"
-            return parkedForBusyDevice(outbound, due: parkedDue, replay: record.header(RecordHeader.replay))
+        let replay = record.header(RecordHeader.replay)
+        if record.keyCongested {
+            // Parked only if it is still alive when it comes back; else it is handled now.
+            let due = clock.nowMillis().saturatingAdd(RetrySchedule.milliseconds(schedule.delays[0]))
+            if !outbound.isExpired(atMs: due) {
+                span?.attributes[SpanKey.outcome] = "parked_busy_device"
+                return parkedForBusyDevice(outbound, due: due, replay: replay)
+            }
         }
-        let force = record.header(RecordHeader.replay).map { String(decoding: $0, as: UTF8.self) } == "force"
+        let force = replay.map { String(decoding: $0, as: UTF8.self) } == "force"
         let decision: Decision
         let token: String
         switch opener.open(received) {

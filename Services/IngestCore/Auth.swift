@@ -73,19 +73,12 @@ public final class ServerAuthenticator: Sendable {
     }
 
     /// Which API is asking: errors are answered in its words.
-    enum API {
+    /// The raw value is the `api` label of `pushrelay_tenant_requests_total`.
+    enum API: String {
         /// `/v1/…`: one 401 for every credential failure.
         case native
         /// `/api/v1/remotes/…`: Zulip's bouncer answers (docs/zulip-bouncer-wire.md §2).
         case zulip
-
-        /// The `api` label of `pushrelay_tenant_requests_total`.
-        var label: String {
-            switch self {
-            case .native: "native"
-            case .zulip: "zulip"
-            }
-        }
     }
 
     /// The authenticated server's uuid.
@@ -115,7 +108,7 @@ public final class ServerAuthenticator: Sendable {
             }
             guard let current = key else { break }
             if try await admit(server: credentials.uuid, key: current) {
-                RelayMetrics.tenantRequests(tenant: tenants.label(credentials.uuid), api: api.label).increment()
+                RelayMetrics.tenantRequests(tenant: tenants.label(credentials.uuid), api: api.rawValue).increment()
                 return credentials.uuid
             }
             verified.withLock { _ = $0.removeValue(forKey: cacheKey) }

@@ -157,7 +157,7 @@ struct GorushController: Sendable {
         var bytes = Array(digest.prefix(16))
         bytes[6] = (bytes[6] & 0x0f) | 0x80  // version 8 (RFC 9562: custom)
         bytes[8] = (bytes[8] & 0x3f) | 0x80
-        return RealmID(UUID.lowercaseText(bytes))
+        return RealmID(bytes.withUnsafeBytes(UUID.lowercaseText))
     }
 
     func ensureRealm(server: String) async throws -> RealmID {

@@ -150,7 +150,7 @@ public struct IngestAPI: Sendable {
 }
 
 /// Hummingbird's request span, for the requests the sampler traces
-/// (`RelayTracing.tracesRequest`): the others run with no span and cost no more than
+/// (`RelayTracing.requestSampling`): the others run with no span and cost no more than
 /// with tracing off.
 struct SampledTracingMiddleware<Context: RequestContext>: RouterMiddleware {
     let tracing = TracingMiddleware<Context>()

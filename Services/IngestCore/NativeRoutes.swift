@@ -205,20 +205,10 @@ struct NativeController: Sendable {
         let plaintext = try Self.plaintext(payload, limit: limits.maxPlaintextBytes)
         guard let key else {
             // Without a key nothing is written before the owner check: it runs alongside the
-            // first read and shares its Redis round trip. That read is one round trip
-            // whatever the realm holds, and nothing that depends on what it found is read
-            // before the check passes, so a server learns nothing of another's realm, not
-            // even from how long its 404 took.
-            async let owned: Void = ownership.requireOwn(realm, server: server)
-            let targets: Targets
-            if let requestedIDs {
-                targets = Targets(ids: requestedIDs, standings: try await devices.standings(requestedIDs))
-                try await owned
-            } else {
-                let ids = try await devices.deviceIDs(realm: RealmID(realm), userID: userID)
-                try await owned
-                targets = Targets(ids: ids, standings: try await devices.standings(ids))
-            }
+            // first read of the targets (see `targets`).
+            let targets = try await targets(
+                realm: RealmID(realm), userID: userID, requestedIDs: requestedIDs,
+                ownerCheck: { try await ownership.requireOwn(realm, server: server) })
             return try await acceptNotification(
                 server: server, realm: realm, userID: userID, targets: targets, type: type, plaintext: plaintext
             ).http
@@ -234,7 +224,8 @@ struct NativeController: Sendable {
         do {
             response = try await acceptNotification(
                 server: server, realm: realm, userID: userID,
-                targets: try await targets(realm: RealmID(realm), userID: userID, requestedIDs: requestedIDs),
+                targets: try await targets(
+                    realm: RealmID(realm), userID: userID, requestedIDs: requestedIDs, ownerCheck: {}),
                 type: type, plaintext: plaintext)
         } catch {
             try? await key.abandon(server: server, store: idempotency)
@@ -309,16 +300,25 @@ struct NativeController: Sendable {
         return ids.filter { seen.insert($0).inserted }
     }
 
-    /// The devices asked for, or else all the user's, each with its standing.
-    func targets(realm: RealmID, userID: Int64, requestedIDs: [DeviceID]?) async throws -> Targets {
-        let ids: [DeviceID]
-        if let requestedIDs {
-            ids = requestedIDs
-        } else {
-            ids = try await devices.deviceIDs(realm: realm, userID: userID)
-        }
+    /// The devices asked for, or else all the user's, each with its standing. `ownerCheck`
+    /// runs alongside the first read and shares its Redis round trip; that read is one
+    /// round trip whatever the realm holds, and nothing that depends on what it found is
+    /// read before the check passes, so a server learns nothing of another's realm, not
+    /// even from how long its 404 took.
+    func targets(
+        realm: RealmID, userID: Int64, requestedIDs: [DeviceID]?,
+        ownerCheck: @Sendable () async throws -> Void
+    ) async throws -> Targets {
+        async let owned: Void = ownerCheck()
         // Counted from each device's standing alone: the encryptor is the one that opens
         // tokens and keys, once, for the targets published here.
+        if let requestedIDs {
+            let standings = try await devices.standings(requestedIDs)
+            try await owned
+            return Targets(ids: requestedIDs, standings: standings)
+        }
+        let ids = try await devices.deviceIDs(realm: realm, userID: userID)
+        try await owned
         return Targets(ids: ids, standings: try await devices.standings(ids))
     }
 

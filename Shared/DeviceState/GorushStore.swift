@@ -196,12 +196,20 @@ public struct RedisGorushStore: GorushStore {
     static let countScript = """
         local ttl = tonumber(ARGV[1])
         local counted = 0
+        local seen, marked = {}, {}
         for i = 2, #ARGV, 4 do
           local marks = KEYS[tonumber(ARGV[i])]
           if redis.call('SETBIT', marks, tonumber(ARGV[i + 1]), 1) == 0 then
             redis.call('HINCRBY', KEYS[tonumber(ARGV[i + 2])], ARGV[i + 3], 1)
             counted = counted + 1
           end
+          if not seen[marks] then
+            seen[marks] = true
+            marked[#marked + 1] = marks
+          end
+        end
+        -- Each bitmap's expiry once per batch, not once per record.
+        for _, marks in ipairs(marked) do
           if redis.call('TTL', marks) < ttl / 2 then redis.call('EXPIRE', marks, ttl) end
         end
         return counted

@@ -196,14 +196,14 @@ public final class APNsClient: PushProviderClient {
     /// A stable apns-id per (notification, device), so a resend is recognisable.
     static func apnsID(_ push: ProviderPush) -> String {
         guard var bytes = UUID.bytes(parsing: push.notificationID.rawValue) else {
-            return UUID.lowercaseText(withUnsafeBytes(of: UUID.random().uuid) { Array($0) })
+            return NotificationID.random().rawValue
         }
         // Mix the device id into the last 8 bytes so each device's push has its own id.
         let id = UInt64(bitPattern: push.deviceID.rawValue).bigEndian
         withUnsafeBytes(of: id) { raw in
             for i in 0..<8 { bytes[8 + i] ^= raw[i] }
         }
-        return UUID.lowercaseText(bytes)
+        return bytes.withUnsafeBytes(UUID.lowercaseText)
     }
 
     public func shutdown() async {

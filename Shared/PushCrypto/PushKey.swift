@@ -103,40 +103,20 @@ public enum Fingerprint {
         hex(SHA256.hash(data: Array(text.utf8)))
     }
 
-    private static let digits = Array("0123456789abcdef".utf8)
-
     /// Lower-case hex. (Not `String(format:)`: that showed up as 9 % of ingest's CPU.)
     public static func hex(_ bytes: some Sequence<UInt8>) -> String {
         var out: [UInt8] = []
         out.reserveCapacity(64)
         for b in bytes {
-            out.append(digits[Int(b >> 4)])
-            out.append(digits[Int(b & 0x0F)])
+            out.append(Syntax.hexDigit(b >> 4))
+            out.append(Syntax.hexDigit(b & 0x0F))
         }
         return String(decoding: out, as: UTF8.self)
     }
 
     /// Bytes from lower- or upper-case hex; nil for anything else.
     public static func bytes(fromHex text: String) -> [UInt8]? {
-        let utf8 = Array(text.utf8)
-        guard utf8.count % 2 == 0 else { return nil }
-        func nibble(_ c: UInt8) -> UInt8? {
-            switch c {
-            case 0x30...0x39: c - 0x30
-            case 0x61...0x66: c - 0x61 + 10
-            case 0x41...0x46: c - 0x41 + 10
-            default: nil
-            }
-        }
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(utf8.count / 2)
-        var i = 0
-        while i + 1 < utf8.count {
-            guard let high = nibble(utf8[i]), let low = nibble(utf8[i + 1]) else { return nil }
-            bytes.append(high << 4 | low)
-            i += 2
-        }
-        return bytes
+        Syntax.bytes(fromHex: Array(text.utf8))
     }
 
     public static func sha256(_ bytes: [UInt8]) -> [UInt8] {

@@ -71,37 +71,25 @@ extension UUID {
     /// anything else. (Foundation's `UUID(uuidString:)` parses with `sscanf`, and
     /// `uuidString` formats with `snprintf`: ~15,000 instructions for the pair.)
     public static func bytes(parsing text: String) -> [UInt8]? {
-        var text = text
-        return text.withUTF8 { utf8 -> [UInt8]? in
-            guard utf8.count == 36 else { return nil }
-            var bytes: [UInt8] = []
-            bytes.reserveCapacity(16)
-            var index = 0
-            while index < 36 {
-                if index == 8 || index == 13 || index == 18 || index == 23 {
-                    guard utf8[index] == UInt8(ascii: "-") else { return nil }
-                    index += 1
-                    continue
+        guard let canonical = Syntax.canonicalUUID(text) else { return nil }
+        return Syntax.bytes(fromHex: canonical.utf8.filter { $0 != UInt8(ascii: "-") })
+    }
+
+    /// `8-4-4-4-12` lowercase hex digits of 16 bytes: `uuidString.lowercased()` without
+    /// Foundation's formatting and its two strings.
+    public static func lowercaseText(_ raw: UnsafeRawBufferPointer) -> String {
+        String(unsafeUninitializedCapacity: 36) { out in
+            var at = 0
+            for (index, byte) in raw.prefix(16).enumerated() {
+                if index == 4 || index == 6 || index == 8 || index == 10 {
+                    out[at] = UInt8(ascii: "-")
+                    at += 1
                 }
-                guard let high = hexValue(utf8[index]), let low = hexValue(utf8[index + 1]) else { return nil }
-                bytes.append(high << 4 | low)
-                index += 2
+                out[at] = Syntax.hexDigit(byte >> 4)
+                out[at + 1] = Syntax.hexDigit(byte & 0x0F)
+                at += 2
             }
-            return bytes
-        }
-    }
-
-    /// `8-4-4-4-12` lowercase hex digits of 16 bytes (what `uuidString.lowercased()` gives).
-    public static func lowercaseText(_ bytes: [UInt8]) -> String {
-        bytes.withUnsafeBytes { NotificationID.lowercaseUUIDText($0) }
-    }
-
-    private static func hexValue(_ digit: UInt8) -> UInt8? {
-        switch digit {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): digit - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): digit - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): digit - UInt8(ascii: "A") + 10
-        default: nil
+            return at
         }
     }
 }
@@ -110,24 +98,6 @@ extension NotificationID {
     /// A fresh notification id: a random UUID, lowercase.
     public static func random() -> NotificationID {
         var bytes = UUID.randomUUIDBytes()
-        return NotificationID(withUnsafeBytes(of: &bytes) { Self.lowercaseUUIDText($0) })
-    }
-
-    /// `8-4-4-4-12` lowercase hex digits: `uuidString.lowercased()` without its two strings.
-    static func lowercaseUUIDText(_ raw: UnsafeRawBufferPointer) -> String {
-        let digits: StaticString = "0123456789abcdef"
-        return String(unsafeUninitializedCapacity: 36) { out in
-            var at = 0
-            for (index, byte) in raw.prefix(16).enumerated() {
-                if index == 4 || index == 6 || index == 8 || index == 10 {
-                    out[at] = UInt8(ascii: "-")
-                    at += 1
-                }
-                out[at] = digits.utf8Start[Int(byte >> 4)]
-                out[at + 1] = digits.utf8Start[Int(byte & 0x0F)]
-                at += 2
-            }
-            return at
-        }
+        return NotificationID(withUnsafeBytes(of: &bytes) { UUID.lowercaseText($0) })
     }
 }

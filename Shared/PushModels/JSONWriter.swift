@@ -85,18 +85,14 @@ enum JSONWriter {
                 out.append(UInt8(ascii: "u"))
                 out.append(0x30)
                 out.append(0x30)
-                out.append(hexDigit(byte >> 4))
-                out.append(hexDigit(byte & 0x0F))
+                out.append(Syntax.hexDigit(byte >> 4))
+                out.append(Syntax.hexDigit(byte & 0x0F))
             }
         }
         if runStart < bytes.count { out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart...])) }
         out.append(UInt8(ascii: "\""))
     }
 
-    /// The lowercase hex digit of a value 0...15.
-    static func hexDigit(_ value: UInt8) -> UInt8 {
-        value < 10 ? UInt8(ascii: "0") + value : UInt8(ascii: "a") + value - 10
-    }
 }
 
 /// What the JSON reader and writer share about string text.

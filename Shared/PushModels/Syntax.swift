@@ -82,6 +82,36 @@ public enum Syntax {
 
     /// A decimal unsigned integer of ASCII digits only (no sign, no other scripts' digits),
     /// that fits in UInt64.
+    /// The value of one hex digit of either case; nil for anything else.
+    public static func hexValue(_ digit: UInt8) -> UInt8? {
+        switch digit {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): digit - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): digit - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): digit - UInt8(ascii: "A") + 10
+        default: nil
+        }
+    }
+
+    /// The lowercase hex digit of a value 0...15.
+    public static func hexDigit(_ value: UInt8) -> UInt8 {
+        value < 10 ? UInt8(ascii: "0") + value : UInt8(ascii: "a") + value - 10
+    }
+
+    /// Bytes from hex digits of either case (an even count); nil for anything else.
+    public static func bytes(fromHex digits: some Collection<UInt8>) -> [UInt8]? {
+        guard digits.count % 2 == 0 else { return nil }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(digits.count / 2)
+        var index = digits.startIndex
+        while index != digits.endIndex {
+            let next = digits.index(after: index)
+            guard let high = hexValue(digits[index]), let low = hexValue(digits[next]) else { return nil }
+            bytes.append(high << 4 | low)
+            index = digits.index(after: next)
+        }
+        return bytes
+    }
+
     /// A uuid in its one canonical text form, 8-4-4-4-12 hex digits (either case), as
     /// lowercase; nil for anything else (braces, no dashes, trailing bytes).
     public static func canonicalUUID(_ text: String) -> String? {

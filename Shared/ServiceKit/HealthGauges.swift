@@ -46,7 +46,8 @@ public struct HealthGauges: Service {
             for topic in reported[group, default: []] where lag[topic] == nil {
                 RelayMetrics.consumerLag(group: group, topic: topic).record(0)
             }
-            reported[group, default: []].formUnion(lag.keys)
+            // A topic no longer held is zeroed once; its gauge then stays at 0.
+            reported[group] = Set(lag.keys)
         }
     }
 }

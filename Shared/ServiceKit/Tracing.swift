@@ -141,7 +141,7 @@ public enum RelayTracing {
         var diagnostics = Logger(label: "swift-otel")
         diagnostics.logLevel = .error
         configuration.diagnosticLogger = .custom(diagnostics)
-        // The relay samples each request itself (`tracesRequest`); every span it then
+        // The relay samples each request itself (`requestSampling`); every span it then
         // starts is recorded: OpenTelemetry's sampler always says yes.
         let sampling = RootSampling(environment)
         if let sampling {

@@ -116,9 +116,6 @@ extension StackTests {
             return slowest
         }
 
-        /// Waits until every accepted notification has an outcome for `device`, then counts
-        /// what was lost (no `sent` and no dead letter), duplicates and their marks, by the
-        /// pushes the fake received (decrypted message ids).
         /// `account` for the phone's FCM and APNs devices.
         static func accountBoth(
             _ stack: Stack, _ phone: Phone, accepted: [String: Int64], figures: inout Figures
@@ -131,6 +128,9 @@ extension StackTests {
                 figures: &figures)
         }
 
+        /// Waits until every accepted notification has an outcome for `device`, then counts
+        /// what was lost (no `sent` and no dead letter), duplicates and their marks, by the
+        /// pushes the fake received (decrypted message ids).
         static func account(
             _ stack: Stack, _ phone: Phone, provider: String, token: String, device: Int64,
             accepted: [String: Int64], figures: inout Figures
