@@ -11,7 +11,8 @@ import ServiceLifecycle
 @main
 struct ProviderFakesMain {
     static func main() async {
-        ServiceRuntime.install()
+        // Providers are not the relay: one loop per core, as the fakes were measured.
+        ServiceRuntime.install(eventLoops: nil)
         await runMain { try await run(SettingsReader.environment(extraEntries: settings)) }
     }
 

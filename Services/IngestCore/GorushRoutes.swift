@@ -2,6 +2,7 @@ import DeviceState
 import Foundation
 import HTTPTypes
 import Hummingbird
+import Logging
 import NIOCore
 import PushCrypto
 import PushModels
@@ -223,6 +224,13 @@ struct GorushController: Sendable {
         try await store.rememberCallerIDs(batch.callerIDs, ttlSeconds: Self.callerIDSeconds)
         let watch = sync ? deliveryWatch : nil
         for accepted in batch.accepted { watch?.expect(accepted.id, devices: Array(accepted.targets.keys)) }
+        do {
+            try await watch?.ready()
+        } catch {
+            for accepted in batch.accepted { deliveryWatch?.forget(accepted.id) }
+            acceptor.logger.error("sync mode: cannot read outcomes", metadata: ["error": "\(error)"])
+            throw APIError.unavailable
+        }
         do {
             try await acceptor.publish(batch.records)
         } catch {

@@ -89,18 +89,16 @@ public enum Ingest {
         var kafka = try settings.kafka()
         // A record librdkafka cannot deliver fails within the bound, so a 503 is final:
         // the notification is not produced later behind the realm's back.
-        kafka.properties["message.timeout.ms"] = "\(RetrySchedule.milliseconds(configuration.limits.publishTimeout))"
+        kafka.producerProperties["message.timeout.ms"] =
+            "\(RetrySchedule.milliseconds(configuration.limits.publishTimeout))"
         let redis = RedisClient(configuration: settings.redis)
         let producer = try KafkaProducer(configuration: kafka, logger: logger)
-        // gorush's sync mode: every ingest reads push.deliveries from its end, in a group of its own.
+        // gorush's sync mode: an ingest follows push.deliveries from its end while sync calls come.
         let watch = DeliveryWatch()
-        var watchConnection = kafka
-        watchConnection.properties["auto.offset.reset"] = "latest"
-        let watchConsumer = try KafkaConsumer(
-            configuration: KafkaConsumerConfiguration(
-                connection: watchConnection, groupID: "pushrelay-ingest-watch-\(UUID().uuidString.lowercased())",
-                topics: [settings.topics.deliveries], maxInFlight: 64),
-            logger: logger)
+        let tail = try KafkaTopicTail(
+            configuration: kafka, topic: settings.topics.deliveries, logger: logger,
+            needed: { [weak watch] in watch?.isWaiting ?? false }, deliver: { [weak watch] in watch?.take($0) })
+        watch.attach(follow: { try await tail.follow() })
         let api = try IngestAPI(
             configuration: configuration, redis: redis, publisher: producer, logger: logger, deliveryWatch: watch)
         let app = Application(
@@ -120,9 +118,8 @@ public enum Ingest {
         try await runServices(
             observability.services + [
                 KafkaProducerService(producer: producer), ops.service, app, ShutdownHook { await api.shutdown() },
+                ShutdownHook { tail.close() },
                 HealthGauges(consumers: [], kafka: { producer.isConnected() }, redis: redis),
-                KafkaConsumerService(
-                    consumer: watchConsumer, maxBatch: 512, batchHandler: DeliveryWatch.handler(watch)),
             ], shutdownTimeout: settings.shutdownTimeout,
             logger: logger)
     }

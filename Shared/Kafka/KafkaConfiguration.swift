@@ -1,17 +1,36 @@
 import CRdKafka
 
 /// Connection settings shared by producers and consumers. `properties` passes any
-/// further librdkafka setting through unchanged (see librdkafka's CONFIGURATION.md).
+/// further librdkafka setting through unchanged (see librdkafka's CONFIGURATION.md) to
+/// both; `producerProperties` and `consumerProperties` to one kind only, after it.
 public struct KafkaConfiguration: Sendable {
     /// `bootstrap.servers`, for example `127.0.0.1:9092`.
     public var bootstrapServers: String
     public var clientID: String
     public var properties: [String: String]
+    public var producerProperties: [String: String] = [:]
+    public var consumerProperties: [String: String] = [:]
 
     public init(bootstrapServers: String, clientID: String = "pushrelay", properties: [String: String] = [:]) {
         self.bootstrapServers = bootstrapServers
         self.clientID = clientID
         self.properties = properties
+    }
+
+    /// The librdkafka settings the relay's guarantees rest on: an operator's properties
+    /// may not change them (the brokers have a setting of their own).
+    public static let reservedProperties: Set<String> = [
+        "bootstrap.servers", "metadata.broker.list", "group.id", "enable.idempotence", "acks",
+        "request.required.acks", "enable.auto.commit", "enable.auto.offset.store", "enable.partition.eof",
+        "transactional.id", "isolation.level",
+    ]
+
+    /// `defaults`, then `properties`, then the properties of one kind of client.
+    func settings(_ defaults: [String: String], producer: Bool) -> [String: String] {
+        var settings = defaults
+        settings.merge(properties) { _, new in new }
+        settings.merge(producer ? producerProperties : consumerProperties) { _, new in new }
+        return settings
     }
 }
 

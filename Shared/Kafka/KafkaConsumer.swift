@@ -176,30 +176,30 @@ public final class KafkaConsumer: Sendable {
     private let started = Mutex(false)
 
     public init(configuration: KafkaConsumerConfiguration, logger: Logger) throws {
-        var settings: [String: String] = [
-            "bootstrap.servers": configuration.connection.bootstrapServers,
-            "client.id": configuration.connection.clientID,
-            "group.id": configuration.groupID,
-            "enable.auto.commit": "false",
-            "enable.auto.offset.store": "false",
-            "auto.offset.reset": "earliest",
-            // The dev broker needs 4–6 s; production brokers accept it too.
-            "session.timeout.ms": "6000",
-            "heartbeat.interval.ms": "1500",
-            // Back to a returning broker within a second (librdkafka's default: 10 s).
-            "reconnect.backoff.max.ms": "1000",
-            // How long a fetch may wait for data. librdkafka's 500 ms default shows up
-            // directly as per-stage latency on the dev broker; 20 ms costs a few more
-            // fetch requests when idle.
-            "fetch.wait.max.ms": "20",
-            // How much librdkafka prefetches ahead of the handlers. Its defaults (100,000
-            // records, 64 MiB) turn a consumer's lag into resident memory; a few thousand
-            // records keep the handlers fed at full speed on a local broker.
-            "queued.min.messages": "2000",
-            "queued.max.messages.kbytes": "8192",
-            "fetch.max.bytes": "8388608",
-        ]
-        settings.merge(configuration.connection.properties) { _, new in new }
+        let settings = configuration.connection.settings(
+            [
+                "bootstrap.servers": configuration.connection.bootstrapServers,
+                "client.id": configuration.connection.clientID,
+                "group.id": configuration.groupID,
+                "enable.auto.commit": "false",
+                "enable.auto.offset.store": "false",
+                "auto.offset.reset": "earliest",
+                // The dev broker needs 4–6 s; production brokers accept it too.
+                "session.timeout.ms": "6000",
+                "heartbeat.interval.ms": "1500",
+                // Back to a returning broker within a second (librdkafka's default: 10 s).
+                "reconnect.backoff.max.ms": "1000",
+                // How long a fetch may wait for data. librdkafka's 500 ms default shows up
+                // directly as per-stage latency on the dev broker; 20 ms costs a few more
+                // fetch requests when idle.
+                "fetch.wait.max.ms": "20",
+                // How much librdkafka prefetches ahead of the handlers. Its defaults (100,000
+                // records, 64 MiB) turn a consumer's lag into resident memory; a few thousand
+                // records keep the handlers fed at full speed on a local broker.
+                "queued.min.messages": "2000",
+                "queued.max.messages.kbytes": "8192",
+                "fetch.max.bytes": "8388608",
+            ], producer: false)
         let conf = try makeConf(settings)
         let shared = ConsumerShared(configuration: configuration, logger: logger)
         rd_kafka_conf_set_rebalance_cb(conf, rebalanceCallback)

@@ -42,16 +42,16 @@ public final class KafkaTopicReader {
     private let logger: Logger
 
     public init(configuration: KafkaConfiguration, logger: Logger) throws {
-        var settings: [String: String] = [
-            "bootstrap.servers": configuration.bootstrapServers,
-            "client.id": configuration.clientID,
-            // Required by librdkafka's consumer; never joined (assign, not subscribe) and never committed.
-            "group.id": "pushrelay-reader-\(UUID().uuidString.lowercased())",
-            "enable.auto.commit": "false",
-            "enable.auto.offset.store": "false",
-            "enable.partition.eof": "true",
-        ]
-        settings.merge(configuration.properties) { _, new in new }
+        let settings = configuration.settings(
+            [
+                "bootstrap.servers": configuration.bootstrapServers,
+                "client.id": configuration.clientID,
+                // Required by librdkafka's consumer; never joined (assign, not subscribe) and never committed.
+                "group.id": "pushrelay-reader-\(UUID().uuidString.lowercased())",
+                "enable.auto.commit": "false",
+                "enable.auto.offset.store": "false",
+                "enable.partition.eof": "true",
+            ], producer: false)
         handle = try makeHandle(type: RD_KAFKA_CONSUMER, conf: try makeConf(settings))
         rd_kafka_poll_set_consumer(handle)
         self.logger = logger
@@ -64,17 +64,7 @@ public final class KafkaTopicReader {
 
     /// The partitions of `topic`.
     public func partitions(of topic: String, timeout: Duration = .seconds(5)) throws -> [Int32] {
-        var metadata: UnsafePointer<rd_kafka_metadata>?
-        let rkt = rd_kafka_topic_new(handle, topic, nil)
-        defer { if let rkt { rd_kafka_topic_destroy(rkt) } }
-        let rc = rd_kafka_metadata(handle, 0, rkt, &metadata, Int32(timeout.components.seconds * 1000))
-        defer { if let metadata { rd_kafka_metadata_destroy(metadata) } }
-        guard rc == RD_KAFKA_RESP_ERR_NO_ERROR, let metadata, metadata.pointee.topic_cnt > 0 else {
-            throw KafkaError.from(rc)
-        }
-        let t = metadata.pointee.topics[0]
-        guard t.err == RD_KAFKA_RESP_ERR_NO_ERROR else { throw KafkaError.from(t.err) }
-        return (0..<Int(t.partition_cnt)).map { t.partitions[$0].id }.sorted()
+        try partitionIDs(handle, topic: topic, timeout: timeout)
     }
 
     /// Each partition's end (high watermark) now.

@@ -14,6 +14,11 @@ public struct CommonSettings: Sendable {
     /// `bootstrap.servers`. When empty, read from `kafkaBrokersFile` (written by the dev broker).
     public var kafkaBrokers: String
     public var kafkaBrokersFile: String
+    /// More librdkafka settings (`PUSHRELAY_KAFKA_PROPERTIES`, and the producer's and
+    /// consumer's own): TLS and SASL to a managed cluster, batching. See `kafkaProperties(_:key:)`.
+    public var kafkaProperties: [String: String]
+    public var kafkaProducerProperties: [String: String]
+    public var kafkaConsumerProperties: [String: String]
     public var redis: RedisConfiguration
     public var redisPrefix: String
     public var topics: TopicNames
@@ -39,6 +44,9 @@ public struct CommonSettings: Sendable {
         serviceName = service
         kafkaBrokers = try reader.string("pushrelay.kafka.brokers", default: "")
         kafkaBrokersFile = try reader.string("pushrelay.kafka.brokers.file", default: "")
+        kafkaProperties = try Self.kafkaProperties(reader, key: "pushrelay.kafka.properties")
+        kafkaProducerProperties = try Self.kafkaProperties(reader, key: "pushrelay.kafka.producer.properties")
+        kafkaConsumerProperties = try Self.kafkaProperties(reader, key: "pushrelay.kafka.consumer.properties")
         redis = RedisConfiguration(
             host: try reader.string("pushrelay.redis.host", default: "127.0.0.1"),
             port: try reader.int("pushrelay.redis.port", default: 6379),
@@ -107,7 +115,62 @@ public struct CommonSettings: Sendable {
             }
             guard !brokers.isEmpty else { throw SettingsError("\(kafkaBrokersFile) is empty") }
         }
-        return KafkaConfiguration(bootstrapServers: brokers, clientID: "pushrelay-\(serviceName)")
+        var configuration = KafkaConfiguration(
+            bootstrapServers: brokers, clientID: "pushrelay-\(serviceName)", properties: kafkaProperties)
+        configuration.producerProperties = kafkaProducerProperties
+        configuration.consumerProperties = kafkaConsumerProperties
+        return configuration
+    }
+
+    /// librdkafka settings as `name=value` pairs separated by `;`, for example
+    /// `security.protocol=SASL_SSL;sasl.mechanism=PLAIN`; for the shared ones also a file
+    /// (`PUSHRELAY_KAFKA_PROPERTIES_FILE`: a pair a line, `#` starts a comment), where
+    /// secrets such as `sasl.password` belong. librdkafka checks names and values when the
+    /// clients start; the ones the relay's guarantees rest on
+    /// (`KafkaConfiguration.reservedProperties`) are refused here.
+    static func kafkaProperties(_ reader: SettingsReader, key: String) throws -> [String: String] {
+        var properties = try parseKafkaProperties(
+            try reader.string(key, default: ""), separator: ";", source: SettingsCatalog.environmentName(key))
+        let fileKey = key + ".file"
+        guard SettingsCatalog.entries[fileKey] != nil else { return properties }
+        let path = try reader.string(fileKey, default: "")
+        guard !path.isEmpty else { return properties }
+        let source = SettingsCatalog.environmentName(fileKey)
+        let text: String
+        do {
+            text = try String(contentsOfFile: path, encoding: .utf8)
+        } catch {
+            throw SettingsError("\(source): \(path) cannot be read: \(error)")
+        }
+        let lines = text.split(separator: "\n").filter { !$0.trimmingCharacters(in: .whitespaces).hasPrefix("#") }
+        for (name, value) in try parseKafkaProperties(lines.joined(separator: "\n"), separator: "\n", source: source) {
+            guard properties.updateValue(value, forKey: name) == nil else {
+                throw SettingsError("\(source): \(name) is also in \(SettingsCatalog.environmentName(key))")
+            }
+        }
+        return properties
+    }
+
+    static func parseKafkaProperties(_ text: String, separator: Character, source: String) throws -> [String: String] {
+        var properties: [String: String] = [:]
+        for (number, pair) in text.split(separator: separator).enumerated() where !pair.allSatisfy(\.isWhitespace) {
+            // Values may be secrets (`sasl.password`): errors name the setting, never a value.
+            guard let equals = pair.firstIndex(of: "=") else {
+                throw SettingsError("\(source): pair \(number + 1) is not name=value")
+            }
+            let name = pair[..<equals].trimmingCharacters(in: .whitespaces)
+            let value = pair[pair.index(after: equals)...].trimmingCharacters(in: .whitespacesAndNewlines)
+            guard !name.isEmpty,
+                name.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "." || $0 == "_") })
+            else { throw SettingsError("\(source): pair \(number + 1) does not start with a librdkafka setting name") }
+            guard !KafkaConfiguration.reservedProperties.contains(name) else {
+                throw SettingsError("\(source): \(name) is set by the relay and cannot be changed")
+            }
+            guard properties.updateValue(value, forKey: name) == nil else {
+                throw SettingsError("\(source): \(name) is given twice")
+            }
+        }
+        return properties
     }
 }
 

@@ -32,6 +32,10 @@ public enum SettingsCatalog {
     public static let entries: [String: Kind] = [
         "pushrelay.kafka.brokers": .text,
         "pushrelay.kafka.brokers.file": .path,
+        "pushrelay.kafka.properties": .text,
+        "pushrelay.kafka.properties.file": .path,
+        "pushrelay.kafka.producer.properties": .text,
+        "pushrelay.kafka.consumer.properties": .text,
         "pushrelay.redis.host": .text,
         "pushrelay.redis.port": .int(1...65535),
         "pushrelay.redis.connections": .int(1...256),

@@ -2,6 +2,7 @@ import Configuration
 import Foundation
 import Testing
 
+@testable import Kafka
 @testable import ServiceKit
 
 /// The README's configuration table and `SettingsCatalog` name the same variables, and
@@ -52,5 +53,79 @@ import Testing
         #expect(throws: SettingsError.self) { try reader.string("pushrelay.not.a.setting", default: "") }
         // Required settings have no default.
         #expect(throws: SettingsError.self) { try reader.pipelineKeyring() }
+    }
+}
+
+/// `PUSHRELAY_KAFKA_PROPERTIES` and its producer and consumer variants.
+@Suite struct KafkaPropertiesSettingTests {
+    static func settings(_ values: [AbsoluteConfigKey: ConfigValue]) throws -> CommonSettings {
+        var values = values
+        values["pushrelay.kafka.brokers"] = "127.0.0.1:9092"
+        return try CommonSettings(
+            service: "test", defaultPort: 0, reader: SettingsReader(.init(provider: InMemoryProvider(values: values))))
+    }
+
+    @Test func pairsReachTheirClients() throws {
+        let settings = try Self.settings([
+            "pushrelay.kafka.properties": " security.protocol = SASL_SSL ;sasl.mechanism=PLAIN;; sasl.password=a=b; ",
+            "pushrelay.kafka.producer.properties": "linger.ms=10",
+            "pushrelay.kafka.consumer.properties": "fetch.wait.max.ms=50;linger.ms=1",
+        ])
+        let kafka = try settings.kafka()
+        #expect(
+            kafka.properties == ["security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", "sasl.password": "a=b"])
+        #expect(kafka.producerProperties == ["linger.ms": "10"])
+        let producer = kafka.settings(["linger.ms": "2", "acks": "all"], producer: true)
+        #expect(producer["linger.ms"] == "10" && producer["acks"] == "all" && producer["sasl.mechanism"] == "PLAIN")
+        let consumer = kafka.settings(["linger.ms": "2"], producer: false)
+        #expect(consumer["linger.ms"] == "1" && consumer["fetch.wait.max.ms"] == "50")
+        #expect(try Self.settings([:]).kafka().properties.isEmpty)
+    }
+
+    @Test func secretsComeFromAFile() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "kafka-\(UUID().uuidString).properties"
+        ).path
+        try "# the cluster's account\nsasl.username = relay\nsasl.password=se;cret=\n\n".write(
+            toFile: path, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let kafka = try Self.settings([
+            "pushrelay.kafka.properties": "security.protocol=SASL_SSL",
+            "pushrelay.kafka.properties.file": .init(stringLiteral: path),
+        ]).kafka()
+        #expect(
+            kafka.properties == [
+                "security.protocol": "SASL_SSL", "sasl.username": "relay", "sasl.password": "se;cret=",
+            ])
+        // A name in both places is a mistake, not an override.
+        #expect(throws: SettingsError.self) {
+            try Self.settings([
+                "pushrelay.kafka.properties": "sasl.username=other",
+                "pushrelay.kafka.properties.file": .init(stringLiteral: path),
+            ])
+        }
+        #expect(throws: SettingsError.self) {
+            try Self.settings(["pushrelay.kafka.properties.file": "/nonexistent/kafka.properties"])
+        }
+    }
+
+    @Test func whatTheGuaranteesRestOnCannotBeChanged() throws {
+        for name in ["enable.idempotence", "acks", "enable.auto.commit", "group.id", "bootstrap.servers"] {
+            #expect(throws: SettingsError.self) {
+                try Self.settings(["pushrelay.kafka.producer.properties": .init(stringLiteral: "\(name)=x")])
+            }
+        }
+    }
+
+    @Test func malformedPairsAreRefusedWithoutEchoingValues() throws {
+        for text in ["sasl.password", "=secret", "bad name=1", "linger.ms=1;linger.ms=2"] {
+            do {
+                _ = try Self.settings(["pushrelay.kafka.properties": .init(stringLiteral: text)])
+                Issue.record("\(text) was taken")
+            } catch {
+                #expect("\(error)".contains("PUSHRELAY_KAFKA_PROPERTIES"))
+                #expect(!"\(error)".contains("secret"))
+            }
+        }
     }
 }
