@@ -117,8 +117,9 @@ public enum Ingest {
             ])
         try await runServices(
             observability.services + [
-                KafkaProducerService(producer: producer), ops.service, app, ShutdownHook { await api.shutdown() },
-                ShutdownHook { tail.close() },
+                // Stopped in reverse order: the tail closes once the API has drained its sync calls.
+                KafkaProducerService(producer: producer), ShutdownHook { tail.close() }, ops.service, app,
+                ShutdownHook { await api.shutdown() },
                 HealthGauges(consumers: [], kafka: { producer.isConnected() }, redis: redis),
             ], shutdownTimeout: settings.shutdownTimeout,
             logger: logger)

@@ -18,11 +18,15 @@ public struct KafkaConfiguration: Sendable {
     }
 
     /// The librdkafka settings the relay's guarantees rest on: an operator's properties
-    /// may not change them (the brokers have a setting of their own).
+    /// may not change them (the brokers have a setting of their own). Among them: where a
+    /// group without offsets starts (`latest` would skip records), the assignor (the
+    /// consumers assign eagerly in their rebalance callback), a static member id (replicas
+    /// sharing one would fence each other), and the offset store.
     public static let reservedProperties: Set<String> = [
         "bootstrap.servers", "metadata.broker.list", "group.id", "enable.idempotence", "acks",
         "request.required.acks", "enable.auto.commit", "enable.auto.offset.store", "enable.partition.eof",
-        "transactional.id", "isolation.level",
+        "transactional.id", "isolation.level", "auto.offset.reset", "partition.assignment.strategy",
+        "group.instance.id", "offset.store.method",
     ]
 
     /// `defaults`, then `properties`, then the properties of one kind of client.

@@ -215,8 +215,9 @@ public final class KafkaProducer: Sendable {
                 "enable.idempotence": "true",
                 "acks": "all",
                 // Records of 5 ms share a produce request (librdkafka sends one a partition):
-                // at 1,000 notifications/s the broker spent 5–10 % less than at 2 ms, the
-                // stages ~3 % less, for ~5 ms more per hop (BENCHMARKS.md).
+                // at 1,000 notifications/s the broker spent 7–9 % less than at 2 ms and the
+                // stages 3–4 % less, for a few ms more per hop (BENCHMARKS.md, "Cost v3,
+                // third part").
                 "linger.ms": "5",
                 "message.timeout.ms": "30000",
                 // A broker that went away is tried again within a second (librdkafka's 10 s

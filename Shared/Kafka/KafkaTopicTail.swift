@@ -8,7 +8,8 @@ import Synchronization
 /// nothing committed) at the partition's end as `follow()` finds it, so every record
 /// appended after `follow()` returns is delivered, in order per partition. When nobody
 /// asked for `idleAfter` and `needed` says no, it unassigns: an unused tail costs one
-/// wake-up a second. Partitions added to the topic later are picked up at the next start.
+/// wake-up a second. While it follows it looks for new partitions every
+/// `partitionCheck` and reads those from their start.
 public final class KafkaTopicTail: Sendable {
     private let handle: HandleBox
     private let topic: String
@@ -18,6 +19,8 @@ public final class KafkaTopicTail: Sendable {
     private let needed: @Sendable () -> Bool
     private let state = Mutex(State())
     private let wakeup = Wakeup()
+    /// How often a following tail asks the brokers for partitions added since it started.
+    static let partitionCheck: Duration = .seconds(30)
 
     private struct State {
         var following = false
@@ -25,6 +28,8 @@ public final class KafkaTopicTail: Sendable {
         var closed = false
         var lastAsked = ContinuousClock.now
         var waiters: [CheckedContinuation<Void, any Error>] = []
+        /// Per partition, the offset of the next record to deliver (while following).
+        var positions: [Int32: Int64] = [:]
     }
 
     /// - Parameters:
@@ -65,12 +70,15 @@ public final class KafkaTopicTail: Sendable {
     /// True while partitions are assigned and fetched.
     public var isFollowing: Bool { state.withLock { $0.following } }
 
+    /// Per partition, the offset of the next record it delivers; empty when not following.
+    public var positions: [Int32: Int64] { state.withLock { $0.following ? $0.positions : [:] } }
+
     /// Returns once the tail follows the topic: records appended from now on are delivered.
     /// Throws when the broker cannot say where the partitions end, or after `close()`.
     public func follow() async throws {
         if state.withLock({ s in
             s.lastAsked = .now
-            return s.following
+            return s.following && !s.closed
         }) {
             return
         }
@@ -100,12 +108,16 @@ public final class KafkaTopicTail: Sendable {
 
     /// Stops following for good; pending `follow()` calls throw.
     public func close() {
-        state.withLock { $0.closed = true }
+        state.withLock {
+            $0.closed = true
+            $0.following = false
+        }
         wakeup.signal()
     }
 
     private func run() {
         var assigned = false
+        var lastPartitionCheck = ContinuousClock.now
         while true {
             let (closed, asked) = state.withLock { ($0.closed, !$0.waiters.isEmpty) }
             if closed {
@@ -122,14 +134,16 @@ public final class KafkaTopicTail: Sendable {
                 return
             }
             if asked && !assigned {
-                let result = Result { try assignAtEnd() }
+                let result = Result { try assign(at: try endOffsets()) }
                 assigned = (try? result.get()) != nil
                 let waiters = state.withLock { s in
-                    s.following = assigned
+                    s.following = assigned && !s.closed
+                    if let positions = try? result.get() { s.positions = positions }
                     defer { s.waiters = [] }
                     return s.waiters
                 }
-                for waiter in waiters { waiter.resume(with: result) }
+                for waiter in waiters { waiter.resume(with: result.map { _ in }) }
+                lastPartitionCheck = .now
                 continue
             }
             guard assigned else {
@@ -137,6 +151,10 @@ public final class KafkaTopicTail: Sendable {
                 continue
             }
             poll()
+            if ContinuousClock.now - lastPartitionCheck > Self.partitionCheck {
+                lastPartitionCheck = .now
+                addNewPartitions()
+            }
             // Asked again after `needed` was read: `lastAsked` is recent, so it keeps following.
             let busy = needed()
             let stop = state.withLock { s -> Bool in
@@ -165,25 +183,75 @@ public final class KafkaTopicTail: Sendable {
             rd_kafka_message_destroy(current)
             message = records.count < 512 ? rd_kafka_consumer_poll(handle.pointer, 0) : nil
         }
-        if !records.isEmpty { deliver(records) }
+        guard !records.isEmpty else { return }
+        state.withLock { s in
+            for record in records { s.positions[record.partition] = record.offset.nextOffset }
+        }
+        deliver(records)
     }
 
-    /// Assigns every partition at its end now.
-    private func assignAtEnd() throws {
+    /// Partitions added to the topic since the tail started are read from their start;
+    /// the others go on where they are.
+    private func addNewPartitions() {
+        guard let partitions = try? partitionIDs(handle.pointer, topic: topic, timeout: .seconds(5)) else { return }
+        var positions = state.withLock { $0.positions }
+        let added = partitions.filter { positions[$0] == nil }
+        guard !added.isEmpty else { return }
+        for partition in added { positions[partition] = Int64(RD_KAFKA_OFFSET_BEGINNING) }
+        do {
+            try assign(at: positions)
+            state.withLock { s in
+                for partition in added where s.positions[partition] == nil {
+                    s.positions[partition] = Int64(RD_KAFKA_OFFSET_BEGINNING)
+                }
+            }
+            logger.info("following new partitions of \(topic)", metadata: ["partitions": "\(added)"])
+        } catch {
+            logger.warning("cannot follow new partitions of \(topic)", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// Each partition's end now: the offset its next record will have. One ListOffsets
+    /// request for all of them (`RD_KAFKA_OFFSET_END` as the time asks for the end).
+    private func endOffsets() throws -> [Int32: Int64] {
         let partitions = try partitionIDs(handle.pointer, topic: topic, timeout: .seconds(5))
+        guard !partitions.isEmpty else {
+            throw KafkaError(code: .configuration, message: "\(topic) has no partitions")
+        }
         guard let list = rd_kafka_topic_partition_list_new(Int32(clamping: partitions.count)) else {
             throw KafkaError(code: .configuration, message: "cannot allocate a partition list")
         }
         defer { rd_kafka_topic_partition_list_destroy(list) }
         for partition in partitions {
-            var low: Int64 = 0
-            var high: Int64 = 0
-            let rc = rd_kafka_query_watermark_offsets(handle.pointer, topic, partition, &low, &high, 5000)
-            guard rc == RD_KAFKA_RESP_ERR_NO_ERROR else { throw KafkaError.from(rc) }
-            rd_kafka_topic_partition_list_add(list, topic, partition)?.pointee.offset = high
+            rd_kafka_topic_partition_list_add(list, topic, partition)?.pointee.offset = Int64(RD_KAFKA_OFFSET_END)
+        }
+        let rc = rd_kafka_offsets_for_times(handle.pointer, list, 5000)
+        guard rc == RD_KAFKA_RESP_ERR_NO_ERROR else { throw KafkaError.from(rc) }
+        var ends: [Int32: Int64] = [:]
+        for index in 0..<Int(list.pointee.cnt) {
+            let element = list.pointee.elems[index]
+            guard element.err == RD_KAFKA_RESP_ERR_NO_ERROR else { throw KafkaError.from(element.err) }
+            guard element.offset >= 0 else {
+                throw KafkaError(code: .configuration, message: "no end offset for \(topic) [\(element.partition)]")
+            }
+            ends[element.partition] = element.offset
+        }
+        return ends
+    }
+
+    /// Assigns these partitions at these offsets (replacing the assignment); returns them.
+    @discardableResult
+    private func assign(at offsets: [Int32: Int64]) throws -> [Int32: Int64] {
+        guard let list = rd_kafka_topic_partition_list_new(Int32(clamping: offsets.count)) else {
+            throw KafkaError(code: .configuration, message: "cannot allocate a partition list")
+        }
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        for (partition, offset) in offsets.sorted(by: { $0.key < $1.key }) {
+            rd_kafka_topic_partition_list_add(list, topic, partition)?.pointee.offset = offset
         }
         let rc = rd_kafka_assign(handle.pointer, list)
         guard rc == RD_KAFKA_RESP_ERR_NO_ERROR else { throw KafkaError.from(rc) }
+        return offsets
     }
 }
 

@@ -16,8 +16,9 @@ public enum ServiceRuntime {
     ///   number of loops; the default is `eventLoops` (nil: one per core). A service runs
     ///   one: its work stays on one thread (no hand-over between loops, one malloc arena
     ///   in use), and a stage scales by replicas, each asking for a share of a core
-    ///   (deploy/k8s). At 1,000 notifications/s on 2 cores one loop per service measured
-    ///   3–13 % less CPU than two, and the dispatcher 2–8 MiB less memory (BENCHMARKS.md).
+    ///   (deploy/k8s). At 1,000 notifications/s on 2 cores one loop per service took no
+    ///   more CPU than two and the dispatcher 2–8 MiB less memory (BENCHMARKS.md, "Cost
+    ///   v3, third part").
     /// - glibc keeps at most two malloc arenas (`PUSHRELAY_MALLOC_ARENAS`, 1–64): one per
     ///   thread that ever allocated is most of a service's idle memory.
     public static func install(eventLoops: Int? = 1) {

@@ -130,7 +130,7 @@ public struct CommonSettings: Sendable {
     /// (`KafkaConfiguration.reservedProperties`) are refused here.
     static func kafkaProperties(_ reader: SettingsReader, key: String) throws -> [String: String] {
         var properties = try parseKafkaProperties(
-            try reader.string(key, default: ""), separator: ";", source: SettingsCatalog.environmentName(key))
+            try reader.string(key, default: "").split(separator: ";"), source: SettingsCatalog.environmentName(key))
         let fileKey = key + ".file"
         guard SettingsCatalog.entries[fileKey] != nil else { return properties }
         let path = try reader.string(fileKey, default: "")
@@ -142,8 +142,11 @@ public struct CommonSettings: Sendable {
         } catch {
             throw SettingsError("\(source): \(path) cannot be read: \(error)")
         }
-        let lines = text.split(separator: "\n").filter { !$0.trimmingCharacters(in: .whitespaces).hasPrefix("#") }
-        for (name, value) in try parseKafkaProperties(lines.joined(separator: "\n"), separator: "\n", source: source) {
+        // Any line end (a file written on Windows ends its lines with CR LF).
+        let lines = text.split(whereSeparator: \.isNewline).filter {
+            !$0.trimmingCharacters(in: .whitespaces).hasPrefix("#")
+        }
+        for (name, value) in try parseKafkaProperties(lines, source: source) {
             guard properties.updateValue(value, forKey: name) == nil else {
                 throw SettingsError("\(source): \(name) is also in \(SettingsCatalog.environmentName(key))")
             }
@@ -151,9 +154,9 @@ public struct CommonSettings: Sendable {
         return properties
     }
 
-    static func parseKafkaProperties(_ text: String, separator: Character, source: String) throws -> [String: String] {
+    static func parseKafkaProperties(_ pairs: [Substring], source: String) throws -> [String: String] {
         var properties: [String: String] = [:]
-        for (number, pair) in text.split(separator: separator).enumerated() where !pair.allSatisfy(\.isWhitespace) {
+        for (number, pair) in pairs.enumerated() where !pair.allSatisfy(\.isWhitespace) {
             // Values may be secrets (`sasl.password`): errors name the setting, never a value.
             guard let equals = pair.firstIndex(of: "=") else {
                 throw SettingsError("\(source): pair \(number + 1) is not name=value")

@@ -3,7 +3,7 @@ import Logging
 import Synchronization
 import Testing
 
-@testable import Kafka
+@_spi(Dev) @testable import Kafka
 import KafkaDev
 
 /// `KafkaTopicTail` against librdkafka's mock cluster: what it delivers, and that it
@@ -41,6 +41,11 @@ struct KafkaTopicTailTests {
         try await produce(producer, 0..<20)
         try await tail.follow()
         #expect(tail.isFollowing)
+        // It starts exactly at each partition's end as it was when `follow()` returned.
+        let reader = try KafkaTopicReader(configuration: configuration, logger: logger)
+        let ends = try reader.endOffsets(of: "tail")
+        #expect(ends.values.reduce(0, +) == 20)
+        #expect(tail.positions == ends)
         try await produce(producer, 20..<60)
         try await waitUntil { seen.withLock { $0.count } >= 40 }
         try await Task.sleep(for: .milliseconds(200))
@@ -67,14 +72,31 @@ struct KafkaTopicTailTests {
         producer.shutdown()
     }
 
-    @Test func followThrowsAfterCloseAndWhenNoBrokerAnswers() async throws {
-        let closed = try KafkaTopicTail(
+    @Test func followThrowsWhenNoBrokerAnswers() async throws {
+        let tail = try KafkaTopicTail(
             configuration: KafkaConfiguration(bootstrapServers: "127.0.0.1:1"), topic: "tail", logger: logger,
             needed: { false }, deliver: { _ in })
+        defer { tail.close() }
         // Nothing listens on port 1: where the partitions end cannot be learnt.
-        await #expect(throws: KafkaError.self) { try await closed.follow() }
-        #expect(!closed.isFollowing)
-        closed.close()
-        await #expect(throws: KafkaError.self) { try await closed.follow() }
+        await #expect(throws: KafkaError.self) { try await tail.follow() }
+        #expect(!tail.isFollowing)
+    }
+
+    @Test func afterCloseFollowThrowsClosed() async throws {
+        let cluster = try MockCluster(brokers: 1)
+        try cluster.createTopic("tail", partitions: 2)
+        let tail = try KafkaTopicTail(
+            configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers), topic: "tail",
+            logger: logger, needed: { true }, deliver: { _ in })
+        try await tail.follow()
+        #expect(tail.isFollowing)
+        tail.close()
+        #expect(!tail.isFollowing)
+        do {
+            try await tail.follow()
+            Issue.record("follow() after close() returned")
+        } catch let error as KafkaError {
+            #expect(error.code == .closed)
+        }
     }
 }

@@ -107,10 +107,19 @@ import Testing
         #expect(throws: SettingsError.self) {
             try Self.settings(["pushrelay.kafka.properties.file": "/nonexistent/kafka.properties"])
         }
+        // Lines ended CR LF (written on Windows) read the same.
+        try "# comment\r\nsasl.username=relay\r\nsasl.password=pw\r\n".write(
+            toFile: path, atomically: true, encoding: .utf8)
+        #expect(
+            try Self.settings(["pushrelay.kafka.properties.file": .init(stringLiteral: path)]).kafka().properties
+                == ["sasl.username": "relay", "sasl.password": "pw"])
     }
 
     @Test func whatTheGuaranteesRestOnCannotBeChanged() throws {
-        for name in ["enable.idempotence", "acks", "enable.auto.commit", "group.id", "bootstrap.servers"] {
+        for name in [
+            "enable.idempotence", "acks", "enable.auto.commit", "group.id", "bootstrap.servers", "auto.offset.reset",
+            "partition.assignment.strategy", "group.instance.id",
+        ] {
             #expect(throws: SettingsError.self) {
                 try Self.settings(["pushrelay.kafka.producer.properties": .init(stringLiteral: "\(name)=x")])
             }
