@@ -13,15 +13,14 @@ public enum ServiceRuntime {
     ///   an HTTP request, a Kafka acknowledgement) resumes on the loop that owns it
     ///   instead of hopping between the cooperative pool and the loops: most of the
     ///   context switches a notification cost. `PUSHRELAY_EVENT_LOOPS` (1–256) sets the
-    ///   number of loops; the default is `eventLoops` (nil: one per core). A service runs
-    ///   one: its work stays on one thread (no hand-over between loops, one malloc arena
-    ///   in use), and a stage scales by replicas, each asking for a share of a core
-    ///   (deploy/k8s). At 1,000 notifications/s on 2 cores one loop per service took no
-    ///   more CPU than two and the dispatcher 2–8 MiB less memory (BENCHMARKS.md, "Cost
-    ///   v3, third part").
+    ///   number of loops; the default is one, so a process's work stays on one thread
+    ///   (no hand-over between loops, one malloc arena in use) and a stage scales by
+    ///   replicas, each asking for a share of a core (deploy/k8s). At 1,000
+    ///   notifications/s on 2 cores one loop per service took no more CPU than two and
+    ///   the dispatcher 2–8 MiB less memory (BENCHMARKS.md, "Cost v3, third part").
     /// - glibc keeps at most two malloc arenas (`PUSHRELAY_MALLOC_ARENAS`, 1–64): one per
     ///   thread that ever allocated is most of a service's idle memory.
-    public static func install(eventLoops: Int? = 1) {
+    public static func install() {
         let environment = ProcessInfo.processInfo.environment
         #if canImport(Glibc)
             let arenas = environment["PUSHRELAY_MALLOC_ARENAS"].flatMap { Int32($0) }.flatMap {
@@ -36,8 +35,8 @@ public enum ServiceRuntime {
         #endif
         if let text = environment["PUSHRELAY_EVENT_LOOPS"], let loops = Int(text), (1...256).contains(loops) {
             NIOSingletons.groupLoopCountSuggestion = loops
-        } else if let eventLoops {
-            NIOSingletons.groupLoopCountSuggestion = eventLoops
+        } else {
+            NIOSingletons.groupLoopCountSuggestion = 1
         }
         // Values out of range are refused (exit 78) when the configuration is read.
         if environment["PUSHRELAY_EXECUTOR"] == "pool" { return }
