@@ -69,15 +69,7 @@ public final class KafkaTopicReader {
 
     /// Each partition's end (high watermark) now.
     @_spi(Dev) public func endOffsets(of topic: String) throws -> [Int32: Int64] {
-        var ends: [Int32: Int64] = [:]
-        for p in try partitions(of: topic) {
-            var low: Int64 = 0
-            var high: Int64 = 0
-            let rc = rd_kafka_query_watermark_offsets(handle, topic, p, &low, &high, 5000)
-            guard rc == RD_KAFKA_RESP_ERR_NO_ERROR else { throw KafkaError.from(rc) }
-            ends[p] = high
-        }
-        return ends
+        try partitionEnds(handle, topic: topic)
     }
 
     /// Reads every record of `range`, in order per partition, calling `each` until it

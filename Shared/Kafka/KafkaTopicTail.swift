@@ -134,7 +134,11 @@ public final class KafkaTopicTail: Sendable {
                 return
             }
             if asked && !assigned {
-                let result = Result { try assign(at: try endOffsets()) }
+                let result = Result {
+                    let ends = try partitionEnds(handle.pointer, topic: topic)
+                    try assign(at: ends)
+                    return ends
+                }
                 assigned = (try? result.get()) != nil
                 let waiters = state.withLock { s in
                     s.following = assigned && !s.closed
@@ -211,37 +215,8 @@ public final class KafkaTopicTail: Sendable {
         }
     }
 
-    /// Each partition's end now: the offset its next record will have. One ListOffsets
-    /// request for all of them (`RD_KAFKA_OFFSET_END` as the time asks for the end).
-    private func endOffsets() throws -> [Int32: Int64] {
-        let partitions = try partitionIDs(handle.pointer, topic: topic, timeout: .seconds(5))
-        guard !partitions.isEmpty else {
-            throw KafkaError(code: .configuration, message: "\(topic) has no partitions")
-        }
-        guard let list = rd_kafka_topic_partition_list_new(Int32(clamping: partitions.count)) else {
-            throw KafkaError(code: .configuration, message: "cannot allocate a partition list")
-        }
-        defer { rd_kafka_topic_partition_list_destroy(list) }
-        for partition in partitions {
-            rd_kafka_topic_partition_list_add(list, topic, partition)?.pointee.offset = Int64(RD_KAFKA_OFFSET_END)
-        }
-        let rc = rd_kafka_offsets_for_times(handle.pointer, list, 5000)
-        guard rc == RD_KAFKA_RESP_ERR_NO_ERROR else { throw KafkaError.from(rc) }
-        var ends: [Int32: Int64] = [:]
-        for index in 0..<Int(list.pointee.cnt) {
-            let element = list.pointee.elems[index]
-            guard element.err == RD_KAFKA_RESP_ERR_NO_ERROR else { throw KafkaError.from(element.err) }
-            guard element.offset >= 0 else {
-                throw KafkaError(code: .configuration, message: "no end offset for \(topic) [\(element.partition)]")
-            }
-            ends[element.partition] = element.offset
-        }
-        return ends
-    }
-
-    /// Assigns these partitions at these offsets (replacing the assignment); returns them.
-    @discardableResult
-    private func assign(at offsets: [Int32: Int64]) throws -> [Int32: Int64] {
+    /// Assigns these partitions at these offsets, replacing the assignment.
+    private func assign(at offsets: [Int32: Int64]) throws {
         guard let list = rd_kafka_topic_partition_list_new(Int32(clamping: offsets.count)) else {
             throw KafkaError(code: .configuration, message: "cannot allocate a partition list")
         }
@@ -251,7 +226,6 @@ public final class KafkaTopicTail: Sendable {
         }
         let rc = rd_kafka_assign(handle.pointer, list)
         guard rc == RD_KAFKA_RESP_ERR_NO_ERROR else { throw KafkaError.from(rc) }
-        return offsets
     }
 }
 
@@ -268,4 +242,32 @@ func partitionIDs(_ handle: OpaquePointer, topic: String, timeout: Duration) thr
     let t = metadata.pointee.topics[0]
     guard t.err == RD_KAFKA_RESP_ERR_NO_ERROR else { throw KafkaError.from(t.err) }
     return (0..<Int(t.partition_cnt)).map { t.partitions[$0].id }.sorted()
+}
+
+/// Each partition's end now: the offset its next record will have. One ListOffsets
+/// request for all of them (`RD_KAFKA_OFFSET_END` as the time asks for the end).
+func partitionEnds(_ handle: OpaquePointer, topic: String) throws -> [Int32: Int64] {
+    let partitions = try partitionIDs(handle, topic: topic, timeout: .seconds(5))
+    guard !partitions.isEmpty else {
+        throw KafkaError(code: .configuration, message: "\(topic) has no partitions")
+    }
+    guard let list = rd_kafka_topic_partition_list_new(Int32(clamping: partitions.count)) else {
+        throw KafkaError(code: .configuration, message: "cannot allocate a partition list")
+    }
+    defer { rd_kafka_topic_partition_list_destroy(list) }
+    for partition in partitions {
+        rd_kafka_topic_partition_list_add(list, topic, partition)?.pointee.offset = Int64(RD_KAFKA_OFFSET_END)
+    }
+    let rc = rd_kafka_offsets_for_times(handle, list, 5000)
+    guard rc == RD_KAFKA_RESP_ERR_NO_ERROR else { throw KafkaError.from(rc) }
+    var ends: [Int32: Int64] = [:]
+    for index in 0..<Int(list.pointee.cnt) {
+        let element = list.pointee.elems[index]
+        guard element.err == RD_KAFKA_RESP_ERR_NO_ERROR else { throw KafkaError.from(element.err) }
+        guard element.offset >= 0 else {
+            throw KafkaError(code: .configuration, message: "no end offset for \(topic) [\(element.partition)]")
+        }
+        ends[element.partition] = element.offset
+    }
+    return ends
 }
