@@ -1,10 +1,10 @@
 import Foundation
 import Hummingbird
 import HummingbirdCore
-import HummingbirdHTTP2
 import Logging
 import NIOSSL
 import PushModels
+import ServiceLifecycle
 
 /// The fakes as runnable applications: APNs and FCM over HTTP/2 + TLS with the fake
 /// CA's certificate; Web Push (`/wp/…`), simple push (`/sp/…`), Huawei Push Kit
@@ -61,37 +61,25 @@ public struct FakeServers: Sendable {
             endpointHosts: Array(Set(["localhost", "127.0.0.1", publicHost])).sorted())
     }
 
-    /// The three applications; run them in one ServiceGroup.
-    public func applications(logger: Logger) async throws -> [any ApplicationProtocol & Sendable] {
+    /// The servers; run them in one ServiceGroup.
+    public func applications(logger: Logger) async throws -> [any Service] {
         let tls = TLSConfiguration.makeServerConfiguration(
             certificateChain: [
                 .certificate(try NIOSSLCertificate(bytes: Array(credentials.serverCertificatePEM.utf8), format: .pem))
             ],
             privateKey: .privateKey(try NIOSSLPrivateKey(bytes: Array(credentials.serverKeyPEM.utf8), format: .pem)))
 
-        let connections = GoAwayEvery.Connections()
-        let every = goAwayEvery
-        let state = state
-        let server: HTTPServerBuilder =
-            every > 0
-            ? try .http2Upgrade(
-                tlsConfiguration: tls,
-                configuration: .init(
-                    streamConfiguration: .init(additionalChannelHandlers: [
-                        GoAwayEvery(every: every, state: state, connections: connections)
-                    ])))
-            : try .http2Upgrade(tlsConfiguration: tls)
         let apnsRouter = Router(context: BasicRequestContext.self)
         try await FakeAPNs(state: state, credentials: credentials).addRoutes(to: apnsRouter)
-        let apns = Application(
-            router: apnsRouter, server: server,
-            configuration: .init(address: .hostname(host, port: ports.apns), serverName: nil), logger: logger)
+        let apns = try FakeHTTPServer(
+            host: host, port: ports.apns, tls: tls, router: apnsRouter, goAwayEvery: goAwayEvery, state: state,
+            logger: logger)
 
         let fcmRouter = Router(context: BasicRequestContext.self)
         try await FakeFCM(state: state, credentials: credentials, baseURL: fcmURL).addRoutes(to: fcmRouter)
-        let fcm = Application(
-            router: fcmRouter, server: server,
-            configuration: .init(address: .hostname(host, port: ports.fcm), serverName: nil), logger: logger)
+        let fcm = try FakeHTTPServer(
+            host: host, port: ports.fcm, tls: tls, router: fcmRouter, goAwayEvery: goAwayEvery, state: state,
+            logger: logger)
 
         let pushRouter = Router(context: BasicRequestContext.self)
         FakeWebPush(state: state, applicationServerKey: credentials.vapidPublicKey).addRoutes(to: pushRouter)
@@ -101,9 +89,8 @@ public struct FakeServers: Sendable {
         ).addRoutes(to: pushRouter)
         FakeWNS(state: state, clientID: credentials.wnsClientID, clientSecret: credentials.wnsClientSecret)
             .addRoutes(to: pushRouter)
-        let push = Application(
-            router: pushRouter, server: try .http2Upgrade(tlsConfiguration: tls),
-            configuration: .init(address: .hostname(host, port: ports.push), serverName: nil), logger: logger)
+        let push = try FakeHTTPServer(
+            host: host, port: ports.push, tls: tls, router: pushRouter, goAwayEvery: 0, state: state, logger: logger)
 
         let controlRouter = Router(context: BasicRequestContext.self)
         addControlRoutes(to: controlRouter)

@@ -1,0 +1,388 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import HummingbirdCore
+import Logging
+import NIOCore
+import NIOHPACK
+import NIOHTTP1
+import NIOHTTP2
+import NIOHTTPTypes
+import NIOHTTPTypesHTTP1
+import NIOPosix
+import NIOSSL
+import ServiceLifecycle
+
+/// The APNs and FCM fakes' server: HTTP/2 over TLS read as frames on the connection, with
+/// no channel, pipeline or async stream per request, and the answers of one event-loop
+/// turn written in one flush (one TLS record, one socket write). A client that does not
+/// negotiate `h2` gets HTTP/1.1, so the fakes can answer it as the providers do.
+///
+/// Hummingbird's HTTP/2 server builds a child channel and an async channel per stream and
+/// flushes each answer on its own: at 1,000 notifications/s the fakes spent ~110 µs a push
+/// that way, most of it in that machinery (BENCHMARKS.md, "Cost v3, fourth part"). The
+/// routes are the same `Router` either way; only the transport changed.
+///
+/// `goAwayEvery` retires connections the abrupt way a provider may: after that many
+/// requests, a GOAWAY whose last-stream-id is the highest stream handed on so far. As RFC
+/// 9113 §6.8 promises the client, no stream above it is processed; the streams up to it
+/// are answered.
+struct FakeHTTPServer: Service {
+    typealias Respond = @Sendable (Request, any Channel) async -> Response
+
+    let host: String
+    let port: Int
+    let tls: NIOSSLContext
+    let goAwayEvery: Int
+    let state: FakeState
+    let respond: Respond
+    let logger: Logger
+
+    /// `router`'s routes answer every request; an error a route throws becomes its HTTP
+    /// answer as Hummingbird's would.
+    init(
+        host: String, port: Int, tls: TLSConfiguration, router: Router<BasicRequestContext>, goAwayEvery: Int,
+        state: FakeState, logger: Logger
+    ) throws {
+        var tls = tls
+        tls.applicationProtocols = ["h2", "http/1.1"]
+        self.tls = try NIOSSLContext(configuration: tls)
+        self.host = host
+        self.port = port
+        self.goAwayEvery = goAwayEvery
+        self.state = state
+        self.logger = logger
+        let responder = router.buildResponder()
+        self.respond = { request, channel in
+            let context = BasicRequestContext(source: .init(channel: channel, logger: logger))
+            do {
+                return try await responder.respond(to: request, context: context)
+            } catch let error as any HTTPResponseError {
+                return (try? error.response(from: request, context: context)) ?? Response(status: error.status)
+            } catch {
+                return Response(status: .internalServerError)
+            }
+        }
+    }
+
+    func run() async throws {
+        let (tls, goAwayEvery, state, respond) = (tls, goAwayEvery, state, respond)
+        let server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: tls))
+                }.flatMap {
+                    channel.configureHTTP2SecureUpgrade(
+                        h2ChannelConfigurator: { channel in
+                            channel.eventLoop.makeCompletedFuture {
+                                try channel.pipeline.syncOperations.addHandler(
+                                    NIOHTTP2Handler(mode: .server, initialSettings: nioDefaultSettings))
+                                try channel.pipeline.syncOperations.addHandler(
+                                    HTTP2Requests(goAwayEvery: goAwayEvery, state: state, respond: respond))
+                            }
+                        },
+                        http1ChannelConfigurator: { channel in
+                            channel.pipeline.configureHTTPServerPipeline(withErrorHandling: true).flatMapThrowing {
+                                try channel.pipeline.syncOperations.addHandler(HTTP1ToHTTPServerCodec(secure: false))
+                                try channel.pipeline.syncOperations.addHandler(HTTP1Requests(respond: respond))
+                            }
+                        })
+                }
+            }
+            .bind(host: host, port: port).get()
+        logger.info("fake provider listening on \(host):\(port)")
+        try await withGracefulShutdownHandler {
+            try await server.closeFuture.get()
+        } onGracefulShutdown: {
+            server.close(promise: nil)
+        }
+    }
+}
+
+/// A request's body is read up to this many bytes; a route that reads more sees the
+/// excess (and answers 413 as its `collectBody(upTo:)` does). The rest is discarded.
+private let maxRequestBody = (1 << 20) + 1
+
+/// Collects a ResponseBody's bytes (the fakes' answers are single buffers).
+private struct CollectedBody: ResponseBodyWriter {
+    final class Box: @unchecked Sendable {
+        var buffer = ByteBuffer()
+    }
+    let box: Box
+
+    mutating func write(_ buffer: ByteBuffer) async throws {
+        var buffer = buffer
+        box.buffer.writeBuffer(&buffer)
+    }
+
+    consuming func finish(_ trailingHeaders: HTTPFields?) async throws {}
+}
+
+/// A response's head and its body as one buffer.
+private func collect(_ response: Response) async -> (HTTPResponse, ByteBuffer) {
+    let box = CollectedBody.Box()
+    let body = response.body
+    try? await body.write(CollectedBody(box: box))
+    return (response.head, box.buffer)
+}
+
+/// Serves one HTTP/2 connection from its frames.
+final class HTTP2Requests: ChannelInboundHandler, @unchecked Sendable {
+    typealias InboundIn = HTTP2Frame
+    typealias OutboundOut = HTTP2Frame
+
+    private struct Stream {
+        var head: HTTPRequest
+        var body = ByteBuffer()
+    }
+
+    /// The connection window kept open to clients (their requests share it).
+    static let connectionWindow = 1 << 20
+
+    private let goAwayEvery: Int
+    private let fakeState: FakeState
+    private let respond: FakeHTTPServer.Respond
+    private var streams: [HTTP2StreamID: Stream] = [:]
+    /// Streams handed to a route and not yet answered.
+    private var answering = Set<HTTP2StreamID>()
+    private var requests = 0
+    private var highestForwarded = HTTP2StreamID(0)
+    /// Set once the GOAWAY is sent: its last-stream-id.
+    private var goAwayLastStreamID: HTTP2StreamID?
+    private var flushScheduled = false
+    private var context: ChannelHandlerContext?
+
+    init(goAwayEvery: Int, state: FakeState, respond: @escaping FakeHTTPServer.Respond) {
+        self.goAwayEvery = goAwayEvery
+        self.fakeState = state
+        self.respond = respond
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+        // Requests share the connection window: open it wider than the 64 KiB default.
+        context.write(
+            wrapOutboundOut(
+                HTTP2Frame(
+                    streamID: .rootStream,
+                    payload: .windowUpdate(windowSizeIncrement: Self.connectionWindow - 65_535))),
+            promise: nil)
+        scheduleFlush()
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        self.context = nil
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let frame = unwrapInboundIn(data)
+        let streamID = frame.streamID
+        switch frame.payload {
+        case .headers(let headers):
+            if streams[streamID] == nil {
+                guard !answering.contains(streamID) else { return }
+                guard admit(streamID, context: context) else { return }
+                guard let head = Self.request(headers.headers) else {
+                    context.write(
+                        wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .rstStream(.protocolError))),
+                        promise: nil)
+                    scheduleFlush()
+                    return
+                }
+                streams[streamID] = Stream(head: head)
+            }
+            // A second HEADERS is the request's trailers: nothing a provider reads.
+            if headers.endStream { dispatch(streamID) }
+        case .data(let data):
+            guard var stream = streams[streamID] else { return }
+            if case .byteBuffer(var bytes) = data.data, stream.body.readableBytes < maxRequestBody {
+                let room = maxRequestBody - stream.body.readableBytes
+                if bytes.readableBytes > room { bytes.moveWriterIndex(to: bytes.readerIndex + room) }
+                streams[streamID] = nil
+                stream.body.writeBuffer(&bytes)
+                streams[streamID] = stream
+            }
+            if data.endStream { dispatch(streamID) }
+        case .rstStream:
+            streams[streamID] = nil
+        default:
+            break
+        }
+    }
+
+    /// Counts a new request against `goAwayEvery`; false when it arrived above the GOAWAY's
+    /// last-stream-id and is dropped unprocessed.
+    private func admit(_ streamID: HTTP2StreamID, context: ChannelHandlerContext) -> Bool {
+        if let last = goAwayLastStreamID {
+            guard streamID <= last else {
+                fakeState.countRefused()
+                return false
+            }
+            return true
+        }
+        requests += 1
+        highestForwarded = max(highestForwarded, streamID)
+        if goAwayEvery > 0 && requests >= goAwayEvery {
+            goAwayLastStreamID = highestForwarded
+            fakeState.countGoAway()
+            context.write(
+                wrapOutboundOut(
+                    HTTP2Frame(
+                        streamID: .rootStream,
+                        payload: .goAway(lastStreamID: highestForwarded, errorCode: .noError, opaqueData: nil))),
+                promise: nil)
+            scheduleFlush()
+        }
+        return true
+    }
+
+    /// The request a header block names, or nil when its pseudo-headers are unusable.
+    static func request(_ headers: HPACKHeaders) -> HTTPRequest? {
+        var method: HTTPRequest.Method?
+        var scheme: String?
+        var authority: String?
+        var path: String?
+        var fields = HTTPFields()
+        fields.reserveCapacity(headers.count)
+        for (name, value, _) in headers {
+            switch name {
+            case ":method": method = HTTPRequest.Method(value)
+            case ":scheme": scheme = value
+            case ":authority": authority = value
+            case ":path": path = value
+            default:
+                guard !name.hasPrefix(":"), let fieldName = HTTPField.Name(name) else { continue }
+                fields.append(HTTPField(name: fieldName, value: value))
+            }
+        }
+        guard let method, let path else { return nil }
+        return HTTPRequest(method: method, scheme: scheme, authority: authority, path: path, headerFields: fields)
+    }
+
+    private func dispatch(_ streamID: HTTP2StreamID) {
+        guard let stream = streams.removeValue(forKey: streamID), let context else { return }
+        answering.insert(streamID)
+        let request = Request(head: stream.head, body: RequestBody(buffer: stream.body))
+        let (respond, channel, loop) = (respond, context.channel, context.eventLoop)
+        let handler = NIOLoopBound(self, eventLoop: loop)
+        Task {
+            let (head, body) = await collect(await respond(request, channel))
+            loop.execute { handler.value.answer(streamID, head: head, body: body) }
+        }
+    }
+
+    private func answer(_ streamID: HTTP2StreamID, head: HTTPResponse, body: ByteBuffer) {
+        guard answering.remove(streamID) != nil, let context else { return }
+        var headers = HPACKHeaders()
+        headers.reserveCapacity(head.headerFields.count + 2)
+        headers.add(name: ":status", value: String(head.status.code))
+        for field in head.headerFields {
+            headers.add(name: field.name.canonicalName, value: field.value)
+        }
+        if body.readableBytes > 0, head.headerFields[.contentLength] == nil {
+            headers.add(name: "content-length", value: String(body.readableBytes))
+        }
+        let hasBody = body.readableBytes > 0
+        context.write(
+            wrapOutboundOut(
+                HTTP2Frame(streamID: streamID, payload: .headers(.init(headers: headers, endStream: !hasBody)))),
+            promise: nil)
+        if hasBody {
+            context.write(
+                wrapOutboundOut(
+                    HTTP2Frame(streamID: streamID, payload: .data(.init(data: .byteBuffer(body), endStream: true)))),
+                promise: nil)
+        }
+        scheduleFlush()
+    }
+
+    /// One flush for everything written in this turn of the event loop.
+    private func scheduleFlush() {
+        guard !flushScheduled, let context else { return }
+        flushScheduled = true
+        context.eventLoop.execute { [self] in
+            flushScheduled = false
+            self.context?.flush()
+        }
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if let window = event as? NIOHTTP2WindowUpdatedEvent, let inbound = window.inboundWindowSize {
+            // Keep the client's windows open: the connection's for all requests, a stream's
+            // for a body larger than its initial 64 KiB.
+            let target = window.streamID == .rootStream ? Self.connectionWindow : 65_535
+            if inbound < target / 2, window.streamID == .rootStream || streams[window.streamID] != nil {
+                context.write(
+                    wrapOutboundOut(
+                        HTTP2Frame(
+                            streamID: window.streamID, payload: .windowUpdate(windowSizeIncrement: target - inbound))),
+                    promise: nil)
+                scheduleFlush()
+            }
+        }
+        context.fireUserInboundEventTriggered(event)
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        // Stream-level errors (frames of streams dropped after the GOAWAY, an answer to a
+        // stream the client reset) end that stream, not the connection a provider keeps.
+        if error is NIOHTTP2Errors.NoSuchStream || error is NIOHTTP2Errors.StreamClosed
+            || error is NIOHTTP2Errors.StreamIDTooSmall || error is NIOHTTP2Errors.StreamError
+            || error is NIOHTTP2Errors.RaisedGoawayLastStreamID
+        {
+            return
+        }
+        context.close(promise: nil)
+    }
+}
+
+/// Serves one HTTP/1.1 connection (a client that did not negotiate h2), a request at a
+/// time as HTTP/1.1 orders them.
+final class HTTP1Requests: ChannelInboundHandler, @unchecked Sendable {
+    typealias InboundIn = HTTPRequestPart
+    typealias OutboundOut = HTTPResponsePart
+
+    private let respond: FakeHTTPServer.Respond
+    private var head: HTTPRequest?
+    private var body = ByteBuffer()
+
+    init(respond: @escaping FakeHTTPServer.Respond) {
+        self.respond = respond
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch unwrapInboundIn(data) {
+        case .head(let head):
+            self.head = head
+            body.clear()
+        case .body(var bytes):
+            let room = maxRequestBody - body.readableBytes
+            if room > 0 {
+                if bytes.readableBytes > room { bytes.moveWriterIndex(to: bytes.readerIndex + room) }
+                body.writeBuffer(&bytes)
+            }
+        case .end:
+            guard let head else { return }
+            self.head = nil
+            let request = Request(head: head, body: RequestBody(buffer: body))
+            body = ByteBuffer()
+            let (respond, channel, loop) = (respond, context.channel, context.eventLoop)
+            let handler = NIOLoopBound(self, eventLoop: loop)
+            let bound = NIOLoopBound(context, eventLoop: loop)
+            Task {
+                let (head, body) = await collect(await respond(request, channel))
+                loop.execute { handler.value.answer(head: head, body: body, context: bound.value) }
+            }
+        }
+    }
+
+    private func answer(head: HTTPResponse, body: ByteBuffer, context: ChannelHandlerContext) {
+        var head = head
+        head.headerFields[.contentLength] = String(body.readableBytes)
+        context.write(wrapOutboundOut(.head(head)), promise: nil)
+        if body.readableBytes > 0 { context.write(wrapOutboundOut(.body(body)), promise: nil) }
+        context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
+    }
+}
