@@ -133,7 +133,7 @@ public struct IngestAPI: Sendable {
         let router = Router(context: IngestContext.self)
         router.add(middleware: GorushHeadersMiddleware(stats: gorush.responseStats))
         router.add(middleware: ErrorMiddleware(routes: RouteMethods(probe.routes)))
-        router.add(middleware: MetricsMiddleware())
+        router.add(middleware: RequestMetricsMiddleware())
         // A request's span (its own `traceparent` honoured): the notification's trace starts here.
         if RelayTracing.isEnabled { router.add(middleware: SampledTracingMiddleware()) }
         addRoutes(to: router)

@@ -1,4 +1,5 @@
 import CSodium
+import PushModels
 import Foundation
 
 /// Errors from the crypto layer; none of them carries key or plaintext bytes.
@@ -31,6 +32,7 @@ enum Sodium {
         guard initialised else { throw CryptoError(.libraryUnavailable, "libsodium failed to initialise") }
     }
 
+    /// Random bytes for keys: straight from libsodium, never through a shared buffer.
     static func randomBytes(_ count: Int) -> [UInt8] {
         var bytes = [UInt8](repeating: 0, count: count)
         bytes.withUnsafeMutableBytes { randombytes_buf($0.baseAddress!, count) }
@@ -51,7 +53,7 @@ public enum SecretBox {
     ) throws(CryptoError) -> [UInt8] {
         try Sodium.ensureReady()
         guard key.count == keyLength else { throw CryptoError(.invalidKey, "secretbox key must be 32 bytes") }
-        let nonce = nonce ?? Sodium.randomBytes(nonceLength)
+        let nonce = nonce ?? RandomBytes.bytes(nonceLength)
         guard nonce.count == nonceLength else { throw CryptoError(.invalidKey, "secretbox nonce must be 24 bytes") }
         let message = Array(plaintext)
         var output = [UInt8](repeating: 0, count: nonceLength + macLength + message.count)
@@ -95,7 +97,7 @@ public enum XChaCha20Poly1305 {
     ) throws(CryptoError) -> [UInt8] {
         try Sodium.ensureReady()
         guard key.count == keyLength else { throw CryptoError(.invalidKey, "AEAD key must be 32 bytes") }
-        let nonce = Sodium.randomBytes(nonceLength)
+        let nonce = RandomBytes.bytes(nonceLength)
         let message = Array(plaintext)
         var output = [UInt8](repeating: 0, count: nonceLength + message.count + macLength)
         output.replaceSubrange(0..<nonceLength, with: nonce)

@@ -46,9 +46,9 @@ public struct ServerID: Identifier, ExpressibleByStringLiteral {
 }
 
 extension UUID {
-    /// A random (version 4) UUID from the kernel's generator: one system call for all 16
-    /// bytes. Foundation's `UUID()` opens `/dev/urandom` on every call on Linux, and
-    /// `SystemRandomNumberGenerator` makes a system call per 8 bytes.
+    /// A random (version 4) UUID from the kernel's generator, through `RandomBytes` (a
+    /// system call per 256 UUIDs). Foundation's `UUID()` opens `/dev/urandom` on every call
+    /// on Linux, and `SystemRandomNumberGenerator` makes a system call per 8 bytes.
     public static func random() -> UUID {
         UUID(uuid: randomUUIDBytes())
     }
@@ -56,9 +56,7 @@ extension UUID {
     static func randomUUIDBytes() -> uuid_t {
         var b: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
         withUnsafeMutableBytes(of: &b) { raw in
-            // glibc's arc4random_buf: the kernel's generator (getrandom), all 16 bytes at once.
-            guard let base = raw.baseAddress else { return }
-            arc4random_buf(base, raw.count)
+            RandomBytes.fill(raw)
             raw[6] = raw[6] & 0x0F | 0x40  // version 4
             raw[8] = raw[8] & 0x3F | 0x80  // RFC 4122 variant
         }

@@ -50,7 +50,10 @@ public struct CommonSettings: Sendable {
         redis = RedisConfiguration(
             host: try reader.string("pushrelay.redis.host", default: "127.0.0.1"),
             port: try reader.int("pushrelay.redis.port", default: 6379),
-            connections: try reader.int("pushrelay.redis.connections", default: 4),
+            // One connection per event loop: the commands of a loop turn share one write and
+            // one read (a pool of 4 on one loop split them four ways; BENCHMARKS.md, "Cost v3,
+            // fourth part").
+            connections: try reader.int("pushrelay.redis.connections", default: ServiceRuntime.eventLoops),
             timeout: try reader.milliseconds("pushrelay.redis.timeout.ms", default: 2000),
             cluster: try reader.bool("pushrelay.redis.cluster", default: false),
             seeds: try Self.redisSeeds(try reader.string("pushrelay.redis.cluster.seeds", default: "")))

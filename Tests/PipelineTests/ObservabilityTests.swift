@@ -199,6 +199,12 @@ extension StackTests {
             let all = scrapes.joined(separator: "\n")
             #expect(all.contains("tenant=\"\(realm.serverUUID)\""))
             #expect(all.contains("group=\"pushrelay-dispatcher\""))
+            // The API's request metrics, under Hummingbird's names: the accepted notify and
+            // the refused one, each counted and timed with its route and status.
+            let requests = all.split(separator: "\n").filter { $0.hasPrefix("hb_requests{") }
+            #expect(requests.contains { $0.contains("http_route=\"/v1/notify\"") && $0.contains("code=\"202\"") })
+            #expect(requests.contains { $0.contains("http_route=\"/v1/notify\"") && $0.contains("code=\"400\"") })
+            #expect(all.contains("http_server_request_duration_bucket{"))
             // The SLO rules read the 5 s bucket as the services write its bound.
             #expect(all.contains("pushrelay_end_to_end_seconds_bucket{provider=\"fcm\",le=\"5.0\"}"))
         }
