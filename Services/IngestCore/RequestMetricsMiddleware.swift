@@ -11,8 +11,10 @@ import Synchronization
 /// flushed: two socket writes per answer instead of one, and the client woken twice. The
 /// answers here are a few hundred bytes in one buffer, so the time to write them is not
 /// worth a second write (BENCHMARKS.md, "Cost v3, fourth part").
-struct RequestMetricsMiddleware<Context: RequestContext>: RouterMiddleware {
-    private let cache = Cache()
+struct RequestMetricsMiddleware: RouterMiddleware {
+    typealias Context = IngestContext
+
+    private let cache = RequestMetricsCache()
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
         -> Response
@@ -44,57 +46,58 @@ struct RequestMetricsMiddleware<Context: RequestContext>: RouterMiddleware {
         let (whole, overflow) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
         return overflow ? Int64.max : whole &+ attoseconds / 1_000_000_000
     }
+}
 
-    /// The metric handles per method and per endpoint, made once each.
-    final class Cache: Sendable {
-        struct EndpointID: Hashable {
-            let endpoint: String
-            let method: HTTPRequest.Method
-            let status: HTTPResponse.Status
-        }
+/// The metric handles per method and per endpoint, made once each (not nested in the
+/// generic middleware, whose nested types would be instantiated at run time on each use).
+final class RequestMetricsCache: Sendable {
+    struct EndpointID: Hashable {
+        let endpoint: String
+        let method: HTTPRequest.Method
+        let status: HTTPResponse.Status
+    }
 
-        struct Endpoint: Sendable {
-            let requests: Counter
-            let duration: Timer
-            let errors: Counter
+    struct Endpoint: Sendable {
+        let requests: Counter
+        let duration: Timer
+        let errors: Counter
 
-            init(_ id: EndpointID) {
-                let dimensions = [
+        init(_ id: EndpointID) {
+            let dimensions = [
+                ("http.route", id.endpoint), ("http.request.method", id.method.rawValue),
+                ("http.response.status_code", String(id.status.code)),
+            ]
+            requests = Counter(label: "hb.requests", dimensions: dimensions)
+            duration = Timer(
+                label: "http.server.request.duration", dimensions: dimensions, preferredDisplayUnit: .seconds)
+            errors = Counter(
+                label: "hb.request.errors",
+                dimensions: [
                     ("http.route", id.endpoint), ("http.request.method", id.method.rawValue),
-                    ("http.response.status_code", String(id.status.code)),
-                ]
-                requests = Counter(label: "hb.requests", dimensions: dimensions)
-                duration = Timer(
-                    label: "http.server.request.duration", dimensions: dimensions, preferredDisplayUnit: .seconds)
-                errors = Counter(
-                    label: "hb.request.errors",
-                    dimensions: [
-                        ("http.route", id.endpoint), ("http.request.method", id.method.rawValue),
-                        ("error.type", String(id.status.code)),
-                    ])
-            }
+                    ("error.type", String(id.status.code)),
+                ])
         }
+    }
 
-        private let endpoints = Mutex<[EndpointID: Endpoint]>([:])
-        private let methods = Mutex<[HTTPRequest.Method: Meter]>([:])
+    private let endpoints = Mutex<[EndpointID: Endpoint]>([:])
+    private let methods = Mutex<[HTTPRequest.Method: Meter]>([:])
 
-        func endpoint(_ id: EndpointID) -> Endpoint {
-            endpoints.withLock { all in
-                if let found = all[id] { return found }
-                let made = Endpoint(id)
-                all[id] = made
-                return made
-            }
+    func endpoint(_ id: EndpointID) -> Endpoint {
+        endpoints.withLock { all in
+            if let found = all[id] { return found }
+            let made = Endpoint(id)
+            all[id] = made
+            return made
         }
+    }
 
-        func active(_ method: HTTPRequest.Method) -> Meter {
-            methods.withLock { all in
-                if let found = all[method] { return found }
-                let made = Meter(
-                    label: "http.server.active_requests", dimensions: [("http.request.method", method.rawValue)])
-                all[method] = made
-                return made
-            }
+    func active(_ method: HTTPRequest.Method) -> Meter {
+        methods.withLock { all in
+            if let found = all[method] { return found }
+            let made = Meter(
+                label: "http.server.active_requests", dimensions: [("http.request.method", method.rawValue)])
+            all[method] = made
+            return made
         }
     }
 }
