@@ -93,9 +93,9 @@ struct FakeHTTPServer: Service {
             }
             .bind(host: host, port: port).get()
         logger.info("fake provider listening on \(host):\(port)")
-        try await withGracefulShutdownHandler {
+        try await withTaskCancellationOrGracefulShutdownHandler {
             try await server.closeFuture.get()
-        } onGracefulShutdown: {
+        } onCancelOrGracefulShutdown: {
             server.close(promise: nil)
         }
     }
@@ -151,7 +151,11 @@ final class HTTP2Requests: ChannelInboundHandler, @unchecked Sendable {
     private var highestForwarded = HTTP2StreamID(0)
     /// Set once the GOAWAY is sent: its last-stream-id.
     private var goAwayLastStreamID: HTTP2StreamID?
+    /// After the GOAWAY, the last answer is written: the connection closes once it is out.
+    private var closing = false
     private var flushScheduled = false
+    /// Windows with an update written and not yet flushed (none is granted twice).
+    private var windowUpdatesPending = Set<HTTP2StreamID>()
     private var context: ChannelHandlerContext?
 
     init(goAwayEvery: Int, state: FakeState, respond: @escaping FakeHTTPServer.Respond) {
@@ -205,8 +209,6 @@ final class HTTP2Requests: ChannelInboundHandler, @unchecked Sendable {
                 streams[streamID] = stream
             }
             if data.endStream { dispatch(streamID) }
-        case .rstStream:
-            streams[streamID] = nil
         default:
             break
         }
@@ -217,7 +219,11 @@ final class HTTP2Requests: ChannelInboundHandler, @unchecked Sendable {
     private func admit(_ streamID: HTTP2StreamID, context: ChannelHandlerContext) -> Bool {
         if let last = goAwayLastStreamID {
             guard streamID <= last else {
+                // Not processed (RFC 9113 §8.7): the client may send it again elsewhere.
                 fakeState.countRefused()
+                context.write(
+                    wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .rstStream(.refusedStream))), promise: nil)
+                scheduleFlush()
                 return false
             }
             return true
@@ -285,17 +291,33 @@ final class HTTP2Requests: ChannelInboundHandler, @unchecked Sendable {
             headers.add(name: "content-length", value: String(body.readableBytes))
         }
         let hasBody = body.readableBytes > 0
+        // The last answer after the GOAWAY: the connection closes once it is written.
+        let last = goAwayLastStreamID != nil && answering.isEmpty && streams.isEmpty
+        let written = last ? context.eventLoop.makePromise(of: Void.self) : nil
         context.write(
             wrapOutboundOut(
                 HTTP2Frame(streamID: streamID, payload: .headers(.init(headers: headers, endStream: !hasBody)))),
-            promise: nil)
+            promise: hasBody ? nil : written)
         if hasBody {
             context.write(
                 wrapOutboundOut(
                     HTTP2Frame(streamID: streamID, payload: .data(.init(data: .byteBuffer(body), endStream: true)))),
-                promise: nil)
+                promise: written)
         }
         scheduleFlush()
+        if let written {
+            closing = true
+            let channel = context.channel
+            written.futureResult.whenComplete { _ in channel.close(promise: nil) }
+        }
+    }
+
+    /// After the GOAWAY, with nothing left to answer: flush and close.
+    private func closeIfQuiesced() {
+        guard goAwayLastStreamID != nil, !closing, answering.isEmpty, streams.isEmpty, let context else { return }
+        closing = true
+        context.flush()
+        context.close(promise: nil)
     }
 
     /// One flush for everything written in this turn of the event loop.
@@ -304,16 +326,25 @@ final class HTTP2Requests: ChannelInboundHandler, @unchecked Sendable {
         flushScheduled = true
         context.eventLoop.execute { [self] in
             flushScheduled = false
+            windowUpdatesPending.removeAll()
             self.context?.flush()
         }
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        if let window = event as? NIOHTTP2WindowUpdatedEvent, let inbound = window.inboundWindowSize {
+        if let closed = event as? StreamClosedEvent {
+            // Reset by the client, or by swift-nio-http2 on a stream error: nothing to read
+            // or answer on it any more.
+            streams[closed.streamID] = nil
+            answering.remove(closed.streamID)
+            closeIfQuiesced()
+        } else if let window = event as? NIOHTTP2WindowUpdatedEvent, let inbound = window.inboundWindowSize {
             // Keep the client's windows open: the connection's for all requests, a stream's
             // for a body larger than its initial 64 KiB.
             let target = window.streamID == .rootStream ? Self.connectionWindow : 65_535
-            if inbound < target / 2, window.streamID == .rootStream || streams[window.streamID] != nil {
+            if inbound < target / 2, window.streamID == .rootStream || streams[window.streamID] != nil,
+                windowUpdatesPending.insert(window.streamID).inserted
+            {
                 context.write(
                     wrapOutboundOut(
                         HTTP2Frame(
@@ -366,6 +397,8 @@ final class HTTP1Requests: ChannelInboundHandler, @unchecked Sendable {
         case .end:
             guard let head else { return }
             self.head = nil
+            // `Connection: close`: the connection ends after this answer.
+            let close = head.headerFields[values: .connection].contains { $0.lowercased().contains("close") }
             let request = Request(head: head, body: RequestBody(buffer: body))
             body = ByteBuffer()
             let (respond, channel, loop) = (respond, context.channel, context.eventLoop)
@@ -373,16 +406,29 @@ final class HTTP1Requests: ChannelInboundHandler, @unchecked Sendable {
             let bound = NIOLoopBound(context, eventLoop: loop)
             Task {
                 let (head, body) = await collect(await respond(request, channel))
-                loop.execute { handler.value.answer(head: head, body: body, context: bound.value) }
+                loop.execute { handler.value.answer(head: head, body: body, close: close, context: bound.value) }
             }
         }
     }
 
-    private func answer(head: HTTPResponse, body: ByteBuffer, context: ChannelHandlerContext) {
+    private func answer(head: HTTPResponse, body: ByteBuffer, close: Bool, context: ChannelHandlerContext) {
         var head = head
         head.headerFields[.contentLength] = String(body.readableBytes)
+        if close { head.headerFields[.connection] = "close" }
         context.write(wrapOutboundOut(.head(head)), promise: nil)
         if body.readableBytes > 0 { context.write(wrapOutboundOut(.body(body)), promise: nil) }
-        context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
+        guard close else {
+            context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
+            return
+        }
+        let written = context.eventLoop.makePromise(of: Void.self)
+        context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: written)
+        let channel = context.channel
+        written.futureResult.whenComplete { _ in channel.close(promise: nil) }
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        // A request that is not HTTP (or not one HTTPTypes can hold) ends the connection.
+        context.close(promise: nil)
     }
 }

@@ -8,6 +8,9 @@ import NIOPosix
 
 /// How a service process runs: set up first thing in `main`, before any task starts.
 public enum ServiceRuntime {
+    /// The event loops of this process (`PUSHRELAY_EVENT_LOOPS`, after `install()`).
+    public static var eventLoops: Int { max(1, NIOSingletons.groupLoopCountSuggestion) }
+
     /// - Swift concurrency's jobs run on NIO's event loops (unless
     ///   `PUSHRELAY_EXECUTOR=pool`), so a task that awaits a socket (Redis, a provider,
     ///   an HTTP request, a Kafka acknowledgement) resumes on the loop that owns it
@@ -20,9 +23,6 @@ public enum ServiceRuntime {
     ///   the dispatcher 2–8 MiB less memory (BENCHMARKS.md, "Cost v3, third part").
     /// - glibc keeps at most two malloc arenas (`PUSHRELAY_MALLOC_ARENAS`, 1–64): one per
     ///   thread that ever allocated is most of a service's idle memory.
-    /// The event loops of this process (`PUSHRELAY_EVENT_LOOPS`, after `install()`).
-    public static var eventLoops: Int { max(1, NIOSingletons.groupLoopCountSuggestion) }
-
     public static func install() {
         let environment = ProcessInfo.processInfo.environment
         #if canImport(Glibc)
