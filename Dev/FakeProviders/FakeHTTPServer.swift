@@ -105,6 +105,15 @@ struct FakeHTTPServer: Service {
 /// excess (and answers 413 as its `collectBody(upTo:)` does). The rest is discarded.
 private let maxRequestBody = (1 << 20) + 1
 
+/// Appends `bytes` to a request's `body` up to `maxRequestBody`.
+private func appendCapped(_ bytes: ByteBuffer, to body: inout ByteBuffer) {
+    let room = maxRequestBody - body.readableBytes
+    guard room > 0 else { return }
+    var bytes = bytes
+    if bytes.readableBytes > room { bytes.moveWriterIndex(to: bytes.readerIndex + room) }
+    body.writeBuffer(&bytes)
+}
+
 /// Collects a ResponseBody's bytes (the fakes' answers are single buffers).
 private struct CollectedBody: ResponseBodyWriter {
     final class Box: @unchecked Sendable {
@@ -186,7 +195,6 @@ final class HTTP2Requests: ChannelInboundHandler, @unchecked Sendable {
         switch frame.payload {
         case .headers(let headers):
             if streams[streamID] == nil {
-                guard !answering.contains(streamID) else { return }
                 guard admit(streamID, context: context) else { return }
                 guard let head = Self.request(headers.headers) else {
                     context.write(
@@ -200,14 +208,9 @@ final class HTTP2Requests: ChannelInboundHandler, @unchecked Sendable {
             // A second HEADERS is the request's trailers: nothing a provider reads.
             if headers.endStream { dispatch(streamID) }
         case .data(let data):
-            guard var stream = streams[streamID] else { return }
-            if case .byteBuffer(var bytes) = data.data, stream.body.readableBytes < maxRequestBody {
-                let room = maxRequestBody - stream.body.readableBytes
-                if bytes.readableBytes > room { bytes.moveWriterIndex(to: bytes.readerIndex + room) }
-                streams[streamID] = nil
-                stream.body.writeBuffer(&bytes)
-                streams[streamID] = stream
-            }
+            guard var stream = streams.removeValue(forKey: streamID) else { return }
+            if case .byteBuffer(let bytes) = data.data { appendCapped(bytes, to: &stream.body) }
+            streams[streamID] = stream
             if data.endStream { dispatch(streamID) }
         default:
             break
@@ -388,12 +391,8 @@ final class HTTP1Requests: ChannelInboundHandler, @unchecked Sendable {
         case .head(let head):
             self.head = head
             body.clear()
-        case .body(var bytes):
-            let room = maxRequestBody - body.readableBytes
-            if room > 0 {
-                if bytes.readableBytes > room { bytes.moveWriterIndex(to: bytes.readerIndex + room) }
-                body.writeBuffer(&bytes)
-            }
+        case .body(let bytes):
+            appendCapped(bytes, to: &body)
         case .end:
             guard let head else { return }
             self.head = nil

@@ -1,5 +1,6 @@
 import Hummingbird
 import Metrics
+import PushModels
 import Synchronization
 
 /// Hummingbird's request metrics under Hummingbird's names and dimensions (`hb.requests`,
@@ -28,7 +29,7 @@ struct RequestMetricsMiddleware: RouterMiddleware {
             let metrics = cache.endpoint(
                 .init(endpoint: context.endpointPath ?? "Unknown", method: request.method, status: response.status))
             metrics.requests.increment()
-            metrics.duration.recordNanoseconds(Self.nanoseconds(since: start))
+            metrics.duration.recordNanoseconds((ContinuousClock.now - start).saturatingNanoseconds)
             return response
         } catch {
             let status = (error as? any HTTPResponseError)?.status ?? .internalServerError
@@ -38,13 +39,6 @@ struct RequestMetricsMiddleware: RouterMiddleware {
             metrics.errors.increment()
             throw error
         }
-    }
-
-    private static func nanoseconds(since start: ContinuousClock.Instant) -> Int64 {
-        let elapsed = ContinuousClock.now - start
-        let (seconds, attoseconds) = elapsed.components
-        let (whole, overflow) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
-        return overflow ? Int64.max : whole &+ attoseconds / 1_000_000_000
     }
 }
 

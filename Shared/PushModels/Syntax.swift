@@ -197,6 +197,12 @@ extension Duration {
         let (seconds, attoseconds) = components
         return seconds.saturatingMultiply(1000).saturatingAdd(attoseconds / 1_000_000_000_000_000)
     }
+
+    /// Whole nanoseconds, saturating at Int64's bounds.
+    public var saturatingNanoseconds: Int64 {
+        let (seconds, attoseconds) = components
+        return seconds.saturatingMultiply(1_000_000_000).saturatingAdd(attoseconds / 1_000_000_000)
+    }
 }
 
 extension String {

@@ -58,6 +58,8 @@ import Testing
         #expect(Int64(-3).saturatingMultiply(4) == -12)
         #expect(Duration.seconds(Int64.max).saturatingMilliseconds == .max)
         #expect(Duration.milliseconds(1500).saturatingMilliseconds == 1500)
+        #expect(Duration.seconds(Int64.max).saturatingNanoseconds == .max)
+        #expect(Duration.microseconds(1500).saturatingNanoseconds == 1_500_000)
     }
 
     /// One canonical text form per uuid: anything before, after or instead of its 36
