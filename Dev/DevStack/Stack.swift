@@ -574,6 +574,27 @@ public final class Stack: Sendable {
         return nil
     }
 
+    /// What the stack's processes said that a failed wait should show (CI keeps only the
+    /// test output, not the stack's directory): per log, its last lines above `info`,
+    /// then its last lines, each cut to 300 characters.
+    public func logDigest(warnings: Int = 6, lastLines: Int = 3) -> String {
+        let logs = ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [])
+            .filter { $0.hasSuffix(".log") }.sorted()
+        var digest: [String] = []
+        for name in logs {
+            guard let text = try? String(contentsOfFile: "\(directory)/\(name)", encoding: .utf8) else { continue }
+            let lines = text.split(separator: "\n")
+            // swift-log's text lines: `<timestamp> <level> <label>: …`.
+            let notable = lines.filter { line in
+                let level = line.split(separator: " ", maxSplits: 2).dropFirst().first ?? ""
+                return ["notice", "warning", "error", "critical"].contains(level)
+            }
+            digest.append("-- \(name): \(lines.count) lines, \(notable.count) above info")
+            for line in notable.suffix(warnings) + lines.suffix(lastLines) { digest.append("  \(line.prefix(300))") }
+        }
+        return digest.joined(separator: "\n")
+    }
+
     /// Waits until `condition` holds for the pushes a fake received.
     public func waitForPushes(
         _ provider: String, timeout: Duration = .seconds(60), _ condition: ([ReceivedPush]) -> Bool
@@ -583,7 +604,7 @@ public final class Stack: Sendable {
             let pushes = try await received(provider)
             if condition(pushes) { return pushes }
             if ContinuousClock.now > deadline {
-                throw StackError("timed out waiting for \(provider) pushes; have \(pushes.count)")
+                throw StackError("timed out waiting for \(provider) pushes; have \(pushes.count)\n\(logDigest())")
             }
             try await Task.sleep(for: .milliseconds(100))
         }
@@ -669,7 +690,9 @@ extension Stack {
         while true {
             let records = try self.records(topic)
             if condition(records) { return records }
-            if ContinuousClock.now > deadline { throw StackError("timed out waiting for records on \(topic)") }
+            if ContinuousClock.now > deadline {
+                throw StackError("timed out waiting for records on \(topic)\n\(logDigest())")
+            }
             try await Task.sleep(for: .milliseconds(250))
         }
     }
