@@ -63,8 +63,8 @@ final class RedisConnection: @unchecked Sendable {
 
     private func submit(_ commands: [[[UInt8]]], _ continuation: CheckedContinuation<[RedisValue], any Error>) {
         guard !commands.isEmpty else { return continuation.resume(returning: []) }
-        let caller = Waiting(
-            remaining: commands.count, replies: [], continuation: continuation, deadline: .now() + timeout)
+        // The deadline is set when the commands are written (`send`).
+        let caller = Waiting(remaining: commands.count, replies: [], continuation: continuation, deadline: .now())
         switch state {
         case .connected(let channel):
             send(commands, caller, on: channel)
@@ -77,6 +77,10 @@ final class RedisConnection: @unchecked Sendable {
     }
 
     private func send(_ commands: [[[UInt8]]], _ caller: Waiting, on channel: any Channel) {
+        // The reply is awaited from now: time spent connecting has its own bound (the
+        // connect timeout), so a slow connect does not leave the commands no time.
+        var caller = caller
+        caller.deadline = .now() + timeout
         var size = 0
         for command in commands { size += RESP.maxFramedCount(command) }
         var buffer = channel.allocator.buffer(capacity: size)

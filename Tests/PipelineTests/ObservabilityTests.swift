@@ -29,6 +29,23 @@ extension StackTests {
             return spans
         }
 
+        /// CI keeps only the test output: a wait that times out quotes the stack's logs.
+        @Test func aWaitThatTimesOutSaysWhatTheStackLogged() async throws {
+            let stack = try await Stack.get()
+            let error = await #expect(throws: StackError.self) {
+                _ = try await stack.waitForPushes("fcm", timeout: .milliseconds(1)) { _ in false }
+            }
+            let text = error?.description ?? ""
+            #expect(text.hasPrefix("timed out waiting for fcm pushes"))
+            for service in ["ingest", "encryptor", "dispatcher", "feedback", "fakes", "devbroker"] {
+                #expect(text.contains("-- \(service).log: "), "\(service) in \(text.prefix(2000))")
+            }
+            // Each log's last lines are quoted, cut to 300 characters.
+            let quoted = text.split(separator: "\n").filter { $0.hasPrefix("  ") }
+            #expect(!quoted.isEmpty)
+            #expect(quoted.allSatisfy { $0.count <= 302 })
+        }
+
         @Test func oneNotificationIsOneTraceWithSpansFromAllFourServices() async throws {
             let stack = try await Stack.get()
             let realm = try await RealmClient.registered(stack)
