@@ -63,7 +63,7 @@ public final class ServerAuthenticator: Sendable {
     /// peer. IPv6 addresses count per /64, the block one subscriber usually holds.
     func clientAddress(_ request: Request, context: IngestContext) -> String {
         if !settings.clientIPHeader.isEmpty, let name = HTTPField.Name(settings.clientIPHeader),
-            let value = request.headers[values: name].last,
+            let value = request.headers.values(name).last,
             let last = value.split(separator: ",").last?.trimmingCharacters(in: .whitespaces),
             Syntax.isHostname(last)
         {
@@ -245,7 +245,7 @@ public final class ServerAuthenticator: Sendable {
                 status: .unauthorized, code: "UNAUTHORIZED", message: message,
                 headers: [.wwwAuthenticate: #"Basic realm="zulip""#])
         }
-        guard let header = request.headers[.authorization] else {
+        guard let header = request.headers.value(.authorization) else {
             return unauthorized("Missing authorization header for basic auth")
         }
         let parts = header.split(separator: " ", maxSplits: 1)
@@ -274,7 +274,7 @@ public final class ServerAuthenticator: Sendable {
     /// `uuid:key` from an HTTP Basic header, or nil when it is not one. The uuid must
     /// be a UUID and the key visible ASCII: anything else cannot be a credential.
     static func credentials(_ request: Request) -> (uuid: String, key: String)? {
-        guard var header = request.headers[.authorization] else { return nil }
+        guard var header = request.headers.value(.authorization) else { return nil }
         return header.withUTF8 { credentials(basic: $0) }
     }
 

@@ -267,7 +267,7 @@ struct GorushController: Sendable {
     func readBody(_ request: Request) async throws -> (bytes: [UInt8], share: Int) {
         let tooLarge = APIError(
             status: .contentTooLarge, code: "REQUEST_TOO_LARGE", message: "Request body is too large")
-        let declared = request.headers[.contentLength].flatMap { Int($0) }
+        let declared = request.headers.value(.contentLength).flatMap { Int($0) }
         if let declared, declared > settings.maxBodyBytes { throw tooLarge }
         var bytes: [UInt8] = []
         var share = 0

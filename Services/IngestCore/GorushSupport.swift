@@ -3,6 +3,7 @@ import Foundation
 import HTTPTypes
 import Hummingbird
 import PushModels
+import ServiceKit
 import Synchronization
 
 /// The providers some dispatcher can send to, read at most every `ttl`: every gorush
@@ -168,10 +169,10 @@ struct GorushHeadersMiddleware: RouterMiddleware {
             record(status: 500, since: start, bytes: 0)
             throw error
         }
-        response.headers[GorushController.versionHeader] = GorushController.version
+        response.headers.set(GorushController.versionHeader, GorushController.version)
         record(
             status: response.status.code, since: start,
-            bytes: response.headers[.contentLength].flatMap { Int64($0) } ?? 0)
+            bytes: response.headers.value(.contentLength).flatMap { Int64($0) } ?? 0)
         return response
     }
 

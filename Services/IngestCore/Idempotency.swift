@@ -3,6 +3,7 @@ import Foundation
 import HTTPTypes
 import Hummingbird
 import PushModels
+import ServiceKit
 
 /// An answer to keep: a notify's status and fields, stored under its idempotency key
 /// so a retried request gets the very same answer back.
@@ -28,7 +29,7 @@ struct IdempotencyKey: Sendable {
 
     /// Nil when the request carries no key; 400 when the key is not 1 to 255 visible ASCII characters.
     init?(_ request: Request) throws {
-        let values = request.headers[values: Self.header]
+        let values = request.headers.values(Self.header)
         guard let value = values.first else { return nil }
         guard values.count == 1, Syntax.isVisibleASCII(value, maxBytes: Self.maxBytes) else {
             throw APIError.badRequest(

@@ -159,11 +159,11 @@ struct SampledTracingMiddleware<Context: RequestContext>: RouterMiddleware {
         async throws -> Response
     {
         let sampling = RelayTracing.requestSampling(
-            traceparents: request.headers[values: TraceContextHeader.traceparent])
+            traceparents: request.headers.values(TraceContextHeader.traceparent))
         guard sampling.traced else { return try await next(request, context) }
         guard !sampling.keepParent,
-            request.headers[TraceContextHeader.traceparent] != nil
-                || request.headers[TraceContextHeader.tracestate] != nil
+            request.headers.has(TraceContextHeader.traceparent)
+                || request.headers.has(TraceContextHeader.tracestate)
         else {
             return try await tracing.handle(request, context: context, next: next)
         }

@@ -1,6 +1,7 @@
 import Foundation
 import Hummingbird
 import PushModels
+import ServiceKit
 
 /// A request body read as JSON or as an HTML form, with typed field access that
 /// answers 400 naming the field.
@@ -17,7 +18,7 @@ struct RequestFields {
         var request = request
         let buffer = try await request.collectBody(upTo: limit)
         let bytes = Array(buffer.readableBytesView)
-        let contentType = request.headers[.contentType]?.lowercased() ?? ""
+        let contentType = request.headers.value(.contentType)?.lowercased() ?? ""
         let json: JSONValue
         if contentType.hasPrefix("application/x-www-form-urlencoded") {
             json = .object(parseForm(String(decoding: bytes, as: UTF8.self)))
