@@ -143,10 +143,21 @@ public final class Stack: Sendable {
         throw StackError("service binaries not found; run `swift build` first or set PUSHRELAY_BIN_DIR")
     }
 
+    /// Ports `freePort` has handed out in this process.
+    private static let handedOut = Mutex<Set<Int>>([])
+
+    /// A loopback port nothing listens on now, and one this process has not handed out
+    /// before: the kernel may offer a port again as soon as the probe closes it, and two
+    /// processes of a stack given the same port would race for it (the loser exits; its
+    /// readiness probe reaches the winner).
     public static func freePort() throws -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        return try bindLoopback(fd)
+        for _ in 0..<100 {
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            defer { close(fd) }
+            let port = try bindLoopback(fd)
+            if handedOut.withLock({ $0.insert(port).inserted }) { return port }
+        }
+        throw StackError("cannot find a free port not handed out before")
     }
 
     /// A loopback socket that listens and never answers (the kernel completes the
@@ -432,9 +443,17 @@ public final class Stack: Sendable {
         return ("http://127.0.0.1:\(apiPort)", ops)
     }
 
+    /// Waits until `service` answers ready; fails at once, quoting the logs, if it exits.
     public func waitReady(_ service: Service) async throws {
         let url = "\(opsURL(service))/health/ready"
-        try await Stack.waitFor("\(service.rawValue) to be ready") { (try? await HTTP.get(url))?.status == 200 }
+        let process = processes.withLock { $0[service] }
+        try await Stack.waitFor("\(service.rawValue) to be ready") {
+            if let process, !process.isRunning { return true }
+            return (try? await HTTP.get(url))?.status == 200
+        }
+        if let process, !process.isRunning {
+            throw StackError("\(service.rawValue) exited while starting\n\(logDigest())")
+        }
     }
 
     /// Sends `signal` to a service and waits for it to exit.
