@@ -447,9 +447,13 @@ public final class Stack: Sendable {
     public func waitReady(_ service: Service) async throws {
         let url = "\(opsURL(service))/health/ready"
         let process = processes.withLock { $0[service] }
-        try await Stack.waitFor("\(service.rawValue) to be ready") {
-            if let process, !process.isRunning { return true }
-            return (try? await HTTP.get(url))?.status == 200
+        do {
+            try await Stack.waitFor("\(service.rawValue) to be ready") {
+                if let process, !process.isRunning { return true }
+                return (try? await HTTP.get(url))?.status == 200
+            }
+        } catch let error as StackError {
+            throw StackError("\(error.description)\n\(logDigest())")
         }
         if let process, !process.isRunning {
             throw StackError("\(service.rawValue) exited while starting\n\(logDigest())")
@@ -601,7 +605,9 @@ public final class Stack: Sendable {
             .filter { $0.hasSuffix(".log") }.sorted()
         var digest: [String] = []
         for name in logs {
-            guard let text = try? String(contentsOfFile: "\(directory)/\(name)", encoding: .utf8) else { continue }
+            // Bytes, not strict UTF-8: a line being written may end mid-character.
+            guard let data = FileManager.default.contents(atPath: "\(directory)/\(name)") else { continue }
+            let text = String(decoding: data, as: UTF8.self)
             let lines = text.split(separator: "\n")
             // swift-log's text lines: `<timestamp> <level> <label>: …`.
             let notable = lines.filter { line in
@@ -609,7 +615,9 @@ public final class Stack: Sendable {
                 return ["notice", "warning", "error", "critical"].contains(level)
             }
             digest.append("-- \(name): \(lines.count) lines, \(notable.count) above info")
-            for line in notable.suffix(warnings) + lines.suffix(lastLines) { digest.append("  \(line.prefix(300))") }
+            let last = lines.suffix(lastLines)
+            let quoted = notable.suffix(warnings).filter { line in !last.contains { $0.startIndex == line.startIndex } }
+            for line in quoted + last { digest.append("  \(line.prefix(300))") }
         }
         return digest.joined(separator: "\n")
     }

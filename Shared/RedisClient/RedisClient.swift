@@ -93,6 +93,8 @@ public struct RedisConfiguration: Sendable {
     public var port: Int
     /// Connections per Redis server, spread over the event loops.
     public var connections: Int
+    /// The connect timeout, and how long a command waits for its reply once written
+    /// (one queued behind a connect: up to twice this in all).
     public var timeout: Duration
     /// Redis Cluster: `host:port` and `seeds` are nodes to learn the slot map from;
     /// commands go to the master of their key's slot.

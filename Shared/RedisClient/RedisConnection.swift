@@ -64,7 +64,8 @@ final class RedisConnection: @unchecked Sendable {
     private func submit(_ commands: [[[UInt8]]], _ continuation: CheckedContinuation<[RedisValue], any Error>) {
         guard !commands.isEmpty else { return continuation.resume(returning: []) }
         // The deadline is set when the commands are written (`send`).
-        let caller = Waiting(remaining: commands.count, replies: [], continuation: continuation, deadline: .now())
+        let caller = Waiting(
+            remaining: commands.count, replies: [], continuation: continuation, deadline: .distantFuture)
         switch state {
         case .connected(let channel):
             send(commands, caller, on: channel)
