@@ -35,9 +35,12 @@ public final class Stack: Sendable {
     public let binDirectory: String
     public let redisPort: Int
     public let kafkaBrokers: String
-    public let ports: [Service: Int]
+    /// Each service's HTTP port (ingest's API port).
+    public var ports: [Service: Int] { portTable.withLock { $0.services } }
     /// Ingest's ops listener (health, metrics), apart from its API port.
-    public let ingestOpsPort: Int
+    public var ingestOpsPort: Int { portTable.withLock { $0.ingestOps } }
+    /// New ports replace a service's when another process took one first (`start`).
+    private let portTable: Mutex<(services: [Service: Int], ingestOps: Int)>
     public let controlPort: Int
     /// The fakes' OTLP/gRPC trace receiver (OTLP/HTTP is on the control port).
     public let otlpGRPCPort: Int
@@ -329,8 +332,30 @@ public final class Stack: Sendable {
             helpers["redis"] = redis
         }
         for service in Service.allCases { try stack.start(service) }
-        for service in Service.allCases { try await stack.waitReady(service) }
+        for service in Service.allCases { try await stack.waitReadyOnItsPorts(service) }
         return stack
+    }
+
+    /// `waitReady`, and when the service exited because a port of its was taken (another
+    /// process bound it between `freePort` and the service: the kernel hands out ports
+    /// for binds to port 0 to anyone), it is started again on new ports, twice at most.
+    public func waitReadyOnItsPorts(_ service: Service) async throws {
+        for attempt in 1...3 {
+            do {
+                return try await waitReady(service)
+            } catch {
+                let log = FileManager.default.contents(atPath: "\(directory)/\(service.rawValue).log") ?? Data()
+                let running = processes.withLock { $0[service]?.isRunning ?? false }
+                guard attempt < 3, !running, String(decoding: log, as: UTF8.self).contains("Address already in use")
+                else { throw error }
+                let (port, opsPort) = (try Stack.freePort(), try Stack.freePort())
+                portTable.withLock { table in
+                    table.services[service] = port
+                    if service == .ingest { table.ingestOps = opsPort }
+                }
+                try start(service)
+            }
+        }
     }
 
     private init(
@@ -345,8 +370,7 @@ public final class Stack: Sendable {
         self.binDirectory = binDirectory
         self.redisPort = redisPort
         self.kafkaBrokers = kafkaBrokers
-        self.ports = ports
-        self.ingestOpsPort = ingestOpsPort
+        self.portTable = Mutex((ports, ingestOpsPort))
         self.controlPort = controlPort
         self.dispatcherEnvironment = dispatcherEnvironment
         self.bouncerPublicKey = bouncerPublicKey
@@ -450,7 +474,8 @@ public final class Stack: Sendable {
         do {
             try await Stack.waitFor("\(service.rawValue) to be ready") {
                 if let process, !process.isRunning { return true }
-                return (try? await HTTP.get(url))?.status == 200
+                // Briefly: a listener that never answers (not the service) must not hold the wait.
+                return (try? await HTTP.get(url, timeout: .seconds(2)))?.status == 200
             }
         } catch let error as StackError {
             throw StackError("\(error.description)\n\(logDigest())")
@@ -658,8 +683,10 @@ public enum HTTP {
         public var code: String? { json["code"]?.stringValue }
     }
 
-    public static func get(_ url: String, auth: (String, String)? = nil) async throws -> Reply {
-        try await send("GET", url, body: nil, auth: auth)
+    public static func get(_ url: String, auth: (String, String)? = nil, timeout: Duration = .seconds(30))
+        async throws -> Reply
+    {
+        try await send("GET", url, body: nil, auth: auth, timeout: timeout)
     }
 
     public static func send(
@@ -674,7 +701,7 @@ public enum HTTP {
     public static func send(
         _ method: String, _ url: String, body: [UInt8]?, contentType: String = "application/json",
         auth: (String, String)? = nil, headers: [(String, String)] = [], maxBytes: Int = 16 << 20,
-        client: HTTPClient = .shared
+        client: HTTPClient = .shared, timeout: Duration = .seconds(30)
     ) async throws -> Reply {
         var request = HTTPClientRequest(url: url)
         request.method = .init(rawValue: method)
@@ -687,7 +714,7 @@ public enum HTTP {
             request.headers.add(
                 name: "authorization", value: "Basic \(Data("\(user):\(password)".utf8).base64EncodedString())")
         }
-        let response = try await client.execute(request, timeout: .seconds(30))
+        let response = try await client.execute(request, timeout: .init(timeout))
         let bytes = try await response.body.collect(upTo: maxBytes)
         return Reply(
             status: Int(response.status.code), body: Array(bytes.readableBytesView),

@@ -1,4 +1,5 @@
 import DevStack
+import Foundation
 import Testing
 
 /// The test stacks' ports: a port handed out once is not handed out again in this
@@ -13,6 +14,44 @@ import Testing
             let port = try Stack.freePort()
             #expect((1024...65535).contains(port))
             #expect(seen.insert(port).inserted, "port \(port) handed out twice")
+        }
+    }
+}
+
+extension StackTests {
+    /// A service whose port another process took before it bound it is started again
+    /// on new ports.
+    @Suite struct StackPortRetryTests {
+        @Test func aServiceWhosePortWasTakenStartsOnANewOne() async throws {
+            var options = Stack.Options.tests
+            options.name = "ports"
+            options.partitions = 2
+            let stack = try await Stack.start(options: options)
+            // Stopped when done: an idle stack still polls.
+            defer { for pid in stack.pids().values { kill(pid, SIGTERM) } }
+            let taken = try #require(stack.ports[.dispatcher])
+            try await stack.stop(.dispatcher, signal: SIGKILL)
+            // Another process binds the dispatcher's port first.
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            defer { close(fd) }
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_addr.s_addr = inet_addr("127.0.0.1")
+            address.sin_port = in_port_t(UInt16(taken).bigEndian)
+            var reuse: Int32 = 1
+            setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &reuse, socklen_t(MemoryLayout<Int32>.size))
+            let bound = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
+                }
+            }
+            try #require(bound && listen(fd, 4) == 0)
+            try stack.start(.dispatcher)
+            try await stack.waitReadyOnItsPorts(.dispatcher)
+            // Moved only after it exited with "Address already in use" (the log is rewritten
+            // by the new start).
+            #expect(stack.ports[.dispatcher] != taken)
+            #expect((try await HTTP.get("\(stack.opsURL(.dispatcher))/health/ready")).status == 200)
         }
     }
 }
