@@ -256,8 +256,18 @@ public final class Stack: Sendable {
             redisCluster = cluster
             redisPort = cluster.ports[0]
         } else {
-            redisPort = try freePort()
-            redis = try launchRedis(port: redisPort, directory: dir)
+            // A port another process bound first ends this Redis at once: then a new port.
+            var started: (port: Int, process: Process)?
+            for _ in 1...3 where started == nil {
+                let port = try freePort()
+                let process = try launchRedis(port: port, directory: dir)
+                try await waitFor("redis on \(port)") { !process.isRunning || redisAnswers(port: port) }
+                // Redis ends within milliseconds when its port is taken (and another may answer there).
+                try await Task.sleep(for: .milliseconds(100))
+                if process.isRunning { started = (port, process) }
+            }
+            guard let started else { throw StackError("redis did not start (see \(dir)/redis.log)") }
+            (redisPort, redis) = (started.port, started.process)
         }
 
         let brokersFile = "\(dir)/kafka-bootstrap"
