@@ -25,6 +25,29 @@ import Testing
         #expect(try keyring.openString(again, slot: .deviceToken(7)) == token)
     }
 
+    @Test func aMalformedStoredValueIsRefusedSayingWhy() throws {
+        let keyring = try StorageKeyring(fileContents: StorageKeyring.generateLine(id: "s1"))
+        let slot = StorageSlot.deviceToken(7)
+        let cases: [(String, CryptoError)] = [
+            ("s1:AAAA", CryptoError(.invalidCiphertext, "stored value is not encrypted")),
+            ("v1", CryptoError(.invalidCiphertext, "stored value is not encrypted")),
+            ("v1:s1", CryptoError(.invalidCiphertext, "stored value is not v1:key_id:base64")),
+            ("v1:zz:AAAA", CryptoError(.invalidKey, "unknown storage key id 'zz'")),
+            ("v1::AAAA", CryptoError(.invalidKey, "unknown storage key id ''")),
+            ("v1:s1:not base64!", CryptoError(.invalidCiphertext, "stored value is not base64")),
+            ("v1:s1:AAAA", CryptoError(.invalidCiphertext, "AEAD ciphertext is too short")),
+        ]
+        for (stored, error) in cases {
+            #expect(throws: error, "\(stored)") { try keyring.open(stored, slot: slot) }
+        }
+        // The key id ends at the first colon; the base64 may not hold one.
+        let sealed = try keyring.seal(Array("x".utf8), slot: slot)
+        #expect(try keyring.open(sealed, slot: slot) == Array("x".utf8))
+        #expect(throws: CryptoError(.invalidCiphertext, "stored value is not base64")) {
+            try keyring.open(sealed + ":", slot: slot)
+        }
+    }
+
     @Test func theFirstCleartextFormReadsAsItself() throws {
         let keyring = try StorageKeyring(fileContents: StorageKeyring.generateLine(id: "s1"))
         #expect(!StorageKeyring.isSealed(token))
