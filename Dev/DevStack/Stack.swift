@@ -165,10 +165,11 @@ public final class Stack: Sendable {
 
     /// A loopback socket that listens and never answers (the kernel completes the
     /// handshake): a server that hangs. Close `fd` when done.
-    public static func silentListener() throws -> (fd: Int32, port: Int) {
+    /// `port` 0: a free one; another: that one (taken from whoever was to bind it).
+    public static func silentListener(port: Int = 0) throws -> (fd: Int32, port: Int) {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         do {
-            let port = try bindLoopback(fd)
+            let port = try bindLoopback(fd, port: port)
             guard listen(fd, 16) == 0 else { throw StackError("cannot listen on port \(port)") }
             return (fd, port)
         } catch {
@@ -177,19 +178,26 @@ public final class Stack: Sendable {
         }
     }
 
-    /// Binds `fd` to a free loopback port; the port.
-    private static func bindLoopback(_ fd: Int32) throws -> Int {
+    /// Binds `fd` to loopback `port` (0: a free one); the port.
+    private static func bindLoopback(_ fd: Int32, port: Int = 0) throws -> Int {
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
+        address.sin_port = in_port_t(UInt16(clamping: port).bigEndian)
+        if port != 0 {
+            // A port just closed may still have connections in TIME_WAIT.
+            var reuse: Int32 = 1
+            setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &reuse, socklen_t(MemoryLayout<Int32>.size))
+        }
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
         let bound = withUnsafeMutablePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
                 bind(fd, pointer, length) == 0 && getsockname(fd, pointer, &length) == 0
             }
         }
-        guard fd >= 0, bound else { throw StackError("cannot find a free port") }
+        guard fd >= 0, bound else {
+            throw StackError(port == 0 ? "cannot find a free port" : "cannot bind port \(port)")
+        }
         return Int(UInt16(bigEndian: address.sin_port))
     }
 

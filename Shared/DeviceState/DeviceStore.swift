@@ -326,7 +326,7 @@ public struct DeviceStore: Sendable {
         var result: [DeviceID: (record: DeviceRecord, storedToken: String)] = [:]
         for (i, id) in ids.enumerated() {
             let fields = DeviceHashFields(replies[2 * i])
-            if let record = try decode(id: id, fields: fields, keyFields: Self.pairs(replies[2 * i + 1])),
+            if let record = try decode(id: id, fields: fields, keyFields: replies[2 * i + 1].hash),
                 let storedToken = fields.token
             {
                 result[id] = (record, storedToken)
@@ -335,21 +335,9 @@ public struct DeviceStore: Sendable {
         return result
     }
 
-    /// An HGETALL reply's field and value pairs, as text.
-    static func pairs(_ reply: RedisValue) -> [(field: String, value: String)] {
-        guard case .array(let items) = reply else { return [] }
-        var pairs: [(field: String, value: String)] = []
-        pairs.reserveCapacity(items.count / 2)
-        var index = 0
-        while index + 1 < items.count {
-            if let field = items[index].string, let value = items[index + 1].string { pairs.append((field, value)) }
-            index += 2
-        }
-        return pairs
-    }
-
-    func decode(id: DeviceID, fields: DeviceHashFields, keyFields: [(field: String, value: String)])
-        throws(CryptoError) -> DeviceRecord?
+    /// `keyFields`: the device's push keys, by key id (a hash of one or two fields).
+    func decode(id: DeviceID, fields: DeviceHashFields, keyFields: [String: String]) throws(CryptoError)
+        -> DeviceRecord?
     {
         guard let realm = fields.realm, let providerName = fields.provider,
             let provider = Provider(rawValue: providerName), let storedToken = fields.token,

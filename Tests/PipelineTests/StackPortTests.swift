@@ -32,20 +32,8 @@ extension StackTests {
             let taken = try #require(stack.ports[.dispatcher])
             try await stack.stop(.dispatcher, signal: SIGKILL)
             // Another process binds the dispatcher's port first.
-            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-            defer { close(fd) }
-            var address = sockaddr_in()
-            address.sin_family = sa_family_t(AF_INET)
-            address.sin_addr.s_addr = inet_addr("127.0.0.1")
-            address.sin_port = in_port_t(UInt16(taken).bigEndian)
-            var reuse: Int32 = 1
-            setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &reuse, socklen_t(MemoryLayout<Int32>.size))
-            let bound = withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                    bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
-                }
-            }
-            try #require(bound && listen(fd, 4) == 0)
+            let listener = try Stack.silentListener(port: taken)
+            defer { close(listener.fd) }
             try stack.start(.dispatcher)
             try await stack.waitReadyOnItsPorts(.dispatcher)
             // Moved only after it exited with "Address already in use" (the log is rewritten
