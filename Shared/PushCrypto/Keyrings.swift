@@ -51,17 +51,30 @@ public struct SealBinding: Sendable, Equatable {
     /// The canonical encoding: a version label, then each field as a 4-byte big-endian
     /// length and its bytes (absent ids as empty), so no two bindings encode alike.
     public var associatedData: [UInt8] {
-        var out = Array("pushrelay.pipeline.v2".utf8)
-        for field in [
-            purpose.rawValue, notificationID.rawValue, realmUUID.rawValue, userID.map(String.init) ?? "",
-            deviceID.map(\.description) ?? "",
-        ] {
-            let bytes = Array(field.utf8)
-            let length = UInt32(clamping: bytes.count)
-            out += [
-                UInt8(length >> 24 & 0xFF), UInt8(length >> 16 & 0xFF), UInt8(length >> 8 & 0xFF), UInt8(length & 0xFF),
-            ]
-            out += bytes
+        let user = userID.map(String.init) ?? ""
+        let device = deviceID.map(\.description) ?? ""
+        return LengthPrefixed.encode(
+            label: "pushrelay.pipeline.v2",
+            purpose.rawValue, notificationID.rawValue, realmUUID.rawValue, user, device)
+    }
+}
+
+/// The associated data of the relay's seals: a label, then each field as its UTF-8
+/// length (4 bytes, big-endian) and its bytes, written into one buffer sized once.
+enum LengthPrefixed {
+    static func encode(label: StaticString, _ fields: String...) -> [UInt8] {
+        var size = label.utf8CodeUnitCount
+        for field in fields { size += 4 + field.utf8.count }
+        var out: [UInt8] = []
+        out.reserveCapacity(size)
+        out.append(contentsOf: UnsafeBufferPointer(start: label.utf8Start, count: label.utf8CodeUnitCount))
+        for field in fields {
+            let length = UInt32(clamping: field.utf8.count)
+            out.append(UInt8(truncatingIfNeeded: length >> 24))
+            out.append(UInt8(truncatingIfNeeded: length >> 16))
+            out.append(UInt8(truncatingIfNeeded: length >> 8))
+            out.append(UInt8(truncatingIfNeeded: length))
+            out.append(contentsOf: field.utf8)
         }
         return out
     }

@@ -35,16 +35,7 @@ public struct StorageSlot: Sendable, Equatable {
     }
 
     var associatedData: [UInt8] {
-        var out = Array("pushrelay.storage.v1".utf8)
-        for field in [record, field] {
-            let bytes = Array(field.utf8)
-            let length = UInt32(clamping: bytes.count)
-            out += [
-                UInt8(length >> 24 & 0xFF), UInt8(length >> 16 & 0xFF), UInt8(length >> 8 & 0xFF), UInt8(length & 0xFF),
-            ]
-            out += bytes
-        }
-        return out
+        LengthPrefixed.encode(label: "pushrelay.storage.v1", record, field)
     }
 }
 

@@ -8,6 +8,19 @@ import Testing
 @Suite struct StorageKeyringTests {
     let token = "fcm-token:APA91bSecretTokenValue"
 
+    /// Values already in Redis were sealed with these associated data bytes:
+    /// "pushrelay.storage.v1", then the record and the field, each after its 4-byte length.
+    @Test func aValueSealedWithTheSlotsBytesOpens() throws {
+        let key = [UInt8](repeating: 9, count: 32)
+        let keyring = try StorageKeyring(fileContents: "s1:\(Data(key).base64EncodedString())")
+        let associatedData =
+            Array("pushrelay.storage.v1".utf8) + [0, 0, 0, 8] + Array("device:7".utf8)
+            + [0, 0, 0, 5] + Array("token".utf8)
+        let sealed = try XChaCha20Poly1305.seal(Array(token.utf8), key: key, associatedData: associatedData)
+        let stored = "v1:s1:\(Data(sealed).base64EncodedString())"
+        #expect(try keyring.openString(stored, slot: .deviceToken(7)) == token)
+    }
+
     @Test func aStoredValueOpensOnlyInItsOwnSlot() throws {
         let keyring = try StorageKeyring(fileContents: StorageKeyring.generateLine(id: "s1"))
         let stored = try keyring.sealString(token, slot: .deviceToken(7))
@@ -124,6 +137,20 @@ import Testing
         #expect(throws: CryptoError.self) {
             try keyring.open(sealed, binding: .token(notificationID: "n2", realmUUID: "realm-a", deviceID: 31))
         }
+    }
+
+    /// The bytes records already on the topics were sealed with: a change here would
+    /// leave them unopenable (docs/design.md, "Topics: the seal binds the record").
+    @Test func theBindingEncodesAsItAlwaysDid() {
+        let payload = SealBinding.payload(notificationID: "n1", realmUUID: "realm-a", userID: 10)
+        let token = SealBinding.token(notificationID: "n1", realmUUID: "realm-a", deviceID: 31)
+        let label = "7075736872656c61792e706970656c696e652e7632"
+        let payloadFields = [
+            "000000077061796c6f6164", "000000026e31", "000000077265616c6d2d61", "000000023130", "00000000",
+        ]
+        let tokenFields = ["00000005746f6b656e", "000000026e31", "000000077265616c6d2d61", "00000000", "000000023331"]
+        #expect(Fingerprint.hex(payload.associatedData) == label + payloadFields.joined())
+        #expect(Fingerprint.hex(token.associatedData) == label + tokenFields.joined())
     }
 
     @Test func fieldBoundariesAreUnambiguous() {
