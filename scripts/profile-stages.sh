@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Profiles the running stages with perf (call graphs, 499 Hz) for N seconds and writes,
+# Profiles the running stages (and the dev broker) with perf (call graphs, 499 Hz) for N seconds and writes,
 # per stage, the hottest symbols inclusive of callees and by self time to
 # benchmarks/profiles/<stage>.txt. Run it while a load runs (e.g. during `make bench`):
 #   scripts/profile-stages.sh 20
@@ -10,7 +10,7 @@ OUT=benchmarks/profiles
 mkdir -p "$OUT"
 REPORT_ONLY="${REPORT_ONLY:-}"
 pids=()
-for stage in ingest encryptor dispatcher; do
+for stage in ingest encryptor dispatcher feedback devbroker; do
   pid=$(pgrep -n -f "release/$stage$" || true)
   [ -z "$REPORT_ONLY" ] || continue
   [ -n "$pid" ] || { echo "no running $stage" >&2; continue; }
@@ -18,7 +18,7 @@ for stage in ingest encryptor dispatcher; do
   pids+=($!)
 done
 [ ${#pids[@]} -eq 0 ] || wait "${pids[@]}"
-for stage in ingest encryptor dispatcher; do
+for stage in ingest encryptor dispatcher feedback devbroker; do
   [ -s "/tmp/perf-$stage.data" ] || continue
   {
     echo "# $stage: perf record -F 499 -g for ${SECONDS_TO_RECORD} s under load"

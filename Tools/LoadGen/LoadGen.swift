@@ -15,6 +15,11 @@ struct LoadGen: AsyncParsableCommand {
     @Option(help: "Users.") var users = 1000
     @Option(help: "Devices per user (APNs and FCM alternating).") var devicesPerUser = 2
     @Option(help: "Concurrent keep-alive client connections.") var connections = 64
+    /// 24, as every `make bench` before. The dev broker (librdkafka's mock cluster) walks
+    /// a partition's retained batches for each batch it serves, so fewer partitions cost
+    /// it less; but it keeps only ~5 MiB a partition, and with 12 the flat-out phase's
+    /// backlog outgrows that and spills into the next phase (BENCHMARKS.md, "Cost v3,
+    /// sixth part").
     @Option(help: "Kafka partitions per topic in the dev broker.") var partitions = 24
     @Option(help: "Extra service environment, KEY=VALUE (repeatable).") var env: [String] = []
     @Option(help: "Write the reports as JSON here.") var json = "benchmarks/results/latest.json"
@@ -54,7 +59,9 @@ struct LoadGen: AsyncParsableCommand {
                 + (traceRatio.map { ", tracing \($0 * 100) % of notifications" } ?? ""))
         let reports = try await LoadRun(stack: stack, settings: settings, log: progress).run()
         print(LoadRun.table(reports))
-        try writeReport(Report(machine: Self.machine(), settings: settings.description, phases: reports), to: json)
+        try writeReport(
+            Report(machine: Self.machine(), settings: "\(settings), \(partitions) partitions", phases: reports),
+            to: json)
         print("wrote \(json)")
     }
 
