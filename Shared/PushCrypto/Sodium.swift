@@ -120,14 +120,21 @@ public enum XChaCha20Poly1305 {
         guard sealed.count >= nonceLength + macLength else {
             throw CryptoError(.invalidCiphertext, "AEAD ciphertext is too short")
         }
-        let nonce = Array(sealed[0..<nonceLength])
-        let boxed = Array(sealed[nonceLength...])
-        var plaintext = [UInt8](repeating: 0, count: boxed.count - macLength)
+        // Read in place: the nonce and the box are views of `sealed`, not copies.
+        let plaintextLength = sealed.count - nonceLength - macLength
         var written: UInt64 = 0
-        let rc = crypto_aead_xchacha20poly1305_ietf_decrypt(
-            &plaintext, &written, nil, boxed, UInt64(boxed.count), associatedData, UInt64(associatedData.count), nonce,
-            key)
-        guard rc == 0, written == UInt64(plaintext.count) else {
+        var rc: Int32 = -1
+        let plaintext = [UInt8](unsafeUninitializedCapacity: plaintextLength) { out, initialized in
+            sealed.withUnsafeBufferPointer { input in
+                guard let base = input.baseAddress else { return }
+                rc = crypto_aead_xchacha20poly1305_ietf_decrypt(
+                    out.baseAddress, &written, nil, base + nonceLength, UInt64(input.count - nonceLength),
+                    associatedData, UInt64(associatedData.count), base, key)
+            }
+            // Nothing is kept unless the tag verified.
+            initialized = rc == 0 && written == UInt64(plaintextLength) ? plaintextLength : 0
+        }
+        guard rc == 0, written == UInt64(plaintextLength) else {
             throw CryptoError(.authenticationFailed, "AEAD tag did not verify (wrong key or moved ciphertext)")
         }
         return plaintext

@@ -273,3 +273,42 @@ import Testing
         #expect(throws: (any Error).self) { try Wire.decode(OutboundRecord.self, from: Array(neither.utf8)) }
     }
 }
+
+/// The AEAD that tokens, push keys and pipeline seals use, at its edges: an empty
+/// plaintext, each byte of the frame changed, and frames too short to hold a tag.
+@Suite struct XChaCha20Poly1305Tests {
+    let key = [UInt8](repeating: 3, count: 32)
+    let associatedData = Array("slot".utf8)
+
+    @Test(arguments: [0, 1, 17, 1000])
+    func aSealOpensWithItsKeyAndAssociatedData(_ length: Int) throws {
+        let plaintext = (0..<length).map { UInt8(truncatingIfNeeded: $0 &* 31) }
+        let sealed = try XChaCha20Poly1305.seal(plaintext, key: key, associatedData: associatedData)
+        #expect(sealed.count == XChaCha20Poly1305.nonceLength + length + XChaCha20Poly1305.macLength)
+        #expect(try XChaCha20Poly1305.open(sealed, key: key, associatedData: associatedData) == plaintext)
+        #expect(throws: CryptoError.self) {
+            try XChaCha20Poly1305.open(sealed, key: key, associatedData: Array("other".utf8))
+        }
+        #expect(throws: CryptoError.self) {
+            try XChaCha20Poly1305.open(sealed, key: [UInt8](repeating: 4, count: 32), associatedData: associatedData)
+        }
+    }
+
+    @Test func anyChangedByteIsRefused() throws {
+        let sealed = try XChaCha20Poly1305.seal(Array("token".utf8), key: key, associatedData: associatedData)
+        for index in sealed.indices {
+            var changed = sealed
+            changed[index] ^= 0x01
+            #expect(throws: CryptoError.self) {
+                try XChaCha20Poly1305.open(changed, key: key, associatedData: associatedData)
+            }
+        }
+    }
+
+    @Test(arguments: [0, 1, 39])
+    func aFrameTooShortForNonceAndTagIsRefused(_ length: Int) {
+        #expect(throws: CryptoError.self) {
+            try XChaCha20Poly1305.open([UInt8](repeating: 0, count: length), key: key, associatedData: [])
+        }
+    }
+}
