@@ -151,6 +151,9 @@ import Testing
         let tokenFields = ["00000005746f6b656e", "000000026e31", "000000077265616c6d2d61", "00000000", "000000023331"]
         #expect(Fingerprint.hex(payload.associatedData) == label + payloadFields.joined())
         #expect(Fingerprint.hex(token.associatedData) == label + tokenFields.joined())
+        let body = SealBinding.body(notificationID: "n1", realmUUID: "realm-a", deviceID: 31)
+        #expect(
+            Fingerprint.hex(body.associatedData) == label + (["00000004626f6479"] + tokenFields.dropFirst()).joined())
     }
 
     @Test func fieldBoundariesAreUnambiguous() {
@@ -280,18 +283,30 @@ import Testing
     let key = [UInt8](repeating: 3, count: 32)
     let associatedData = Array("slot".utf8)
 
+    /// The code `body` fails with, or nil when it does not fail.
+    func failure(_ body: () throws(CryptoError) -> [UInt8]) -> CryptoError.Code? {
+        do {
+            _ = try body()
+            return nil
+        } catch {
+            return error.code
+        }
+    }
+
     @Test(arguments: [0, 1, 17, 1000])
     func aSealOpensWithItsKeyAndAssociatedData(_ length: Int) throws {
         let plaintext = (0..<length).map { UInt8(truncatingIfNeeded: $0 &* 31) }
         let sealed = try XChaCha20Poly1305.seal(plaintext, key: key, associatedData: associatedData)
         #expect(sealed.count == XChaCha20Poly1305.nonceLength + length + XChaCha20Poly1305.macLength)
         #expect(try XChaCha20Poly1305.open(sealed, key: key, associatedData: associatedData) == plaintext)
-        #expect(throws: CryptoError.self) {
+        let otherData = failure { () throws(CryptoError) in
             try XChaCha20Poly1305.open(sealed, key: key, associatedData: Array("other".utf8))
         }
-        #expect(throws: CryptoError.self) {
+        #expect(otherData == .authenticationFailed)
+        let otherKey = failure { () throws(CryptoError) in
             try XChaCha20Poly1305.open(sealed, key: [UInt8](repeating: 4, count: 32), associatedData: associatedData)
         }
+        #expect(otherKey == .authenticationFailed)
     }
 
     @Test func anyChangedByteIsRefused() throws {
@@ -299,16 +314,26 @@ import Testing
         for index in sealed.indices {
             var changed = sealed
             changed[index] ^= 0x01
-            #expect(throws: CryptoError.self) {
+            let code = failure { () throws(CryptoError) in
                 try XChaCha20Poly1305.open(changed, key: key, associatedData: associatedData)
             }
+            #expect(code == .authenticationFailed, "byte \(index)")
         }
     }
 
     @Test(arguments: [0, 1, 39])
     func aFrameTooShortForNonceAndTagIsRefused(_ length: Int) {
-        #expect(throws: CryptoError.self) {
+        let code = failure { () throws(CryptoError) in
             try XChaCha20Poly1305.open([UInt8](repeating: 0, count: length), key: key, associatedData: [])
         }
+        #expect(code == .invalidCiphertext)
+    }
+
+    /// Nonce and tag only: an empty plaintext whose tag does not verify.
+    @Test func anEmptyBoxWithAWrongTagIsRefused() {
+        let code = failure { () throws(CryptoError) in
+            try XChaCha20Poly1305.open([UInt8](repeating: 0, count: 40), key: key, associatedData: [])
+        }
+        #expect(code == .authenticationFailed)
     }
 }
