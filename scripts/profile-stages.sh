@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Profiles the running stages (and the dev broker) with perf (call graphs, 499 Hz) for N seconds and writes,
-# per stage, the hottest symbols inclusive of callees and by self time to
+# Profiles the running stages and the dev broker with perf (call graphs, 499 Hz) for N
+# seconds and writes, per process, the hottest symbols inclusive of callees and by self time to
 # benchmarks/profiles/<stage>.txt. Run it while a load runs (e.g. during `make bench`):
 #   scripts/profile-stages.sh 20
 set -eu
