@@ -162,8 +162,8 @@ struct SampledTracingMiddleware<Context: RequestContext>: RouterMiddleware {
             traceparents: request.headers.values(TraceContextHeader.traceparent))
         guard sampling.traced else { return try await next(request, context) }
         guard !sampling.keepParent,
-            request.headers.has(TraceContextHeader.traceparent)
-                || request.headers.has(TraceContextHeader.tracestate)
+            request.headers.contains(TraceContextHeader.traceparent)
+                || request.headers.contains(TraceContextHeader.tracestate)
         else {
             return try await tracing.handle(request, context: context, next: next)
         }

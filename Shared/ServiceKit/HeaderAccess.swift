@@ -4,7 +4,7 @@ import HTTPTypes
 /// gather a name's fields through unspecialized generic code and join them into a new
 /// string: ~4,500 instructions a lookup, five lookups a notify (~4 % of ingest's
 /// instructions, BENCHMARKS.md "Cost v3, fifth part"). These scan the fields once and
-/// give the same answers.
+/// give the same answers. (`contains(_:)` is a plain scan already.)
 extension HTTPFields {
     /// `self[name]`: the value of `name`'s field, or all of them joined as the
     /// subscript joins them when there are several; nil when there is none.
@@ -27,18 +27,11 @@ extension HTTPFields {
         return values
     }
 
-    /// Whether a field named `name` is present.
-    @inlinable
-    public func has(_ name: HTTPField.Name) -> Bool {
-        for field in self where field.name == name { return true }
-        return false
-    }
-
     /// `self[name] = value`: appended when `name` has no field yet (the usual case),
     /// else through the subscript, which replaces them (and splits a Cookie).
     @inlinable
     public mutating func set(_ name: HTTPField.Name, _ value: String) {
-        if name == .cookie || has(name) {
+        if name == .cookie || contains(name) {
             self[name] = value
         } else {
             append(HTTPField(name: name, value: value))

@@ -2,7 +2,7 @@ import HTTPTypes
 import ServiceKit
 import Testing
 
-/// `HTTPFields.value`, `values`, `has` and `set` answer as the subscripts they replace.
+/// `HTTPFields.value`, `values` and `set` answer as the subscripts they replace.
 @Suite struct HeaderAccessTests {
     static let custom = HTTPField.Name("X-Custom")!
 
@@ -23,7 +23,6 @@ import Testing
         for name in [Self.custom, .authorization, .contentType, .contentLength, .cookie, .connection] {
             #expect(fields.value(name) == fields[name], "\(name) in \(fields)")
             #expect(fields.values(name) == fields[values: name], "\(name) in \(fields)")
-            #expect(fields.has(name) == fields.contains(name), "\(name) in \(fields)")
         }
     }
 
