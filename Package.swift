@@ -87,6 +87,7 @@ let package = Package(
             dependencies: [
                 "CHiredis", .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"), .product(name: "NIOTLS", package: "swift-nio"),
             ],
             path: "Shared/RedisClient", swiftSettings: strict),
         .target(
@@ -301,7 +302,7 @@ let package = Package(
         .executableTarget(
             name: "pushrelay-admin",
             dependencies: [
-                "ServiceKit", "DeviceState", "RedisClient", "PushCrypto", "PushModels",
+                "ServiceKit", "DeviceState", "RedisClient", "PushCrypto", "PushModels", "Kafka",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Configuration", package: "swift-configuration"),
             ],

@@ -77,6 +77,10 @@ public final class Stack: Sendable {
         public var redisClusterMasters: Int
         /// Replicas per master of that cluster (the failover drill).
         public var redisClusterReplicas = 0
+        /// A Redis the test started (TLS only, an ACL user) to run on instead of the stack's own.
+        public var secureRedis: SecureRedis?
+        /// The Redis Cluster takes TLS only and an ACL user (`redisClusterMasters` > 0).
+        public var secureRedisCluster = false
         /// Told apart in the stack's directory name, for a second stack in one process.
         public var name: String
         /// Tracing: the share of requests traced (OpenTelemetry's parent-based ratio sampler;
@@ -257,10 +261,15 @@ public final class Stack: Sendable {
         let redisPort: Int
         var redis: Process?
         var redisCluster: LocalRedisCluster?
-        if options.redisClusterMasters > 0 {
+        if let secure = options.secureRedis {
+            redisPort = secure.port
+        } else if options.redisClusterMasters > 0 {
+            let secure = options.secureRedisCluster
             let cluster = try await LocalRedisCluster.start(
                 masters: options.redisClusterMasters, replicas: options.redisClusterReplicas,
-                directory: "\(dir)/redis-cluster")
+                directory: "\(dir)/redis-cluster",
+                tls: secure ? try RedisTestTLS.make(directory: "\(dir)/redis-tls") : nil,
+                acl: secure ? try RedisTestACL.make(directory: dir) : nil)
             redisCluster = cluster
             redisPort = cluster.ports[0]
         } else {
@@ -398,6 +407,7 @@ public final class Stack: Sendable {
     var redisEnvironment: [String: String] {
         var env = ["PUSHRELAY_REDIS_PORT": "\(redisPort)"]
         if let redisCluster { env.merge(redisCluster.environment) { _, new in new } }
+        if let secure = options.secureRedis { env.merge(secure.environment) { _, new in new } }
         return env
     }
 

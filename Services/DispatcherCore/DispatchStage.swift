@@ -76,7 +76,8 @@ public enum Dispatcher {
         let clients = try configuration.providers.makeClients(logger: logger)
         if clients.isEmpty { logger.warning("no provider is configured: every push will be dead-lettered") }
         RelayMetrics.prepare(dispatcherProviders: clients.keys.map(\.rawValue).sorted())
-        let redis = RedisClient(configuration: settings.redis)
+        let redis = try await settings.connectRedis(logger: logger)
+        try await settings.checkKafka(logger: logger)
         let producer = try KafkaProducer(configuration: try settings.kafka(), logger: logger)
         let main = try KafkaConsumer(configuration: configuration.main, logger: logger)
         let retries = try KafkaConsumer(configuration: configuration.retries, logger: logger)

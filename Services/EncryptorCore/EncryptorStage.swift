@@ -39,7 +39,8 @@ public enum Encryptor {
         let settings = configuration.common
         let observability = try Observability.bootstrap(service: "encryptor", level: settings.logLevel)
         let logger = observability.logger
-        let redis = RedisClient(configuration: settings.redis)
+        let redis = try await settings.connectRedis(logger: logger)
+        try await settings.checkKafka(logger: logger)
         let producer = try KafkaProducer(configuration: try settings.kafka(), logger: logger)
         let consumer = try KafkaConsumer(configuration: configuration.consumer, logger: logger)
         let stage = EncryptorStage(

@@ -45,7 +45,8 @@ public enum Feedback {
         let observability = try Observability.bootstrap(service: "feedback", level: settings.logLevel)
         let logger = observability.logger
         RelayMetrics.prepare(feedbackProviders: Provider.allCases.map(\.rawValue))
-        let redis = RedisClient(configuration: settings.redis)
+        let redis = try await settings.connectRedis(logger: logger)
+        try await settings.checkKafka(logger: logger)
         let devices = DeviceStore(
             redis: redis, keys: settings.redisKeys, storage: configuration.storageKeys)
         let consumer = try KafkaConsumer(configuration: configuration.consumer, logger: logger)

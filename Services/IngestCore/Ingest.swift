@@ -91,7 +91,8 @@ public enum Ingest {
         // the notification is not produced later behind the realm's back.
         kafka.producerProperties["message.timeout.ms"] =
             "\(RetrySchedule.milliseconds(configuration.limits.publishTimeout))"
-        let redis = RedisClient(configuration: settings.redis)
+        let redis = try await settings.connectRedis(logger: logger)
+        try await settings.checkKafka(logger: logger)
         let producer = try KafkaProducer(configuration: kafka, logger: logger)
         // gorush's sync mode: an ingest follows push.deliveries from its end while sync calls come.
         let watch = DeliveryWatch()

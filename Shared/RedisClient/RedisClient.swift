@@ -52,6 +52,12 @@ public struct RedisError: Error, Sendable, CustomStringConvertible {
         case io
         case protocolError
         case replyError
+        /// The TLS handshake failed, or the TLS files could not be loaded.
+        case tls
+        /// `AUTH` was refused (a wrong password or ACL user).
+        case auth
+        /// The server wants `AUTH` and none is configured (`NOAUTH`).
+        case authRequired
     }
 
     public var code: Code
@@ -62,7 +68,12 @@ public struct RedisError: Error, Sendable, CustomStringConvertible {
         self.message = message
     }
 
-    public var isRetriable: Bool { code == .connect || code == .io }
+    /// Connection trouble, TLS and refused credentials included: an operator's fix (or
+    /// Redis coming back) lets the same command succeed. At start they stop the service
+    /// instead (`RedisClient.verify`).
+    public var isRetriable: Bool {
+        code == .connect || code == .io || code == .tls || code == .auth || code == .authRequired
+    }
     public var description: String { "redis \(code.rawValue): \(message)" }
 }
 
@@ -100,10 +111,15 @@ public struct RedisConfiguration: Sendable {
     /// commands go to the master of their key's slot.
     public var cluster: Bool
     public var seeds: [RedisNodeAddress]
+    /// Sent first on every connection (each cluster node's too); nil: no `AUTH`.
+    public var credentials: RedisCredentials?
+    /// TLS on every connection (each cluster node's too, MOVED and ASK included); nil: plaintext.
+    public var tls: RedisTLS?
 
     public init(
         host: String = "127.0.0.1", port: Int = 6379, connections: Int = 4, timeout: Duration = .seconds(2),
-        cluster: Bool = false, seeds: [RedisNodeAddress] = []
+        cluster: Bool = false, seeds: [RedisNodeAddress] = [], credentials: RedisCredentials? = nil,
+        tls: RedisTLS? = nil
     ) {
         self.host = host
         self.port = port
@@ -111,6 +127,8 @@ public struct RedisConfiguration: Sendable {
         self.timeout = timeout
         self.cluster = cluster
         self.seeds = seeds
+        self.credentials = credentials
+        self.tls = tls
     }
 
     var address: RedisNodeAddress { RedisNodeAddress(host: host, port: port) }
@@ -180,6 +198,36 @@ public final class RedisClient: Sendable {
     /// True when Redis answers PING (in a cluster: a master answers, and the slot map is known).
     public func ping() async -> Bool {
         (try? await command("PING"))?.string == "PONG"
+    }
+
+    /// Connects, authenticates and PINGs, each within the timeout; a connection closed
+    /// or left unanswered is tried twice more. Throws what went wrong: `.auth`,
+    /// `.authRequired` and `.tls` mean a setting is wrong; `.connect`, that nothing
+    /// listens (Redis may come later). Services call it at start, so a wrong setting
+    /// stops them with a message that says which.
+    public func verify(attempts: Int = 3) async throws(RedisError) {
+        var last = RedisError(code: .connect, message: "no attempt made")
+        for attempt in 1...max(1, attempts) {
+            if attempt > 1 { try? await Task.sleep(for: .milliseconds(200)) }
+            do {
+                switch try await pipeline([["PING"]])[0] {
+                case .bytes(let bytes) where bytes == Array("PONG".utf8):
+                    return
+                case .error(let message) where message.hasPrefix("NOAUTH"):
+                    throw RedisError(code: .authRequired, message: message)
+                case .error(let message) where message.hasPrefix("WRONGPASS"):
+                    throw RedisError(code: .auth, message: message)
+                case let reply:
+                    last = RedisError(code: .protocolError, message: "PING answered \(reply)")
+                }
+            } catch let error as RedisError {
+                guard error.code == .io || error.code == .protocolError else { throw error }
+                last = error
+            } catch {
+                last = RedisError(code: .io, message: "\(error)")
+            }
+        }
+        throw last
     }
 
     /// Round trips made so far (all servers): shows how many commands shared one.

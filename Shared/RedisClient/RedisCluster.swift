@@ -164,24 +164,29 @@ final class RedisCluster: Sendable {
             candidates.append(node)
         }
         var problems: [String] = []
+        // Refused credentials or a failed TLS handshake say more than "cannot connect".
+        var code = RedisError.Code.connect
         for node in candidates {
             do {
                 let reply = try await pool(node).pipeline([[Array("CLUSTER".utf8), Array("SLOTS".utf8)]])[0]
                 let fresh = try Self.slotMap(reply, askedNode: node)
                 map.withLock { $0 = fresh }
                 return
+            } catch let error as RedisError {
+                if [.tls, .auth, .authRequired].contains(error.code) { code = error.code }
+                problems.append("\(node): \(error)")
             } catch {
                 problems.append("\(node): \(error)")
             }
         }
-        throw RedisError(
-            code: .connect, message: "no cluster node gave its slot map: \(problems.joined(separator: "; "))")
+        throw RedisError(code: code, message: "no cluster node gave its slot map: \(problems.joined(separator: "; "))")
     }
 
     /// Reads `CLUSTER SLOTS`: `[[first slot, last slot, [host, port, id, …], replicas…], …]`.
     private static func slotMap(_ reply: RedisValue, askedNode: RedisNodeAddress) throws -> SlotMap {
         if case .error(let message) = reply {
-            throw RedisError(code: .replyError, message: "CLUSTER SLOTS: \(message)")
+            throw RedisError(
+                code: message.hasPrefix("NOAUTH") ? .authRequired : .replyError, message: "CLUSTER SLOTS: \(message)")
         }
         var map = SlotMap()
         map.owners = [Int16](repeating: -1, count: RedisSlot.count)

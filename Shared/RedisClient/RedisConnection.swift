@@ -1,6 +1,8 @@
 import CHiredis
 import NIOCore
 import NIOPosix
+import NIOSSL
+import NIOTLS
 import Synchronization
 
 /// One connection to a Redis server, owned by one NIO event loop: its socket, its
@@ -14,11 +16,17 @@ import Synchronization
 /// order and go to the callers in order. A caller's commands stay contiguous.
 ///
 /// Commands are written in RESP; replies are parsed by hiredis's reader.
+///
+/// A new connection runs TLS when configured (the handshake before any byte of a
+/// command) and writes `AUTH` ahead of its first commands, pipelined with them: a
+/// refused `AUTH` fails the connection and its callers (their commands were refused
+/// with `NOAUTH`, so none ran).
 final class RedisConnection: @unchecked Sendable {
     private struct Waiting {
         var remaining: Int
         var replies: [RedisValue]
-        var continuation: CheckedContinuation<[RedisValue], any Error>
+        /// Nil for the connection's own `AUTH`.
+        var continuation: CheckedContinuation<[RedisValue], any Error>?
         var deadline: NIODeadline
     }
 
@@ -38,6 +46,9 @@ final class RedisConnection: @unchecked Sendable {
     private var unsent: [(commands: [[[UInt8]]], waiting: Waiting)] = []
     private var flushScheduled = false
     private var timer: Scheduled<Void>?
+    /// True from a TLS connection's connect until its handshake completes: a failure
+    /// then is the handshake's (a plaintext port, an untrusted or misnamed certificate).
+    private var handshaking = false
     /// Writes flushed so far: how many round trips the callers shared.
     let roundTrips = Atomic<Int>(0)
 
@@ -103,11 +114,14 @@ final class RedisConnection: @unchecked Sendable {
     private func connect() {
         state = .connecting
         let address = "\(configuration.host):\(configuration.port)"
+        let tls = configuration.tls
+        let host = configuration.host
         ClientBootstrap(group: loop)
             .connectTimeout(timeout)
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
+                    if let tls { try channel.pipeline.syncOperations.addHandler(try tls.handler(host: host)) }
                     try channel.pipeline.syncOperations.addHandler(RedisReplyHandler(connection: self))
                 }
             }
@@ -119,11 +133,17 @@ final class RedisConnection: @unchecked Sendable {
                 switch result {
                 case .success(let channel):
                     self.state = .connected(channel)
+                    self.handshaking = tls != nil
+                    if let credentials = self.configuration.credentials {
+                        let auth = Waiting(remaining: 1, replies: [], continuation: nil, deadline: .distantFuture)
+                        self.send([credentials.command], auth, on: channel)
+                    }
                     for (commands, caller) in callers { self.send(commands, caller, on: channel) }
                 case .failure(let error):
                     self.state = .idle
-                    let failure = RedisError(code: .connect, message: "connect \(address): \(error)")
-                    for (_, caller) in callers { caller.continuation.resume(throwing: failure) }
+                    let code: RedisError.Code = error is NIOSSLError || error is NIOSSLExtraError ? .tls : .connect
+                    let failure = RedisError(code: code, message: "connect \(address): \(error)")
+                    for (_, caller) in callers { caller.continuation?.resume(throwing: failure) }
                 }
             }
     }
@@ -141,7 +161,12 @@ final class RedisConnection: @unchecked Sendable {
             return
         }
         waiting.removeFirst()
-        caller.continuation.resume(returning: caller.replies)
+        guard let continuation = caller.continuation else {
+            // The connection's AUTH: refused, it fails the connection and everyone behind it.
+            if case .error(let message) = reply { drop(channel, RedisError(code: .auth, message: "AUTH: \(message)")) }
+            return
+        }
+        continuation.resume(returning: caller.replies)
         // The timer stays armed when the queue empties: it finds nothing to fail and
         // ends. One timer per timeout, not one scheduled and cancelled per round trip.
     }
@@ -153,10 +178,24 @@ final class RedisConnection: @unchecked Sendable {
         state = .idle
         timer?.cancel()
         timer = nil
+        var error = error
+        if handshaking && error.code != .tls {
+            error = RedisError(
+                code: .tls,
+                message:
+                    "TLS handshake with \(configuration.host):\(configuration.port) did not complete: \(error.message)")
+        }
+        handshaking = false
         let callers = waiting
         waiting.removeAll()
-        for caller in callers { caller.continuation.resume(throwing: error) }
+        for caller in callers { caller.continuation?.resume(throwing: error) }
         channel.close(promise: nil)
+    }
+
+    /// The TLS handshake of `channel` completed.
+    fileprivate func secured(_ channel: any Channel) {
+        guard case .connected(let current) = state, current === channel else { return }
+        handshaking = false
     }
 
     /// Fails the connection when its oldest caller has waited longer than the timeout.
@@ -227,7 +266,13 @@ private final class RedisReplyHandler: ChannelInboundHandler {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        connection.drop(context.channel, RedisError(code: .io, message: "read reply: \(error)"))
+        let code: RedisError.Code = error is NIOSSLError || error is NIOSSLExtraError ? .tls : .io
+        connection.drop(context.channel, RedisError(code: code, message: "read reply: \(error)"))
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if case .handshakeCompleted = event as? TLSUserEvent { connection.secured(context.channel) }
+        context.fireUserInboundEventTriggered(event)
     }
 }
 

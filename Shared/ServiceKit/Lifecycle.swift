@@ -115,7 +115,7 @@ public func runServices(_ services: [any Service], shutdownTimeout: Duration, lo
         gracefulShutdownSignals: [.sigterm, .sigint],
         logger: logger)
     configuration.maximumGracefulShutdownDuration = shutdownTimeout
-    configuration.maximumCancellationDuration = .seconds(5)
+    configuration.maximumCancellationDuration = .seconds(CommonSettings.cancellationSeconds)
     try await ServiceGroup(configuration: configuration).run()
 }
 

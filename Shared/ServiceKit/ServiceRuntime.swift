@@ -18,7 +18,7 @@ public enum ServiceRuntime {
     ///   context switches a notification cost. `PUSHRELAY_EVENT_LOOPS` (1–256) sets the
     ///   number of loops; the default is one, so a process's work stays on one thread
     ///   (no hand-over between loops, one malloc arena in use) and a stage scales by
-    ///   replicas, each asking for a share of a core (deploy/k8s). At 1,000
+    ///   replicas, each asking for a share of a core (deploy/base). At 1,000
     ///   notifications/s on 2 cores one loop per service took no more CPU than two and
     ///   the dispatcher 2–8 MiB less memory (BENCHMARKS.md, "Cost v3, third part").
     /// - glibc keeps at most two malloc arenas (`PUSHRELAY_MALLOC_ARENAS`, 1–64): one per

@@ -44,7 +44,10 @@ public struct CommonSettings: Sendable {
         serviceName = service
         kafkaBrokers = try reader.string("pushrelay.kafka.brokers", default: "")
         kafkaBrokersFile = try reader.string("pushrelay.kafka.brokers.file", default: "")
-        kafkaProperties = try Self.kafkaProperties(reader, key: "pushrelay.kafka.properties")
+        let rawKafkaProperties = try Self.kafkaProperties(reader, key: "pushrelay.kafka.properties")
+        kafkaProperties = rawKafkaProperties.merging(
+            try SecuredDependencies.kafkaProperties(reader, raw: rawKafkaProperties)
+        ) { _, named in named }
         kafkaProducerProperties = try Self.kafkaProperties(reader, key: "pushrelay.kafka.producer.properties")
         kafkaConsumerProperties = try Self.kafkaProperties(reader, key: "pushrelay.kafka.consumer.properties")
         redis = RedisConfiguration(
@@ -56,7 +59,9 @@ public struct CommonSettings: Sendable {
             connections: try reader.int("pushrelay.redis.connections", default: ServiceRuntime.eventLoops),
             timeout: try reader.milliseconds("pushrelay.redis.timeout.ms", default: 2000),
             cluster: try reader.bool("pushrelay.redis.cluster", default: false),
-            seeds: try Self.redisSeeds(try reader.string("pushrelay.redis.cluster.seeds", default: "")))
+            seeds: try Self.redisSeeds(try reader.string("pushrelay.redis.cluster.seeds", default: "")),
+            credentials: try SecuredDependencies.redisCredentials(reader),
+            tls: try SecuredDependencies.redisTLS(reader))
         redisPrefix = try reader.string("pushrelay.redis.prefix", default: "pr:")
         var topics = TopicNames()
         topics.requests = try reader.string("pushrelay.topic.requests", default: topics.requests)
@@ -80,7 +85,7 @@ public struct CommonSettings: Sendable {
             idleTimeout: try reader.milliseconds("pushrelay.http.idle.timeout.ms", default: 60_000))
         // Checked against the catalog's list, so the level always parses.
         logLevel = Logger.Level(rawValue: try reader.string("pushrelay.log.level", default: "info")) ?? .info
-        shutdownTimeout = try reader.milliseconds("pushrelay.shutdown.timeout.ms", default: 30_000)
+        shutdownTimeout = try Self.shutdownTimeout(reader)
         // Applied by `ServiceRuntime.install()` before this runs; read here so a bad value stops the start.
         _ = try reader.string("pushrelay.executor", default: "loops")
         _ = try reader.int("pushrelay.event.loops", default: 1)

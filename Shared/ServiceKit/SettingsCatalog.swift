@@ -15,6 +15,8 @@ public enum SettingsCatalog {
         case double(ClosedRange<Double>)
         /// Free text of at most 4,096 bytes without control characters.
         case text
+        /// Text that is a secret (a password): checked like `text`, never quoted in a message.
+        case secret
         /// A file path (read where used; a missing file fails there, at start).
         case path
         case oneOf([String])
@@ -32,10 +34,19 @@ public enum SettingsCatalog {
     public static let entries: [String: Kind] = [
         "pushrelay.kafka.brokers": .text,
         "pushrelay.kafka.brokers.file": .path,
-        "pushrelay.kafka.properties": .text,
+        // Properties may hold `sasl.password`: never quoted.
+        "pushrelay.kafka.properties": .secret,
         "pushrelay.kafka.properties.file": .path,
-        "pushrelay.kafka.producer.properties": .text,
-        "pushrelay.kafka.consumer.properties": .text,
+        "pushrelay.kafka.producer.properties": .secret,
+        "pushrelay.kafka.consumer.properties": .secret,
+        "pushrelay.kafka.security.protocol": .oneOf(["plaintext", "ssl", "sasl_plaintext", "sasl_ssl"]),
+        "pushrelay.kafka.sasl.mechanism": .oneOf(["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]),
+        "pushrelay.kafka.sasl.username": .text,
+        "pushrelay.kafka.sasl.password.file": .path,
+        "pushrelay.kafka.tls.ca.file": .path,
+        "pushrelay.kafka.tls.cert.file": .path,
+        "pushrelay.kafka.tls.key.file": .path,
+        "pushrelay.kafka.tls.verify": .bool,
         "pushrelay.redis.host": .text,
         "pushrelay.redis.port": .int(1...65535),
         "pushrelay.redis.connections": .int(1...256),
@@ -43,6 +54,15 @@ public enum SettingsCatalog {
         "pushrelay.redis.prefix": .topic,
         "pushrelay.redis.cluster": .bool,
         "pushrelay.redis.cluster.seeds": .text,
+        "pushrelay.redis.username": .text,
+        "pushrelay.redis.password": .secret,
+        "pushrelay.redis.password.file": .path,
+        "pushrelay.redis.tls": .bool,
+        "pushrelay.redis.tls.ca.file": .path,
+        "pushrelay.redis.tls.cert.file": .path,
+        "pushrelay.redis.tls.key.file": .path,
+        "pushrelay.redis.tls.server.name": .text,
+        "pushrelay.redis.tls.verify": .bool,
         "pushrelay.topic.requests": .topic,
         "pushrelay.topic.outbound": .topic,
         "pushrelay.topic.feedback": .topic,
@@ -50,6 +70,11 @@ public enum SettingsCatalog {
         "pushrelay.topic.deadletter": .topic,
         "pushrelay.topic.hooks": .topic,
         "pushrelay.topic.retry.prefix": .topic,
+        // How `pushrelay-admin topics create` makes the topics.
+        "pushrelay.topic.partitions": .int(1...10_000),
+        "pushrelay.topic.replication.factor": .int(1...32),
+        "pushrelay.topic.min.insync.replicas": .int(1...32),
+        "pushrelay.topic.retention.ms": .int(60_000...(3650 * 86_400_000)),
         "pushrelay.retry.delays": .delays,
         "pushrelay.retry.max.attempts": .int(1...100),
         "pushrelay.retry.jitter": .double(0...0.9),
@@ -66,6 +91,8 @@ public enum SettingsCatalog {
         "pushrelay.http.client.ip.header": .headerName,
         "pushrelay.log.level": .oneOf(Logger.Level.allCases.map(\.rawValue)),
         "pushrelay.shutdown.timeout.ms": .int(1000...600_000),
+        "pushrelay.shutdown.grace.seconds": .int(10...3600),
+        "pushrelay.shutdown.prestop.seconds": .int(0...600),
         // Read by `ServiceRuntime.install()` before anything else; catalogued so they are checked.
         "pushrelay.executor": .oneOf(["loops", "pool"]),
         "pushrelay.event.loops": .int(1...256),
@@ -182,7 +209,7 @@ public enum SettingsCatalog {
                 }
                 continue
             }
-            if let problem = problem(value, kind) { errors.append("\(name)=\(shown(value)): \(problem)") }
+            if let problem = problem(value, kind) { errors.append("\(name)=\(shown(value, kind)): \(problem)") }
         }
         return (errors, unknown)
     }
@@ -212,7 +239,7 @@ public enum SettingsCatalog {
         case .double(let range):
             guard let d = Double(value), d.isFinite else { return "must be a number" }
             return range.contains(d) ? nil : "must be between \(range.lowerBound) and \(range.upperBound)"
-        case .text, .path:
+        case .text, .path, .secret:
             guard value.utf8.count <= 4096 else { return "is longer than 4096 bytes" }
             return value.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7f })
                 ? "must not contain control characters" : nil
@@ -235,7 +262,9 @@ public enum SettingsCatalog {
         }
     }
 
-    private static func shown(_ value: String) -> String {
-        value.utf8.count > 40 ? "\(value.prefix(40))…" : value
+    /// A value as an error message may quote it: a secret never.
+    static func shown(_ value: String, _ kind: Kind) -> String {
+        if case .secret = kind { return "<redacted>" }
+        return value.utf8.count > 40 ? "\(value.prefix(40))…" : value
     }
 }

@@ -32,7 +32,8 @@ public struct SettingsReader: Sendable {
         }
         guard let value = config.string(forKey: ConfigKey(key)) else { return nil }
         if let problem = SettingsCatalog.problem(value, kind) {
-            throw SettingsError("\(SettingsCatalog.environmentName(key))=\(value.prefix(40)): \(problem)")
+            throw SettingsError(
+                "\(SettingsCatalog.environmentName(key))=\(SettingsCatalog.shown(value, kind)): \(problem)")
         }
         return value
     }

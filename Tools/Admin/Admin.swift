@@ -8,14 +8,15 @@ import RedisClient
 import ServiceKit
 
 /// `pushrelay-admin`: operator commands that act on the relay's Redis directly, for a
-/// relay whose open server registration is closed (`PUSHRELAY_SERVER_REGISTRATION=closed`).
-/// It reads the same settings as the services (`PUSHRELAY_REDIS_*`, the API-key pepper file).
+/// relay whose open server registration is closed (`PUSHRELAY_SERVER_REGISTRATION=closed`),
+/// and on its Kafka topics (`topics`). It reads the same settings as the services
+/// (`PUSHRELAY_REDIS_*`, `PUSHRELAY_KAFKA_*`, the API-key pepper file).
 @main
 struct Admin: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "pushrelay-admin",
-        abstract: "Register servers and realms by hand.",
-        subcommands: [RegisterServer.self, RegisterRealm.self, IndexHostnames.self])
+        abstract: "Register servers and realms by hand; create the pipeline's topics.",
+        subcommands: [RegisterServer.self, RegisterRealm.self, IndexHostnames.self, Topics.self])
 }
 
 /// The stores, built from the environment like a service builds them.
