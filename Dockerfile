@@ -3,9 +3,11 @@
 #   docker build -t pushrelay:latest .                      # production (the last stage, the default)
 #   docker build --target dev -t pushrelay-dev:latest .     # dev and operator tools
 #
-# production: ingest, encryptor, dispatcher, feedback and pushrelay-replay, nothing else.
-# dev:        devbroker (librdkafka's mock cluster), provider-fakes (APNs/FCM fakes) and
-#             pushrelay-admin; compose's dev profile runs its services from it.
+# production: ingest, encryptor, dispatcher, feedback, pushrelay-replay and pushrelay-admin
+#             (the operator tool: servers and realms by hand, `topics create`/`topics wait`,
+#             which the Kubernetes topics Job and the stages' init containers run), nothing else.
+# dev:        devbroker (librdkafka's mock cluster) and provider-fakes (APNs/FCM fakes);
+#             compose's dev profile runs its services from it.
 # Needs BuildKit (the default builder since Docker 23): it builds only the stages the
 # requested target depends on, so a production build never compiles the dev stages.
 
@@ -30,36 +32,40 @@ COPY benchmarks benchmarks
 # (RUN uses /bin/sh, dash on Debian: no brace expansion, so each binary is named.)
 RUN swift build -c release --static-swift-stdlib \
     --product ingest --product encryptor --product dispatcher --product feedback \
-    --product pushrelay-replay \
+    --product pushrelay-replay --product pushrelay-admin \
     && bin="$(swift build -c release --show-bin-path)" && mkdir /out \
-    && cp "$bin/ingest" "$bin/encryptor" "$bin/dispatcher" "$bin/feedback" "$bin/pushrelay-replay" /out/
+    && cp "$bin/ingest" "$bin/encryptor" "$bin/dispatcher" "$bin/feedback" "$bin/pushrelay-replay" \
+          "$bin/pushrelay-admin" /out/
 
 # Dev tools, built on top of the production build (shared modules are reused, not
-# rebuilt). pushrelay-admin is an operator tool, not a service: it ships in the dev/tools
-# image, not in production.
+# rebuilt). pushrelay-admin depends on no Dev/ target: it is in the production build above.
 FROM build AS build-dev
 RUN swift build -c release --static-swift-stdlib \
-    --product devbroker --product provider-fakes --product pushrelay-admin \
+    --product devbroker --product provider-fakes \
     && bin="$(swift build -c release --show-bin-path)" && mkdir /out-dev \
-    && cp "$bin/devbroker" "$bin/provider-fakes" "$bin/pushrelay-admin" /out-dev/
+    && cp "$bin/devbroker" "$bin/provider-fakes" /out-dev/
 
 # What both runtime images share: the C libraries, CA certificates and a non-root user.
+# USER is numeric (uid:gid 10001:10001, the user and group `relay`), so Kubernetes can
+# verify runAsNonRoot without resolving a name; deploy/base sets runAsUser/runAsGroup to
+# the same numbers.
 FROM debian:bookworm-slim AS runtime
 RUN apt-get update && apt-get install -y --no-install-recommends librdkafka1 libhiredis0.14 libsodium23 libssl3 libsecp256k1-1 ca-certificates \
-    && rm -rf /var/lib/apt/lists/* && useradd --system --uid 10001 relay
-USER relay
+    && rm -rf /var/lib/apt/lists/* \
+    && groupadd --system --gid 10001 relay && useradd --system --uid 10001 --gid 10001 relay
+USER 10001:10001
 ENV PUSHRELAY_HTTP_HOST=0.0.0.0
 
-# Dev and operator tools (compose's dev profile): devbroker, provider-fakes, pushrelay-admin.
+# Dev tools (compose's dev profile): devbroker, provider-fakes.
 FROM runtime AS dev
 # The fakes write their CA and credentials to /fakes (compose mounts a named volume
 # there, which takes this directory's owner when first created).
 USER root
-RUN install -d -o relay /fakes
-USER relay
+RUN install -d -o 10001 -g 10001 /fakes
+USER 10001:10001
 COPY --from=build-dev /out-dev/ /usr/local/bin/
 
-# Production: the four services and the replay tool only. Keep this stage last, so a
-# plain `docker build` produces it.
+# Production: the four services, the replay tool and the admin tool only. Keep this stage
+# last, so a plain `docker build` produces it.
 FROM runtime AS production
 COPY --from=build /out/ /usr/local/bin/
