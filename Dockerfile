@@ -68,4 +68,14 @@ COPY --from=build-dev /out-dev/ /usr/local/bin/
 # Production: the four services, the replay tool and the admin tool only. Keep this stage
 # last, so a plain `docker build` produces it.
 FROM runtime AS production
+# The release (VERSION; scripts/release.sh keeps this default equal to it) and the commit:
+#   docker build --build-arg REVISION="$(git rev-parse HEAD)" -t pushrelay:"$(cat VERSION)" .
+# The revision reaches `--version`, /health and pushrelay_build_info through the environment.
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+LABEL org.opencontainers.image.title="PushRelay" \
+      org.opencontainers.image.description="End-to-end-encrypted mobile push relay: ingest, encryptor, dispatcher, feedback" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}"
+ENV PUSHRELAY_BUILD_REVISION=${REVISION}
 COPY --from=build /out/ /usr/local/bin/

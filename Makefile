@@ -1,4 +1,4 @@
-.PHONY: up down test build bench bench-peer bench-instructions microbench lint soak drills
+.PHONY: up down test build release bench bench-peer bench-instructions microbench lint soak drills
 
 ## Start the whole pipeline on embedded defaults (dev broker, Redis, fakes, 4 services, demo realm).
 up:
@@ -14,6 +14,11 @@ test:
 
 build:
 	swift build
+
+## Cut a release: `make release VERSION=x.y.z` checks the tree, writes the version everywhere,
+## moves CHANGELOG.md's [Unreleased] under it, commits and tags vx.y.z (scripts/release.sh).
+release:
+	scripts/release.sh "$(VERSION)"
 
 ## Formatting per .swift-format (CI runs it before the tests); `scripts/lint.sh --fix` rewrites.
 lint:

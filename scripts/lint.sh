@@ -10,4 +10,6 @@ fi
 swift format lint --strict --recursive --parallel "${paths[@]}"
 # The records' generated reader and writer match their declaration (Shared/PushModels/Records.wire).
 python3 scripts/wiregen.py --check
+# The release is the same in VERSION, BuildInfo, the Dockerfile, deploy/ and CHANGELOG.md.
+scripts/check-version.sh
 echo "lint: clean"

@@ -56,6 +56,12 @@ struct APIError: Error, HTTPResponseError {
     static let unauthorized = APIError(
         status: .unauthorized, code: "UNAUTHORIZED", message: "Missing or invalid server credentials",
         headers: [.wwwAuthenticate: #"Basic realm="pushrelay""#])
+    /// A body over its route's limit, declared or counted: answered at once with
+    /// `Connection: close`, and the connection closes (`RequestDeadlineHandler`) instead of
+    /// waiting for, and reading, the rest of the body.
+    static let requestTooLarge = APIError(
+        status: .contentTooLarge, code: "REQUEST_TOO_LARGE", message: "Request body is too large",
+        headers: [.connection: "close"])
     static let deviceNotFound = APIError(status: .notFound, code: "DEVICE_NOT_FOUND", message: "No such device")
     static let internalError = APIError(
         status: .internalServerError, code: "INTERNAL_ERROR", message: "Internal error; the request was not accepted")
@@ -126,8 +132,7 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
         case let error as HTTPError:
             switch error.status {
             case .contentTooLarge:
-                return APIError(
-                    status: .contentTooLarge, code: "REQUEST_TOO_LARGE", message: "Request body is too large")
+                return APIError.requestTooLarge
             case .notFound:
                 let allowed = routes.methods(at: request.uri.path)
                 guard allowed.isEmpty || allowed.contains(request.method) else {
@@ -148,7 +153,7 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
             context.logger.warning("redis unavailable", metadata: ["error": "\(error)"])
             return APIError.unavailable
         case is NIOTooManyBytesError:
-            return APIError(status: .contentTooLarge, code: "REQUEST_TOO_LARGE", message: "Request body is too large")
+            return APIError.requestTooLarge
         default:
             context.logger.error("request failed", metadata: ["error": "\(error)"])
             return APIError.internalError

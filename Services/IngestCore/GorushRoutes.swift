@@ -265,8 +265,7 @@ struct GorushController: Sendable {
     /// that grows past it waits for its share before reading on. A declared length over
     /// the limit is refused before anything is read.
     func readBody(_ request: Request) async throws -> (bytes: [UInt8], share: Int) {
-        let tooLarge = APIError(
-            status: .contentTooLarge, code: "REQUEST_TOO_LARGE", message: "Request body is too large")
+        let tooLarge = APIError.requestTooLarge
         let declared = request.headers.value(.contentLength).flatMap { Int($0) }
         if let declared, declared > settings.maxBodyBytes { throw tooLarge }
         var bytes: [UInt8] = []

@@ -16,7 +16,7 @@ struct RequestFields {
     /// Reads the body (bounded by `limit`) as JSON, or as a form when the content type says so.
     static func read(_ request: Request, limit: Int) async throws -> RequestFields {
         var request = request
-        let buffer = try await request.collectBody(upTo: limit)
+        let buffer = try await request.collectBody(within: limit)
         let bytes = Array(buffer.readableBytesView)
         let contentType = request.headers.value(.contentType)?.lowercased() ?? ""
         let json: JSONValue
@@ -77,5 +77,18 @@ struct RequestFields {
             throw APIError.badRequest("\(key): must be a UUID", field: key)
         }
         return uuid
+    }
+}
+
+extension Request {
+    /// The body, at most `limit` bytes. A `Content-Length` over the limit is refused before
+    /// anything is read, and a body without one as soon as the count passes it (413
+    /// `REQUEST_TOO_LARGE` with `Connection: close`; the error middleware maps the count's
+    /// `NIOTooManyBytesError`).
+    mutating func collectBody(within limit: Int) async throws -> ByteBuffer {
+        if let declared = headers.value(.contentLength).flatMap({ Int($0) }), declared > limit {
+            throw APIError.requestTooLarge
+        }
+        return try await collectBody(upTo: limit)
     }
 }

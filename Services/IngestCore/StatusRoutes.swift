@@ -73,7 +73,7 @@ struct StatusController: Sendable {
                 headers: [.retryAfter: "\(retryAfter)"])
         }
         var request = request
-        let bytes = Array(try await request.collectBody(upTo: Self.maxBody).readableBytesView)
+        let bytes = Array(try await request.collectBody(within: Self.maxBody).readableBytesView)
         do {
             return (server, try StatusEnvelope(bytes: bytes, expected: type))
         } catch .malformed {

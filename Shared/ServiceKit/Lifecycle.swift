@@ -123,6 +123,7 @@ public func runServices(_ services: [any Service], shutdownTimeout: Duration, lo
 /// start) is printed to stderr and the process exits with status 78 (EX_CONFIG), never
 /// a trap.
 public func runMain(_ body: @Sendable () async throws -> Void) async {
+    BuildInfo.answerVersionFlag()
     do {
         try await body()
     } catch {

@@ -49,6 +49,7 @@ public struct Observability: Sendable {
             }, metadataProvider: traced ? RelayTracing.loggingMetadataProvider : nil)
         let registry = PrometheusCollectorRegistry()
         MetricsSystem.bootstrap(MetricHandlers(PrometheusMetricsFactory(registry: registry)))
+        BuildInfo.recordMetric()
         var logger = Logger(label: "pushrelay.\(service)")
         logger.logLevel = level
         let tracingService = traced ? try RelayTracing.bootstrap(service: service, environment: environment) : nil

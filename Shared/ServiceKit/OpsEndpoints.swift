@@ -48,6 +48,13 @@ public final class Readiness: Sendable {
 extension Router {
     /// `/health/live`, `/health/ready` and `/metrics`, the same on every service.
     public func addOpsRoutes(readiness: Readiness, registry: PrometheusCollectorRegistry) {
+        // What runs here: the release and the commit (a rolling upgrade shows both).
+        let health = #"{"status":"live","version":"\#(BuildInfo.version)","revision":"\#(BuildInfo.revision)"}"#
+        get("/health") { _, _ in
+            Response(
+                status: .ok, headers: [.contentType: "application/json"],
+                body: .init(byteBuffer: ByteBuffer(string: health)))
+        }
         get("/health/live") { _, _ in
             Response(
                 status: .ok, headers: [.contentType: "application/json"],

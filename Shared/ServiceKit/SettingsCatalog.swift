@@ -189,7 +189,10 @@ public enum SettingsCatalog {
 
     /// Variables that belong to the dev tools and the test harness, not to a service.
     static let toolPrefixes = ["PUSHRELAY_FAKES_", "PUSHRELAY_DEVBROKER_", "PUSHRELAY_FUZZ_", "PUSHRELAY_BENCH_"]
-    static let toolVariables: Set<String> = ["PUSHRELAY_BIN_DIR", "PUSHRELAY_EXIT_WITH_PARENT"]
+    /// Not settings: the harness's, and the image's build revision (`BuildInfo`).
+    static let toolVariables: Set<String> = [
+        "PUSHRELAY_BIN_DIR", "PUSHRELAY_EXIT_WITH_PARENT", "PUSHRELAY_BUILD_REVISION",
+    ]
 
     public static func environmentName(_ key: String) -> String {
         key.uppercased().replacingOccurrences(of: ".", with: "_")

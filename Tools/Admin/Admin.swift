@@ -16,6 +16,7 @@ struct Admin: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "pushrelay-admin",
         abstract: "Register servers and realms by hand; create the pipeline's topics.",
+        version: BuildInfo.line("pushrelay-admin"),
         subcommands: [RegisterServer.self, RegisterRealm.self, IndexHostnames.self, Topics.self])
 }
 

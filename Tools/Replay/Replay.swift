@@ -22,7 +22,8 @@ struct Replay: AsyncParsableCommand {
               pushrelay-replay --topic push.deliveries --from 2026-11-22T10:00:00Z --to 2026-11-22T10:20:00Z --realm R --summary
               pushrelay-replay --trace 5f0c…
               pushrelay-replay --topic push.deadletter --reason TooManyRequests --into push.outbound
-            """)
+            """,
+        version: BuildInfo.line("pushrelay-replay"))
 
     @Option(help: "Topic to read (default push.deliveries; --trace reads every pipeline topic).")
     var topic: String?
