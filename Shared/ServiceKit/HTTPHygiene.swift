@@ -10,15 +10,21 @@ import NIOHTTPTypes
 /// Connection limits and timeouts every HTTP listener of the relay runs with, so a
 /// client that opens connections and never finishes a request cannot hold them:
 ///
-/// - `headerTimeout`: from the connection's start until the first request head is complete;
-/// - `bodyTimeout`: from the head until the body is complete;
+/// - `headerTimeout`: from the connection's start until the first request head is complete
+///   (a client that opens a connection and sends part of a head, or nothing, is closed then);
+/// - `bodyTimeout`: from the head until the body is complete, however the bytes trickle
+///   (a client that declares or starts a body and stalls is closed then);
 /// - `idleTimeout`: a keep-alive connection with no whole request part in flight
 ///   (Hummingbird's; it sees request parts, not bytes, so it also bounds a later
-///   request whose head trickles in);
+///   request whose head trickles in: closed `idleTimeout` after the previous answer);
 /// - `maxConnections`: past this many open connections the listener stops accepting
 ///   until one closes (the kernel's backlog holds the rest).
 ///
 /// Connections cut for being slow are counted in `pushrelay_http_slow_clients_total`.
+///
+/// An answer that says `Connection: close` (413 `REQUEST_TOO_LARGE`, a request that is not
+/// HTTP) closes the connection as soon as it is written, without waiting for the rest of
+/// the request; Hummingbird would keep the connection and read the body to its end.
 public struct HTTPHygiene: Sendable {
     public var maxConnections: Int
     public var headerTimeout: Duration
@@ -57,6 +63,10 @@ public struct HTTPHygiene: Sendable {
 /// Closes a connection whose request head or body does not arrive in time. It sits
 /// after HTTP decoding, so it sees whole request parts: a client that trickles header
 /// bytes never produces a head, and its header deadline fires.
+///
+/// After an answer that says `Connection: close` it sends FIN at once, then reads and drops
+/// what the client still sends (closing at once, with unread bytes, would reset the
+/// connection and could lose the answer) until the client closes or `linger` passes.
 final class RequestDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPRequestPart
     typealias InboundOut = HTTPRequestPart
@@ -66,7 +76,12 @@ final class RequestDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandle
     enum Phase: String {
         case header
         case body
+        /// Answered with `Connection: close`: dropping what still arrives.
+        case closing
     }
+
+    /// How long a connection answered with `Connection: close` waits for the client to close.
+    static let linger = TimeAmount.seconds(2)
 
     let headerTimeout: TimeAmount
     let bodyTimeout: TimeAmount
@@ -75,6 +90,8 @@ final class RequestDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandle
     private var phase: Phase?
     /// Answered and closing: nothing more is passed on.
     private var refused = false
+    /// The answer being written says `Connection: close`.
+    private var answerCloses = false
 
     init(headerTimeout: TimeAmount, bodyTimeout: TimeAmount, listener: String) {
         self.headerTimeout = headerTimeout
@@ -98,10 +115,14 @@ final class RequestDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandle
     /// Bytes that are not HTTP/1.1 get the relay's JSON error shape and a closed
     /// connection, instead of the bare 400 the server would write.
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        // Answered and closing: what the client still sends is dropped, errors and all.
+        guard !refused else { return }
         guard error is HTTPParserError else {
             context.fireErrorCaught(error)
             return
         }
+        // A body cut short by the connection's close (a deadline) is not malformed.
+        guard context.channel.isActive else { return }
         RelayMetrics.malformedHTTP(listener: listener).increment()
         refuse(
             context: context, status: .badRequest, code: "MALFORMED_REQUEST",
@@ -112,8 +133,6 @@ final class RequestDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandle
     /// never reaches the router (bytes that are not HTTP, CONNECT, whose answer NIO
     /// would send without a body).
     private func refuse(context: ChannelHandlerContext, status: HTTPResponse.Status, code: String, message: String) {
-        disarm()
-        refused = true
         let body = ByteBuffer(string: #"{"code":"\#(code)","msg":"\#(message)","result":"error"}"#)
         let head = HTTPResponse(
             status: status,
@@ -122,8 +141,16 @@ final class RequestDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandle
             ])
         context.write(wrapOutboundOut(.head(head)), promise: nil)
         context.write(wrapOutboundOut(.body(body)), promise: nil)
-        let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
-        context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in loopBound.value.close(promise: nil) }
+        context.write(wrapOutboundOut(.end(nil)), promise: nil)
+        closeAfterAnswer(context: context)
+    }
+
+    /// Flushes the answer and sends FIN after it; what the client still sends is dropped.
+    private func closeAfterAnswer(context: ChannelHandlerContext) {
+        refused = true
+        context.flush()
+        context.close(mode: .output, promise: nil)
+        arm(.closing, context: context)
     }
 
     func channelInactive(context: ChannelHandlerContext) {
@@ -146,6 +173,17 @@ final class RequestDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandle
     }
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        switch unwrapOutboundIn(data) {
+        case .head(let head):
+            answerCloses = head.headerFields.value(.connection)?.lowercased() == "close"
+        case .end where answerCloses:
+            // Not the rest of the body (Hummingbird reads it to its end before the next request).
+            context.write(data, promise: promise)
+            closeAfterAnswer(context: context)
+            return
+        case .body, .end:
+            break
+        }
         // Between requests of a keep-alive connection, the idle timeout applies.
         context.write(data, promise: promise)
     }
@@ -153,12 +191,17 @@ final class RequestDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandle
     private func arm(_ next: Phase, context: ChannelHandlerContext) {
         disarm()
         phase = next
-        let timeout = next == .header ? headerTimeout : bodyTimeout
+        let timeout =
+            switch next {
+            case .header: headerTimeout
+            case .body: bodyTimeout
+            case .closing: Self.linger
+            }
         let listener = self.listener
         let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
         deadline = context.eventLoop.scheduleTask(in: timeout) {
             let context = loopBound.value
-            RelayMetrics.slowClients(listener: listener, phase: next.rawValue).increment()
+            if next != .closing { RelayMetrics.slowClients(listener: listener, phase: next.rawValue).increment() }
             context.close(promise: nil)
         }
     }

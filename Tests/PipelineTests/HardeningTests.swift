@@ -175,21 +175,79 @@ import Testing
         let strict = try await Self.strictIngest(stack)
         let port = try #require(URL(string: strict.api)?.port)
         let start = ContinuousClock.now
-        // Headers that never end.
+        // Headers that never end: the header timeout (1 s here) from the connection's start closes it.
         let trickle = try RawConnection(port: port)
         try trickle.send("POST /v1/notify HTTP/1.1\r\nHost: x\r\n")
         #expect(trickle.waitForClose(timeout: .seconds(10)), "header timeout closes the connection")
-        // A body that never arrives.
+        let headerClosed = ContinuousClock.now - start
+        #expect(headerClosed >= .milliseconds(900), "closed after \(headerClosed), before the header timeout")
+        // A body that never arrives: the body timeout (1 s here) from the head closes it.
+        let bodyStart = ContinuousClock.now
         let stalled = try RawConnection(port: port)
         try stalled.send(
             "POST /v1/notify HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"a\""
         )
         #expect(stalled.waitForClose(timeout: .seconds(10)), "body timeout closes the connection")
+        let bodyClosed = ContinuousClock.now - bodyStart
+        #expect(bodyClosed >= .milliseconds(900), "closed after \(bodyClosed), before the body timeout")
         #expect(ContinuousClock.now - start < .seconds(15))
         let metrics = String(decoding: try await HTTP.get("\(strict.ops)/metrics").body, as: UTF8.self)
         #expect(metrics.contains("pushrelay_http_slow_clients_total"))
         #expect(metrics.contains(#"phase="header""#))
         #expect(metrics.contains(#"phase="body""#))
+    }
+
+    // MARK: bodies over the limit
+
+    /// A body over the limit is answered 413 at once and the connection closed: the server
+    /// neither waits for the rest (the body timeout is 30 s on the shared ingest) nor reads it.
+    @Test func aBodyOverTheLimitIsAnsweredAtOnceAndTheConnectionClosed() async throws {
+        let stack = try await Stack.get()
+        let realm = try await RealmClient.registered(stack)
+        let port = try #require(URL(string: stack.ingestURL)?.port)
+        let credentials = Data("\(realm.serverUUID):\(realm.apiKey)".utf8).base64EncodedString()
+        func head(_ framing: String) -> String {
+            "POST /api/v1/remotes/push/e2ee/register HTTP/1.1\r\nHost: x\r\nAuthorization: Basic \(credentials)\r\n"
+                + "Content-Type: application/json\r\n\(framing)\r\n\r\n"
+        }
+        func expectRefused(_ connection: RawConnection, since start: ContinuousClock.Instant, _ what: String) {
+            let answer = Self.parseAnswer(connection.readAll(timeout: .seconds(5)))
+            let took = ContinuousClock.now - start
+            #expect(answer.status == "413", "\(what)")
+            #expect(answer.json?["result"] == "error", "\(what)")
+            #expect(answer.json?["code"] == "REQUEST_TOO_LARGE", "\(what)")
+            #expect(answer.json?["msg"]?.stringValue?.isEmpty == false, "\(what)")
+            #expect(answer.headers["connection"] == "close", "\(what)")
+            #expect(took < .seconds(1), "\(what): answered after \(took)")
+            #expect(connection.waitForClose(timeout: .seconds(1)), "\(what): the connection closes")
+        }
+        // A declared length over the 256 KiB limit, and 1 KiB of the body sent.
+        let declared = try RawConnection(port: port)
+        let declaredStart = ContinuousClock.now
+        try declared.send(head("Content-Length: 10000000") + #"{"realm_uuid":""# + String(repeating: "a", count: 1024))
+        expectRefused(declared, since: declaredStart, "Content-Length over the limit")
+        // No length (chunked): refused once the count passes the limit; the final chunk never comes.
+        let chunked = try RawConnection(port: port)
+        let chunk = String(repeating: "a", count: 300 * 1024)
+        let chunkedStart = ContinuousClock.now
+        try chunked.send(head("Transfer-Encoding: chunked") + "\(String(chunk.utf8.count, radix: 16))\r\n\(chunk)\r\n")
+        expectRefused(chunked, since: chunkedStart, "a chunked body over the limit")
+        #expect(stack.isRunning(.ingest))
+    }
+
+    /// Status code, header fields (lowercased names) and JSON body of a raw HTTP answer.
+    static func parseAnswer(_ text: String) -> (status: String, headers: [String: String], json: JSONValue?) {
+        let parts = text.components(separatedBy: "\r\n\r\n")
+        let lines = (parts.first ?? "").components(separatedBy: "\r\n")
+        let status = lines.first?.split(separator: " ").dropFirst().first.map(String.init) ?? ""
+        var headers: [String: String] = [:]
+        for line in lines.dropFirst() {
+            guard let colon = line.firstIndex(of: ":") else { continue }
+            let value = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+            headers[line[..<colon].lowercased()] = value
+        }
+        let body = parts.dropFirst().joined(separator: "\r\n\r\n")
+        return (status, headers, try? Wire.decode(JSONValue.self, from: Array(body.utf8)))
     }
 
     @Test func bytesThatAreNotHTTPGetAJSONError() async throws {
