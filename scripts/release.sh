@@ -27,6 +27,12 @@ find deploy -name kustomization.yaml -print0 | xargs -0 sed -i \
   -e "s/app.kubernetes.io\/version: \"$current\"/app.kubernetes.io\/version: \"$new\"/" \
   -e "s/newTag: \"$current\"/newTag: \"$new\"/"
 sed -i "s/^## \[Unreleased\]\$/## [Unreleased]\n\n## [$new] - $today/" CHANGELOG.md
+# The release's reading rules, frozen: the next releases' writers are checked against them
+# (Tests/PushModelsTests/WireCompatibilityTests.swift, docs/compatibility.md).
+rules=Tests/PushModelsTests/Fixtures/rules
+python3 scripts/wiregen.py --check >/dev/null || fail "scripts/wiregen.py --check fails: regenerate and commit first"
+cp "$rules/current.json" "$rules/$new.json"
+git add "$rules/$new.json"
 scripts/check-version.sh
 scripts/lint.sh >/dev/null
 git commit -qam "Release $new"

@@ -2,7 +2,10 @@
 """Generates the topic records' Swift from their declaration, each field declared once.
 
     python3 scripts/wiregen.py           write Shared/PushModels/Generated/Records+Wire.swift
-    python3 scripts/wiregen.py --check   exit 1 if the committed file is not what this writes
+    python3 scripts/wiregen.py --check   exit 1 if the committed file is not what this writes, or
+                                         Tests/PushModelsTests/Fixtures/rules/current.json is not
+                                         what --rules prints
+    python3 scripts/wiregen.py --rules   print the records' reading and writing rules as JSON
 
 Reads Shared/PushModels/Records.wire (its header describes the format) and writes, for
 each record, the struct with its stored properties, `init(fields:)` reading the fields
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import json
 import re
 import sys
 from dataclasses import dataclass, field
@@ -23,6 +27,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DECLARATION = Path("Shared/PushModels/Records.wire")
 OUTPUT = Path("Shared/PushModels/Generated/Records+Wire.swift")
+# The rules of the tree (`--rules`), committed beside each release's frozen copy
+# (`rules/X.Y.Z.json`); WireCompatibilityTests compares the two (docs/compatibility.md).
+RULES = Path("Tests/PushModelsTests/Fixtures/rules/current.json")
+# The Swift beside the declaration: the `named` codecs' enums, and DeliveryClass's reader.
+SWIFT_SOURCES = Path("Shared/PushModels")
 LINE_LENGTH = 120
 
 
@@ -549,6 +558,164 @@ def generate_tag(union: Union, out: Writer) -> None:
     out(1, "}")
 
 
+# MARK: - Rules: what each record's reader needs and its writer writes (--rules)
+#
+# Per record, per key (a union's cases each have their own keys):
+#   type          string, int, object, array or any (a `json` value, null included)
+#   required      true: the reader throws when the key is absent (or null, unless `any`)
+#   unless        keys whose presence (not null) lifts `required`: `required-without=F`
+#                 and `only-without=F` give F; `or=KEY2` gives KEY2 to KEY, KEY to KEY2
+#   ignoredWith   keys whose presence means this key is not read at all (`only-without=F`:
+#                 F; the `or=` fallback KEY2: KEY and F)
+#   written       always, maybe (an optional: when set) or never (an `or=` fallback)
+#   writtenUnless with `always`: left out while one of these keys is written
+#   names         a `named` codec: the only names the reader accepts (sorted)
+#   elements      an array's element type (int), when its elements are not records
+#   record        an `object` or `objects` key: the record its value (or each element) is
+
+
+def swift_string_enums(directory: Path) -> dict[str, list[list[str]]]:
+    """The raw values of each `enum NAME: String` in the Swift files of `directory` (one
+    list per enum of that name: a nested enum's name need not be unique)."""
+    found: dict[str, list[list[str]]] = {}
+    for path in sorted(directory.glob("*.swift")):
+        text = path.read_text(encoding="utf-8")
+        for m in re.finditer(rf"\benum\s+({IDENTIFIER})\s*:\s*String\b[^{{]*\{{", text):
+            depth, names = 1, []
+            for line in text[m.end():].splitlines():
+                code = line.split("//", 1)[0]
+                if depth == 1 and (case := re.match(r"\s*case\s+(.+)$", code)):
+                    for item in case.group(1).split(","):
+                        name, _, raw = item.partition("=")
+                        names.append(raw.strip().strip('"') if raw else name.strip().strip("`"))
+                depth += code.count("{") - code.count("}")
+                if depth <= 0:
+                    break
+            found.setdefault(m.group(1), []).append(names)
+    return found
+
+
+# The JSON type each codec reads (the rest read arrays).
+JSON_TYPES = {
+    "string": "string",
+    "utf8": "string",
+    "named": "string",
+    "int": "int",
+    "int64": "int",
+    "object": "object",
+    "json": "any",
+    "canonical": "any",
+}
+
+# DeliveryClass is written by hand (Provider.swift): its rules too, checked against its
+# `init(fields:)` so the two cannot drift apart.
+DELIVERY_CLASS_RULES = {
+    "apns_priority": {"type": "int", "required": False, "written": "maybe"},
+    "apns_push_type": {"type": "string", "required": True, "written": "always"},
+    "fcm_priority": {"type": "string", "required": False, "written": "maybe"},
+}
+
+
+def check_delivery_class(directory: Path) -> None:
+    text = (directory / "Provider.swift").read_text(encoding="utf-8")
+    start = text.find("public struct DeliveryClass")
+    reader = re.search(r"public init\(fields: WireFields\) throws \{(.*?)\n    \}", text[start:], re.S)
+    if start < 0 or reader is None:
+        raise ValueError("Provider.swift: DeliveryClass's init(fields:) not found")
+    read = {
+        key: {"type": "string" if codec == "string" else "int", "required": not present}
+        for codec, present, key in re.findall(r'fields\.(string|int|int64)\((ifPresent: )?"([^"]+)"\)', reader.group(1))
+    }
+    table = {key: {"type": rule["type"], "required": rule["required"]} for key, rule in DELIVERY_CLASS_RULES.items()}
+    if read != table:
+        raise ValueError(f"DELIVERY_CLASS_RULES in wiregen.py ({table}) differ from DeliveryClass's reader ({read})")
+
+
+def rules(wrappers: dict[str, Wrapper], records: list[Record], enums: dict[str, list[list[str]]]) -> dict:
+    def bare(type_: str) -> str:
+        return type_.rstrip("?").strip("[]")
+
+    def json_type(codec: str) -> str:
+        if codec in wrappers:
+            return "string" if wrappers[codec].base == "string" else "int"
+        return JSON_TYPES.get(codec, "array")  # int64s, objects, [W]
+
+    def key_rule(item: Field, codec: str, required: bool) -> dict:
+        rule: dict = {"type": json_type(codec), "required": required}
+        if codec == "named":
+            candidates = enums.get(bare(item.type), [])
+            if len(candidates) != 1:
+                raise DeclarationError(
+                    item.line, f"{len(candidates)} `enum {bare(item.type)}: String` in {SWIFT_SOURCES}, not one"
+                )
+            rule["names"] = sorted(candidates[0])
+        if codec in ("object", "objects"):
+            rule["record"] = bare(item.type)
+        elif codec == "int64s" or codec.startswith("["):
+            rule["elements"] = "int"
+        return rule
+
+    def field_rules(item: Field, key_of: dict[str, str]) -> dict[str, dict]:
+        plain = not item.optional and item.default is None
+        rule = key_rule(item, item.codec, plain or item.unless is not None)
+        rule["written"] = "maybe" if item.optional else "always"
+        unless = [key_of[item.unless]] if item.unless else []
+        if unless:
+            rule["writtenUnless"] = unless
+        if item.only_without:
+            rule["ignoredWith"] = unless
+        out = {item.key: rule}
+        if item.fallback:
+            fallback_key, fallback_codec = item.fallback
+            rule["required"] = True
+            out[fallback_key] = key_rule(item, fallback_codec, True) | {
+                "written": "never", "unless": sorted(unless + [item.key]), "ignoredWith": sorted(unless + [item.key])
+            }
+            unless = unless + [fallback_key]
+        if unless and rule["required"]:
+            rule["unless"] = sorted(unless)
+        return out
+
+    described: dict[str, dict] = {"DeliveryClass": {"keys": DELIVERY_CLASS_RULES}}
+    for record in records:
+        keys: dict[str, dict] = {}
+        key_of: dict[str, str] = {}
+        entry: dict = {"keys": keys}
+        for member in record.members:
+            key_of[member.name] = member.key
+            if isinstance(member, Field):
+                keys.update(field_rules(member, key_of))
+                continue
+            tags = sorted(case.tag for case in member.cases)
+            keys[member.key] = {"type": "string", "required": True, "names": tags, "written": "always"}
+            cases = {case.tag: {} for case in member.cases}
+            for case in member.cases:
+                for item in case.fields:
+                    cases[case.tag].update(field_rules(item, {}))
+            entry["union"] = {"key": member.key, "cases": cases}
+        described[record.name] = entry
+    return {
+        "about": "The records' reading and writing rules (scripts/wiregen.py --rules): docs/compatibility.md",
+        "format": 1,
+        "records": described,
+    }
+
+
+def rules_json(wrappers: dict[str, Wrapper], records: list[Record]) -> str:
+    check_delivery_class(ROOT / SWIFT_SOURCES)
+    described = rules(wrappers, records, swift_string_enums(ROOT / SWIFT_SOURCES))
+
+    # Sorted keys, one key's rule a line: a change reads as a one-line diff.
+    def dump(value: object, indent: int) -> str:
+        if isinstance(value, dict) and value and any(isinstance(v, dict) for v in value.values()):
+            inner = "  " * (indent + 1)
+            items = [f"{inner}{json.dumps(k)}: {dump(v, indent + 1)}" for k, v in sorted(value.items())]
+            return "{\n" + ",\n".join(items) + "\n" + "  " * indent + "}"
+        return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(", ", ": "))
+
+    return dump(described, 0) + "\n"
+
+
 # MARK: - Main
 
 
@@ -557,33 +724,45 @@ def main() -> int:
     parser.add_argument(
         "--check", action="store_true", help="exit 1 if the committed output differs from what would be generated"
     )
+    parser.add_argument(
+        "--rules", action="store_true", help=f"print the records' reading and writing rules (committed as {RULES})"
+    )
     arguments = parser.parse_args()
     try:
         wrappers, records = parse((ROOT / DECLARATION).read_text(encoding="utf-8"))
         validate(wrappers, records)
         swift = generate(wrappers, records)
+        described = rules_json(wrappers, records) if arguments.check or arguments.rules else ""
     except (DeclarationError, ValueError) as error:
         print(f"wiregen: {error}", file=sys.stderr)
         return 2
+    if arguments.rules:
+        sys.stdout.write(described)
+        return 0
     target = ROOT / OUTPUT
     if arguments.check:
-        current = target.read_text(encoding="utf-8") if target.exists() else ""
-        if current != swift:
+        stale = 0
+        for path, expected, remedy in [
+            (OUTPUT, swift, "python3 scripts/wiregen.py"),
+            (RULES, described, f"python3 scripts/wiregen.py --rules > {RULES}"),
+        ]:
+            current = (ROOT / path).read_text(encoding="utf-8") if (ROOT / path).exists() else ""
+            if current == expected:
+                print(f"wiregen: {path} is up to date")
+                continue
             diff = difflib.unified_diff(
                 current.splitlines(keepends=True),
-                swift.splitlines(keepends=True),
-                f"{OUTPUT} (committed)",
-                f"{OUTPUT} (from {DECLARATION})",
+                expected.splitlines(keepends=True),
+                f"{path} (committed)",
+                f"{path} (from {DECLARATION})",
             )
             sys.stderr.writelines(diff)
             print(
-                f"wiregen: {OUTPUT} is not what {DECLARATION} generates: "
-                "run `python3 scripts/wiregen.py` and commit the result",
+                f"wiregen: {path} is not what {DECLARATION} generates: run `{remedy}` and commit the result",
                 file=sys.stderr,
             )
-            return 1
-        print(f"wiregen: {OUTPUT} is up to date")
-        return 0
+            stale = 1
+        return stale
     target.parent.mkdir(parents=True, exist_ok=True)
     if not target.exists() or target.read_text(encoding="utf-8") != swift:
         target.write_text(swift, encoding="utf-8")

@@ -27,6 +27,12 @@ import ServiceLifecycle
 /// requests, a GOAWAY whose last-stream-id is the highest stream handed on so far. As RFC
 /// 9113 §6.8 promises the client, no stream above it is processed; the streams up to it
 /// are answered.
+///
+/// With `goAwayGrace`, the way APNs's and Google's front ends retire one: the streams up to
+/// the last-stream-id are still answered, about half of them late (up to 90% of the grace
+/// period after the GOAWAY), and the TCP connection is closed the grace period after the
+/// GOAWAY, whatever is still unanswered then (a request whose body had not all come).
+/// Without it, the connection closes as soon as its last answer is written.
 struct FakeHTTPServer: Service {
     typealias Respond = @Sendable (Request, any Channel) async -> Response
 
@@ -34,6 +40,7 @@ struct FakeHTTPServer: Service {
     let port: Int
     let tls: NIOSSLContext
     let goAwayEvery: Int
+    let goAwayGrace: TimeAmount?
     let state: FakeState
     let respond: Respond
     let logger: Logger
@@ -42,7 +49,7 @@ struct FakeHTTPServer: Service {
     /// answer as Hummingbird's would.
     init(
         host: String, port: Int, tls: TLSConfiguration, router: Router<BasicRequestContext>, goAwayEvery: Int,
-        state: FakeState, logger: Logger
+        goAwayGrace: TimeAmount? = nil, state: FakeState, logger: Logger
     ) throws {
         var tls = tls
         tls.applicationProtocols = ["h2", "http/1.1"]
@@ -50,6 +57,7 @@ struct FakeHTTPServer: Service {
         self.host = host
         self.port = port
         self.goAwayEvery = goAwayEvery
+        self.goAwayGrace = goAwayGrace
         self.state = state
         self.logger = logger
         let responder = router.buildResponder()
@@ -66,7 +74,7 @@ struct FakeHTTPServer: Service {
     }
 
     func run() async throws {
-        let (tls, goAwayEvery, state, respond) = (tls, goAwayEvery, state, respond)
+        let (tls, goAwayEvery, goAwayGrace, state, respond) = (tls, goAwayEvery, goAwayGrace, state, respond)
         let server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
@@ -80,7 +88,9 @@ struct FakeHTTPServer: Service {
                                 try channel.pipeline.syncOperations.addHandler(
                                     NIOHTTP2Handler(mode: .server, initialSettings: nioDefaultSettings))
                                 try channel.pipeline.syncOperations.addHandler(
-                                    HTTP2Requests(goAwayEvery: goAwayEvery, state: state, respond: respond))
+                                    HTTP2Requests(
+                                        goAwayEvery: goAwayEvery, goAwayGrace: goAwayGrace, state: state,
+                                        respond: respond))
                             }
                         },
                         http1ChannelConfigurator: { channel in
@@ -151,6 +161,8 @@ final class HTTP2Requests: ChannelInboundHandler, @unchecked Sendable {
     static let connectionWindow = 1 << 20
 
     private let goAwayEvery: Int
+    /// Set: the connection closes this long after its GOAWAY, and some answers come late.
+    private let goAwayGrace: TimeAmount?
     private let fakeState: FakeState
     private let respond: FakeHTTPServer.Respond
     private var streams: [HTTP2StreamID: Stream] = [:]
@@ -160,6 +172,8 @@ final class HTTP2Requests: ChannelInboundHandler, @unchecked Sendable {
     private var highestForwarded = HTTP2StreamID(0)
     /// Set once the GOAWAY is sent: its last-stream-id.
     private var goAwayLastStreamID: HTTP2StreamID?
+    /// When the GOAWAY was sent, with a grace period.
+    private var goAwayAt: NIODeadline?
     /// After the GOAWAY, the last answer is written: the connection closes once it is out.
     private var closing = false
     private var flushScheduled = false
@@ -167,8 +181,11 @@ final class HTTP2Requests: ChannelInboundHandler, @unchecked Sendable {
     private var windowUpdatesPending = Set<HTTP2StreamID>()
     private var context: ChannelHandlerContext?
 
-    init(goAwayEvery: Int, state: FakeState, respond: @escaping FakeHTTPServer.Respond) {
+    init(
+        goAwayEvery: Int, goAwayGrace: TimeAmount? = nil, state: FakeState, respond: @escaping FakeHTTPServer.Respond
+    ) {
         self.goAwayEvery = goAwayEvery
+        self.goAwayGrace = goAwayGrace
         self.fakeState = state
         self.respond = respond
     }
@@ -243,6 +260,10 @@ final class HTTP2Requests: ChannelInboundHandler, @unchecked Sendable {
                         payload: .goAway(lastStreamID: highestForwarded, errorCode: .noError, opaqueData: nil))),
                 promise: nil)
             scheduleFlush()
+            if let goAwayGrace {
+                goAwayAt = .now()
+                context.eventLoop.scheduleTask(in: goAwayGrace) { [self] in closeAfterGrace() }
+            }
         }
         return true
     }
@@ -282,8 +303,20 @@ final class HTTP2Requests: ChannelInboundHandler, @unchecked Sendable {
         }
     }
 
-    private func answer(_ streamID: HTTP2StreamID, head: HTTPResponse, body: ByteBuffer) {
-        guard answering.remove(streamID) != nil, let context else { return }
+    private func answer(_ streamID: HTTP2StreamID, head: HTTPResponse, body: ByteBuffer, late: Bool = false) {
+        guard answering.contains(streamID), let context else { return }
+        if let goAwayGrace, let goAwayAt, !late, Bool.random() {
+            // After the GOAWAY, about half the answers come late, each out before the close.
+            let latest = goAwayAt + TimeAmount.nanoseconds(goAwayGrace.nanoseconds * 9 / 10) - NIODeadline.now()
+            if latest.nanoseconds > 0 {
+                let delay = TimeAmount.nanoseconds(Int64.random(in: 0...latest.nanoseconds))
+                context.eventLoop.scheduleTask(in: delay) { [self] in
+                    answer(streamID, head: head, body: body, late: true)
+                }
+                return
+            }
+        }
+        answering.remove(streamID)
         var headers = HPACKHeaders()
         headers.reserveCapacity(head.headerFields.count + 2)
         headers.add(name: ":status", value: String(head.status.code))
@@ -294,8 +327,9 @@ final class HTTP2Requests: ChannelInboundHandler, @unchecked Sendable {
             headers.add(name: "content-length", value: String(body.readableBytes))
         }
         let hasBody = body.readableBytes > 0
-        // The last answer after the GOAWAY: the connection closes once it is written.
-        let last = goAwayLastStreamID != nil && answering.isEmpty && streams.isEmpty
+        // The last answer after the GOAWAY: the connection closes once it is written (with
+        // a grace period, when it ends).
+        let last = goAwayGrace == nil && goAwayLastStreamID != nil && answering.isEmpty && streams.isEmpty
         let written = last ? context.eventLoop.makePromise(of: Void.self) : nil
         context.write(
             wrapOutboundOut(
@@ -315,9 +349,21 @@ final class HTTP2Requests: ChannelInboundHandler, @unchecked Sendable {
         }
     }
 
-    /// After the GOAWAY, with nothing left to answer: flush and close.
+    /// After the GOAWAY, with nothing left to answer: flush and close (with a grace period,
+    /// when it ends).
     private func closeIfQuiesced() {
-        guard goAwayLastStreamID != nil, !closing, answering.isEmpty, streams.isEmpty, let context else { return }
+        guard goAwayGrace == nil, goAwayLastStreamID != nil, !closing, answering.isEmpty, streams.isEmpty,
+            let context
+        else { return }
+        closing = true
+        context.flush()
+        context.close(promise: nil)
+    }
+
+    /// The grace period after the GOAWAY is over: what was written goes out, and the
+    /// connection closes on the streams still unanswered.
+    private func closeAfterGrace() {
+        guard !closing, let context else { return }
         closing = true
         context.flush()
         context.close(promise: nil)

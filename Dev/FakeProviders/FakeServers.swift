@@ -2,6 +2,7 @@ import Foundation
 import Hummingbird
 import HummingbirdCore
 import Logging
+import NIOCore
 import NIOSSL
 import PushModels
 import ServiceLifecycle
@@ -34,6 +35,9 @@ public struct FakeServers: Sendable {
     public let publicHost: String
     /// Requests per connection before a GOAWAY retires it (0: never).
     public let goAwayEvery: Int
+    /// Milliseconds between a GOAWAY and the close of its connection, the streams up to its
+    /// last-stream-id answered meanwhile, some late (0: closed once the last is answered).
+    public let goAwayGraceMilliseconds: Int
     /// The OTLP trace receiver on the control port (`POST /v1/traces`, `GET /traces`).
     public let otlp = FakeOTLP()
 
@@ -46,9 +50,11 @@ public struct FakeServers: Sendable {
     /// `publicHost` is the name clients use (it goes into the URLs written for the dispatcher).
     public init(
         directory: String, host: String = "127.0.0.1", publicHost: String = "localhost", ports: Ports,
-        apnsTeamID: String? = nil, apnsKeyID: String? = nil, maxRecorded: Int = 0, goAwayEvery: Int = 0
+        apnsTeamID: String? = nil, apnsKeyID: String? = nil, maxRecorded: Int = 0, goAwayEvery: Int = 0,
+        goAwayGraceMilliseconds: Int = 0
     ) throws {
         self.goAwayEvery = max(0, goAwayEvery)
+        self.goAwayGraceMilliseconds = max(0, goAwayGraceMilliseconds)
         self.credentials = try FakeCredentials.loadOrCreate(
             directory: directory, hostnames: publicHost == "localhost" ? [] : [publicHost], teamID: apnsTeamID,
             keyID: apnsKeyID)
@@ -69,17 +75,19 @@ public struct FakeServers: Sendable {
             ],
             privateKey: .privateKey(try NIOSSLPrivateKey(bytes: Array(credentials.serverKeyPEM.utf8), format: .pem)))
 
+        let goAwayGrace: TimeAmount? =
+            goAwayGraceMilliseconds > 0 ? .milliseconds(Int64(goAwayGraceMilliseconds)) : nil
         let apnsRouter = Router(context: BasicRequestContext.self)
         try await FakeAPNs(state: state, credentials: credentials).addRoutes(to: apnsRouter)
         let apns = try FakeHTTPServer(
-            host: host, port: ports.apns, tls: tls, router: apnsRouter, goAwayEvery: goAwayEvery, state: state,
-            logger: logger)
+            host: host, port: ports.apns, tls: tls, router: apnsRouter, goAwayEvery: goAwayEvery,
+            goAwayGrace: goAwayGrace, state: state, logger: logger)
 
         let fcmRouter = Router(context: BasicRequestContext.self)
         try await FakeFCM(state: state, credentials: credentials, baseURL: fcmURL).addRoutes(to: fcmRouter)
         let fcm = try FakeHTTPServer(
-            host: host, port: ports.fcm, tls: tls, router: fcmRouter, goAwayEvery: goAwayEvery, state: state,
-            logger: logger)
+            host: host, port: ports.fcm, tls: tls, router: fcmRouter, goAwayEvery: goAwayEvery,
+            goAwayGrace: goAwayGrace, state: state, logger: logger)
 
         let pushRouter = Router(context: BasicRequestContext.self)
         FakeWebPush(state: state, applicationServerKey: credentials.vapidPublicKey).addRoutes(to: pushRouter)

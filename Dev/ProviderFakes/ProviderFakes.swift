@@ -31,6 +31,8 @@ struct ProviderFakesMain {
         "pushrelay.fakes.apns.key.id": .text,
         "pushrelay.fakes.max.recorded": .int(0...10_000_000),
         "pushrelay.fakes.goaway.every": .int(0...1_000_000_000),
+        // After a GOAWAY: answer the streams it covers for up to this long (some late), then close.
+        "pushrelay.fakes.goaway.grace.ms": .int(0...600_000),
     ]
 
     static func run(_ reader: SettingsReader) async throws {
@@ -52,7 +54,8 @@ struct ProviderFakesMain {
             apnsTeamID: try reader.raw("pushrelay.fakes.apns.team.id"),
             apnsKeyID: try reader.raw("pushrelay.fakes.apns.key.id"),
             maxRecorded: try reader.int("pushrelay.fakes.max.recorded", default: 0),
-            goAwayEvery: try reader.int("pushrelay.fakes.goaway.every", default: 0))
+            goAwayEvery: try reader.int("pushrelay.fakes.goaway.every", default: 0),
+            goAwayGraceMilliseconds: try reader.int("pushrelay.fakes.goaway.grace.ms", default: 0))
         let apps = try await fakes.applications(logger: logger)
         logger.info(
             "provider fakes ready",

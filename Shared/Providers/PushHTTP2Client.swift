@@ -254,6 +254,7 @@ final class PushConnection: Sendable {
                 do {
                     let tls = try NIOSSLClientHandler(
                         context: sslContext, serverHostname: isIPAddress ? nil : origin.host)
+                    try channel.pipeline.syncOperations.addHandler(CompleteReadBeforeClose())
                     try channel.pipeline.syncOperations.addHandler(tls)
                     try channel.pipeline.syncOperations.addHandler(
                         NIOHTTP2Handler(mode: .client, initialSettings: settings))
@@ -292,6 +293,36 @@ final class PushConnection: Sendable {
             return state.channel
         }
         try? await channel?.close()
+    }
+}
+
+/// First in a connection's pipeline, before TLS. NIOSSLHandler passes on what it decrypted
+/// only at channelReadComplete, and NIO fires none when a read ends in an error (a server
+/// that closes with a reset) or a failed write closes the channel after a read: answers
+/// that came in with the close were dropped, and their requests reported as interrupted.
+/// This completes the read before the channel goes inactive, so they are read first.
+final class CompleteReadBeforeClose: ChannelInboundHandler {
+    typealias InboundIn = ByteBuffer
+
+    /// Bytes were passed on since the last channelReadComplete.
+    private var readPending = false
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        readPending = true
+        context.fireChannelRead(data)
+    }
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        readPending = false
+        context.fireChannelReadComplete()
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        if readPending {
+            readPending = false
+            context.fireChannelReadComplete()
+        }
+        context.fireChannelInactive()
     }
 }
 
@@ -336,7 +367,14 @@ final class PushConnectionHandler: ChannelDuplexHandler, @unchecked Sendable {
     /// are in: streams may be opened.
     private var ready = false
     private var negotiated = false
+    /// Set once no new stream may open here. The highest stream the server may have
+    /// processed: a GOAWAY's last-stream-id (the lowest, if more than one came), or the
+    /// highest of all when the connection was retired for a timeout or an error.
     private var goAwayLastStreamID: HTTP2StreamID?
+    /// The highest stream swift-nio-http2 opened (its HEADERS went out). It holds a new
+    /// stream's frames back while the server's stream limit is reached in its count or
+    /// the channel is not writable; a stream above this was never written.
+    private var highestOpenedStreamID = HTTP2StreamID.rootStream
     /// Set when the connection is done: what every request still here, or arriving, gets.
     private var finishedWith: PushTransportError?
     private let created = NIODeadline.now()
@@ -382,7 +420,8 @@ final class PushConnectionHandler: ChannelDuplexHandler, @unchecked Sendable {
 
     /// Opens streams for queued requests while the server allows more.
     private func startQueued() {
-        guard ready, goAwayLastStreamID == nil, let context else { return }
+        // Not on a channel that is closing: answers read as it closes free streams too.
+        guard ready, goAwayLastStreamID == nil, let context, context.channel.isActive else { return }
         while active.count < maxStreams, let pending = queue.popFirst() {
             let streamID = nextStreamID
             // Client stream ids are odd and end at 2^31-1: the connection retires before.
@@ -470,12 +509,24 @@ final class PushConnectionHandler: ChannelDuplexHandler, @unchecked Sendable {
                         : PushTransportError.noAnswer("stream reset (\(code))")))
             streamsFreed()
         case .goAway(let lastStreamID, let code, _):
-            goAwayLastStreamID = min(goAwayLastStreamID ?? lastStreamID, lastStreamID)
             logger.debug("provider sent GOAWAY", metadata: ["last_stream_id": "\(lastStreamID)", "code": "\(code)"])
-            // Streams above the last-stream-id were not processed (RFC 9113 §6.8): another
-            // connection takes them at once, as it takes the queued requests.
-            for (streamID, stream) in active where streamID > lastStreamID {
+            // The streams up to the last-stream-id that were written may have been processed:
+            // they wait for their answers, until the connection closes. The others were not
+            // (RFC 9113 §6.8): another connection takes them at once, as it takes the queued
+            // requests; this one takes no new request first, so none of them comes back to it.
+            let processed = min(lastStreamID, highestOpenedStreamID)
+            goAwayLastStreamID = min(goAwayLastStreamID ?? processed, processed)
+            connection?.goingAway()
+            for (streamID, stream) in active where streamID > processed {
                 active[streamID] = nil
+                if streamID > highestOpenedStreamID {
+                    // Held back by swift-nio-http2: an RST_STREAM drops its frames from the buffer
+                    // and writes nothing. Let go after the GOAWAY, they would raise a connection
+                    // error (CreatedStreamAfterGoaway) and close the connection on the answers
+                    // still due on it.
+                    context.write(
+                        wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .rstStream(.cancel))), promise: nil)
+                }
                 settle(stream.pending, .failure(PushTransportError.notSent("above GOAWAY", resendable: true)))
             }
             retire(context: context, reason: "connection going away")
@@ -499,6 +550,10 @@ final class PushConnectionHandler: ChannelDuplexHandler, @unchecked Sendable {
             if active[closed.streamID] != nil {
                 eventLoop.execute { [self] in settleClosed(closed.streamID, reason: closed.reason) }
             }
+        } else if let created = event as? NIOHTTP2StreamCreatedEvent {
+            // Fired as swift-nio-http2 passes the stream's HEADERS on: at once, or when it
+            // lets go of a stream it held back.
+            highestOpenedStreamID = max(highestOpenedStreamID, created.streamID)
         } else if let window = event as? NIOHTTP2WindowUpdatedEvent, window.streamID == .rootStream,
             let inbound = window.inboundWindowSize, inbound < Self.connectionWindow / 2, !windowUpdatePending
         {
@@ -589,8 +644,8 @@ final class PushConnectionHandler: ChannelDuplexHandler, @unchecked Sendable {
         pending.continuation.resume(with: result)
     }
 
-    /// Settles everything left: the queue was never written; a written stream may have
-    /// been processed unless the server's GOAWAY said it was not.
+    /// Settles everything left: the queue and the streams never opened were not written;
+    /// a written stream may have been processed unless the server's GOAWAY said it was not.
     private func finish(because error: PushTransportError) {
         guard finishedWith == nil else { return }
         // Requests that arrive later (submitted before the pool saw this) get the same answer:
@@ -602,7 +657,9 @@ final class PushConnectionHandler: ChannelDuplexHandler, @unchecked Sendable {
         let streams = active
         active = [:]
         for (streamID, stream) in streams {
-            if goAwayLastStreamID.map({ streamID > $0 }) ?? false {
+            if streamID > highestOpenedStreamID {
+                settle(stream.pending, .failure(PushTransportError.notSent("never opened", resendable: true)))
+            } else if goAwayLastStreamID.map({ streamID > $0 }) ?? false {
                 settle(stream.pending, .failure(PushTransportError.notSent("above GOAWAY", resendable: true)))
             } else {
                 settle(stream.pending, .failure(PushTransportError.noAnswer("connection closed before the answer")))
@@ -633,6 +690,11 @@ final class PushConnectionHandler: ChannelDuplexHandler, @unchecked Sendable {
         logger.debug("provider connection error", metadata: ["error": "\(error)"])
         if !negotiated {
             finish(because: .notSent("connection failed: \(error)", resendable: false))
+        } else {
+            // No new stream on a connection that is closing: the answers still read until it
+            // is closed (TLS's close, CompleteReadBeforeClose) free streams too.
+            connection?.goingAway()
+            goAwayLastStreamID = goAwayLastStreamID ?? HTTP2StreamID(Int32.max)
         }
         context.close(promise: nil)
     }
@@ -661,7 +723,12 @@ final class PushConnectionHandler: ChannelDuplexHandler, @unchecked Sendable {
                     metadata: [
                         "stream_id": "\(streamID)", "open_streams": "\(active.count)",
                     ])
-                reset(streamID, context: context, failure: .noAnswer("timed out"))
+                // A stream swift-nio-http2 held back and never opened was not written; the
+                // RST_STREAM drops it from its buffer.
+                reset(
+                    streamID, context: context,
+                    failure: streamID > highestOpenedStreamID
+                        ? .notSent("no stream free in time", resendable: false) : .noAnswer("timed out"))
             }
         }
         while let first = queue.first, first.deadline <= now {

@@ -226,7 +226,11 @@ extension StackTests {
             // Fakes that end every HTTP/2 connection after 100 requests, the abrupt way:
             // streams above the GOAWAY's last-stream-id are refused and must be sent again.
             var options = Stack.Options.tests
-            options.fakesEnvironment = ["PUSHRELAY_FAKES_GOAWAY_EVERY": "100"]
+            // As Apple's and Google's front ends retire a connection: GOAWAY covering every
+            // stream received, those still answered (some up to 1 s late), TCP closed 1 s after.
+            options.fakesEnvironment = [
+                "PUSHRELAY_FAKES_GOAWAY_EVERY": "100", "PUSHRELAY_FAKES_GOAWAY_GRACE_MS": "1000",
+            ]
             options.name = "goaway"
             let stack = try await Stack.start(options: options)
             var settings = ChaosRun.Settings()
