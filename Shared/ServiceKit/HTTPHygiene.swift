@@ -64,9 +64,14 @@ public struct HTTPHygiene: Sendable {
 /// after HTTP decoding, so it sees whole request parts: a client that trickles header
 /// bytes never produces a head, and its header deadline fires.
 ///
-/// After an answer that says `Connection: close` it sends FIN at once, then reads and drops
-/// what the client still sends (closing at once, with unread bytes, would reset the
-/// connection and could lose the answer) until the client closes or `linger` passes.
+/// After an answer that says `Connection: close` it flushes the answer at once and stages
+/// the close (RFC 9112 §9.6): a client still sending the body it declared may finish it
+/// (what arrives is dropped; each part gives it `linger` more, up to the body timeout),
+/// then FIN, and what still comes is read and dropped until the client closes or `linger`
+/// passes (closing at once, with unread bytes, would reset the connection and could lose
+/// the answer). A client that stops sending is closed `linger` after its last byte. FIN
+/// before a still-uploading client is done would end its request unanswered (NIO clients
+/// close on end of input).
 final class RequestDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPRequestPart
     typealias InboundOut = HTTPRequestPart
@@ -92,6 +97,11 @@ final class RequestDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandle
     private var refused = false
     /// The answer being written says `Connection: close`.
     private var answerCloses = false
+    /// A request head was read and its end not yet.
+    private var inBody = false
+    /// When the answer that closes the connection was written, while the request's body
+    /// was still arriving (nil: not waiting for one).
+    private var drainingSince: NIODeadline?
 
     init(headerTimeout: TimeAmount, bodyTimeout: TimeAmount, listener: String) {
         self.headerTimeout = headerTimeout
@@ -145,11 +155,16 @@ final class RequestDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandle
         closeAfterAnswer(context: context)
     }
 
-    /// Flushes the answer and sends FIN after it; what the client still sends is dropped.
+    /// Flushes the answer and sends FIN after it, once the request's body is in (or at once
+    /// when it is); what the client still sends is dropped.
     private func closeAfterAnswer(context: ChannelHandlerContext) {
         refused = true
         context.flush()
-        context.close(mode: .output, promise: nil)
+        if inBody {
+            drainingSince = .now()
+        } else {
+            context.close(mode: .output, promise: nil)
+        }
         arm(.closing, context: context)
     }
 
@@ -159,15 +174,33 @@ final class RequestDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandle
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        guard !refused else { return }
+        guard !refused else {
+            guard let since = drainingSince else { return }
+            switch unwrapInboundIn(data) {
+            case .end:
+                // The body it declared is in: FIN, then read until it closes (or `linger`).
+                drainingSince = nil
+                context.close(mode: .output, promise: nil)
+                arm(.closing, context: context)
+            case .body where NIODeadline.now() - since < bodyTimeout:
+                arm(.closing, context: context)
+            case .head, .body:
+                break
+            }
+            return
+        }
         switch unwrapInboundIn(data) {
         case .head(let head) where head.method == .connect:
             refuse(
                 context: context, status: .methodNotAllowed, code: "METHOD_NOT_ALLOWED", message: "Method not allowed")
             return
-        case .head: arm(.body, context: context)
+        case .head:
+            inBody = true
+            arm(.body, context: context)
         case .body: break
-        case .end: disarm()
+        case .end:
+            inBody = false
+            disarm()
         }
         context.fireChannelRead(data)
     }
