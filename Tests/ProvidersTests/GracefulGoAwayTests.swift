@@ -392,13 +392,18 @@ final class GracefulFrames: ChannelInboundHandler, @unchecked Sendable {
                 #expect(state.answered[key] == 1, "request \(key) succeeded without an answer written")
             case .failure(.noAnswer):
                 interrupted += 1
-                #expect(state.withheld.contains(key), "request \(key) reported interrupted, yet not withheld")
+                // Withheld, or its answer fell due after the close on a busy machine: never written.
+                #expect(state.answered[key] == nil, "request \(key) reported interrupted, yet answered")
             case .failure(let error):
                 Issue.record("request \(key): \(error)")
             }
         }
         #expect(!state.withheld.isEmpty, "some streams up to a last-stream-id were never answered")
-        #expect(interrupted == state.withheld.count, "each unanswered request reported interrupted, and only those")
+        let withheldReported = state.withheld.filter { key in
+            if case .failure(.noAnswer) = results[key] { return true } else { return false }
+        }
+        #expect(withheldReported == state.withheld, "each withheld request reported interrupted")
+        #expect(interrupted >= state.withheld.count)
         #expect(state.taken.values.allSatisfy { $0 == 1 }, "no request processed twice")
         await client.shutdown()
         await server.stop()
