@@ -72,6 +72,9 @@ public struct ChaosRun: Sendable {
         public var duplicatesAfterInterruptedSend = 0
         /// Pairs the dispatcher re-sent because an earlier send was interrupted.
         public var interruptedSendsResent = 0
+        /// Pairs that arrived more than once (a pair re-sent after two interruptions, a kill
+        /// and a Redis restart say, arrives three times: two duplicates, one pair).
+        public var duplicatedPairs = 0
         public var unexplainedDuplicates: Int { duplicates - duplicatesAfterInterruptedSend }
         /// Duplicates per provider (APNs ones carry one apns-collapse-id: the phone shows one).
         public var duplicatesByProvider: [String: Int] = [:]
@@ -307,7 +310,10 @@ public struct ChaosRun: Sendable {
                 if count > 0 {
                     report.delivered += 1
                     report.duplicates += count - 1
-                    if count > 1 { report.duplicatesByProvider[device.provider, default: 0] += count - 1 }
+                    if count > 1 {
+                        report.duplicatesByProvider[device.provider, default: 0] += count - 1
+                        report.duplicatedPairs += 1
+                    }
                     if resent.contains("\(notification.notificationID):\(device.id)") {
                         report.duplicatesAfterInterruptedSend += count - 1
                     }

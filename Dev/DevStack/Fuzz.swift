@@ -225,6 +225,8 @@ public enum FuzzEndpoint: String, CaseIterable, Codable, Sendable {
 
 /// One generated request, with what was done to it (`mutation`, the key failures are grouped by).
 public struct FuzzRequest: Sendable {
+    /// Ingest's request body limit when not configured (`PUSHRELAY_HTTP_MAX_BODY_BYTES`).
+    static let overLimit = 256 * 1024
     public var endpoint: FuzzEndpoint
     public var method: String
     public var path: String
@@ -484,6 +486,11 @@ public struct EndpointFuzzer: Sendable {
                     report.record(.accepted, request, detail: "answered \(reply.status); \(rule)", response: answer)
                 }
                 context.learn(from: reply, for: request)
+            } catch  where (request.body?.count ?? 0) > FuzzRequest.overLimit && !"\(error)".contains("timeout") {
+                // Over ingest's body limit, ingest answers 413 with `Connection: close` at once and
+                // closes after the body: an HTTP client still uploading may report the close
+                // instead of the answer (AsyncHTTPClient: "I/O on closed channel"). Refused, then.
+                report.byStatus["closed (body over the limit)", default: 0] += 1
             } catch {
                 report.byStatus["no answer", default: 0] += 1
                 // A crash shows as a broken connection; give the process a moment to be seen exiting.

@@ -79,8 +79,6 @@ public final class Stack: Sendable {
         public var redisClusterReplicas = 0
         /// A Redis the test started (TLS only, an ACL user) to run on instead of the stack's own.
         public var secureRedis: SecureRedis?
-        /// The Redis Cluster takes TLS only and an ACL user (`redisClusterMasters` > 0).
-        public var secureRedisCluster = false
         /// Told apart in the stack's directory name, for a second stack in one process.
         public var name: String
         /// Tracing: the share of requests traced (OpenTelemetry's parent-based ratio sampler;
@@ -264,12 +262,9 @@ public final class Stack: Sendable {
         if let secure = options.secureRedis {
             redisPort = secure.port
         } else if options.redisClusterMasters > 0 {
-            let secure = options.secureRedisCluster
             let cluster = try await LocalRedisCluster.start(
                 masters: options.redisClusterMasters, replicas: options.redisClusterReplicas,
-                directory: "\(dir)/redis-cluster",
-                tls: secure ? try RedisTestTLS.make(directory: "\(dir)/redis-tls") : nil,
-                acl: secure ? try RedisTestACL.make(directory: dir) : nil)
+                directory: "\(dir)/redis-cluster")
             redisCluster = cluster
             redisPort = cluster.ports[0]
         } else {
