@@ -4,7 +4,7 @@
 # 60 s, then 2,000 notifications/s for 60 s. Prints a table; writes
 # benchmarks/results/latest.json. Extra loadgen flags pass through, e.g.
 #   scripts/bench.sh --phases quick=0:15
-# Numbers depend on the machine and on what else runs on it: see BENCHMARKS.md.
+# Numbers depend on the machine and on what else runs on it: see docs/performance.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh

@@ -20,8 +20,8 @@ import ServiceLifecycle
 ///
 /// Hummingbird's HTTP/2 server builds a child channel and an async channel per stream and
 /// flushes each answer on its own: at 1,000 notifications/s the fakes spent ~110 µs a push
-/// that way, most of it in that machinery (BENCHMARKS.md, "Cost v3, fourth part"). The
-/// routes are the same `Router` either way; only the transport changed.
+/// that way, most of it in that machinery (benchmarks/history/20-issue-27-part-4-fakes-and-system-calls.md).
+/// The routes are the same `Router` either way; only the transport changed.
 ///
 /// `goAwayEvery` retires connections the abrupt way a provider may: after that many
 /// requests, a GOAWAY whose last-stream-id is the highest stream handed on so far. As RFC

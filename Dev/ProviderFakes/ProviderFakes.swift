@@ -12,7 +12,8 @@ import ServiceLifecycle
 struct ProviderFakesMain {
     static func main() async {
         // One event loop, as the services: at 1,000 notifications/s the fakes spent
-        // 221 µs a notification against 231–252 with one loop per core (BENCHMARKS.md).
+        // 221 µs a notification against 231–252 with one loop per core
+        // (benchmarks/history/19-issue-27-part-3-threads-and-requests.md).
         ServiceRuntime.install()
         await runMain { try await run(SettingsReader.environment(extraEntries: settings)) }
     }

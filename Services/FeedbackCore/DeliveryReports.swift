@@ -16,7 +16,7 @@ import ServiceLifecycle
 import Synchronization
 import Tracing
 
-/// The feedback hook's settings (README, "Replace gorush").
+/// The feedback hook's settings (docs/api/gorush.md, "Replace gorush").
 public struct FeedbackHookSettings: Sendable {
     public var timeout: Duration
     /// Tries per delivery of the hook, 1 s, 2 s, 4 s … apart.

@@ -77,7 +77,7 @@ public final class ServerAuthenticator: Sendable {
     enum API: String {
         /// `/v1/…`: one 401 for every credential failure.
         case native
-        /// `/api/v1/remotes/…`: Zulip's bouncer answers (docs/zulip-bouncer-wire.md §2).
+        /// `/api/v1/remotes/…`: Zulip's bouncer answers (docs/api/zulip.md §2).
         case zulip
     }
 

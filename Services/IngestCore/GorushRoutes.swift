@@ -8,7 +8,7 @@ import PushCrypto
 import PushModels
 import ServiceKit
 
-/// gorush's API settings (README, "Replace gorush").
+/// gorush's API settings (docs/api/gorush.md, "Replace gorush").
 public struct GorushSettings: Sendable {
     /// Most `notifications[]` entries in one call (gorush's `core.max_notification`).
     public var maxNotifications: Int

@@ -65,7 +65,7 @@ extension GorushController {
     /// memory (`RssAnon`) as the heap in use, the data mapping (`VmData`) as the heap held,
     /// all resident memory (`VmRSS`) as `memory_sys`, the stack, the threads (in
     /// `goroutine_num`), and `uptime_sec` beside them. A Swift process has no garbage
-    /// collector, cgo calls or malloc counters: those read 0 (README, "Replace gorush").
+    /// collector, cgo calls or malloc counters: those read 0 (docs/api/gorush.md, "Replace gorush").
     static func runtimeStats(uptime: Double) -> JSONValue {
         var status: [String: Int64] = [:]
         if let text = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8) {

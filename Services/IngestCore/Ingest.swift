@@ -9,7 +9,7 @@ import PushModels
 import RedisClient
 import ServiceKit
 
-/// Request limits, each a setting (README, "Security").
+/// Request limits, each a setting (docs/security.md).
 public struct Limits: Sendable {
     public var maxBodyBytes: Int
     /// Zulip's analytics upload: up to 10,000 rows of each of three tables per call.

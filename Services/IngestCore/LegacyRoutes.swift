@@ -4,7 +4,7 @@ import Hummingbird
 import PushCrypto
 import PushModels
 
-/// Zulip's legacy (non-E2EE) bouncer API (docs/zulip-bouncer-wire.md §5): the server
+/// Zulip's legacy (non-E2EE) bouncer API (docs/api/zulip.md §5): the server
 /// registers its users' tokens with the relay and sends its APNs and FCM payloads in
 /// the clear; the relay builds the provider requests as Zulip's bouncer does. The
 /// payloads are content the relay can read: they travel sealed with the pipeline key

@@ -5,13 +5,13 @@ import Synchronization
 
 /// Hummingbird's request metrics under Hummingbird's names and dimensions (`hb.requests`,
 /// `http.server.request.duration`, `hb.request.errors`, `http.server.active_requests`;
-/// README, "Metrics"), recorded when the handler has its response.
+/// docs/operations.md, "Metrics"), recorded when the handler has its response.
 ///
 /// Hummingbird's `MetricsMiddleware` records them after the body is written, by wrapping
 /// the body in a closure. A closure body is written in three steps (head, body, end), each
 /// flushed: two socket writes per answer instead of one, and the client woken twice. The
 /// answers here are a few hundred bytes in one buffer, so the time to write them is not
-/// worth a second write (BENCHMARKS.md, "Cost v3, fourth part").
+/// worth a second write (benchmarks/history/20-issue-27-part-4-fakes-and-system-calls.md).
 struct RequestMetricsMiddleware: RouterMiddleware {
     typealias Context = IngestContext
 

@@ -8,7 +8,7 @@ import ServiceKit
 import StatusPush
 import SwiftProtobuf
 
-/// The Status push server's settings (README, "Run a Status push server").
+/// The Status push server's settings (docs/api/status.md, "Run a Status push server").
 public struct StatusSettings: Sendable {
     public var enabled: Bool
     /// The server identity: a secp256k1 private key, 64 hex digits, in this file.

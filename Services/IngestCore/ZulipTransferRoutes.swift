@@ -10,7 +10,7 @@ import PushCrypto
 import PushModels
 import ServiceKit
 
-/// Settings of Zulip's registration transfer (README, "Zulip's registration transfer").
+/// Settings of Zulip's registration transfer (docs/api/zulip.md: the `register/transfer` row, and §3.5).
 public struct RegistrationTransferSettings: Sendable {
     /// Verifications per day, from anyone (Zulip's bouncer allows 30).
     public var verificationsPerDay: Int

@@ -216,8 +216,8 @@ public final class KafkaProducer: Sendable {
                 "acks": "all",
                 // Records of 5 ms share a produce request (librdkafka sends one a partition):
                 // at 1,000 notifications/s the broker spent 7–9 % less than at 2 ms and the
-                // stages 3–4 % less, for a few ms more per hop (BENCHMARKS.md, "Cost v3,
-                // third part").
+                // stages 3–4 % less, for a few ms more per hop
+                // (benchmarks/history/19-issue-27-part-3-threads-and-requests.md).
                 "linger.ms": "5",
                 "message.timeout.ms": "30000",
                 // A broker that went away is tried again within a second (librdkafka's 10 s

@@ -1,7 +1,7 @@
 /// One entry of gorush's `POST /api/push` `notifications[]` (gorush's `PushNotification`),
 /// checked field by field with gorush's JSON types, and turned into provider bodies the
-/// way gorush (apns2, firebase-admin-go, Huawei's SDK) builds them. docs/gorush.md has
-/// the mapping; the README's "Replace gorush" what changes for a caller.
+/// way gorush (apns2, firebase-admin-go, Huawei's SDK) builds them. docs/api/gorush.md has
+/// the mapping, and under "Replace gorush" what changes for a caller.
 public struct GorushNotification: Sendable, Equatable {
     /// gorush's platform numbers.
     public enum Platform: Int, Sendable, CaseIterable {

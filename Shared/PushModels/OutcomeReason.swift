@@ -61,7 +61,7 @@ public enum StageReason: String, Sendable, Hashable, CaseIterable {
     case resentAfterInterruptedSend = "resent_after_interrupted_send"
 }
 
-/// Why a Status device's preferences filtered a push (docs/status.md).
+/// Why a Status device's preferences filtered a push (docs/api/status.md §4).
 public enum PreferenceReason: String, Sendable, Hashable, CaseIterable {
     case disabled
     case contactsOnly = "contacts_only"

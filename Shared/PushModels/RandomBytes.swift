@@ -11,7 +11,7 @@ import Synchronization
 /// glibc's `arc4random_buf` (as libsodium's `randombytes_buf`) is one `getrandom` system
 /// call per call: at 1,000 notifications/s that was the encryptor loop's most frequent
 /// system call (four a notification: two nonces, two push ids) and two a notification in
-/// ingest (BENCHMARKS.md, "Cost v3, fourth part"). Here one call fills a pool whose bytes
+/// ingest (benchmarks/history/20-issue-27-part-4-fakes-and-system-calls.md). Here one call fills a pool whose bytes
 /// are each handed out once and wiped as they go. They are the kernel's bytes unchanged,
 /// so a nonce or id drawn here is as unpredictable as one drawn alone; keys are not drawn
 /// here (they are made with libsodium directly and never sit in a shared buffer). The

@@ -1,6 +1,6 @@
 /// How Zulip's push bouncer turns a self-hosted server's legacy (non-E2EE) request
 /// (`remotes/push/notify`, `remotes/push/test_notification`) into provider requests,
-/// per docs/zulip-bouncer-wire.md §5.4 and §5.5. Pure functions over `JSONValue`: the
+/// per docs/api/zulip.md §5.4 and §5.5. Pure functions over `JSONValue`: the
 /// payloads come from another server, so nothing here traps on their numbers or shapes.
 public enum ZulipLegacy {
     /// An error with Zulip's exact message, answered 400 `BAD_REQUEST` by ingest.

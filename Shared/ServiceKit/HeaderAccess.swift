@@ -3,7 +3,7 @@ import HTTPTypes
 /// Header reads and writes on the request path without `HTTPFields`' subscripts, which
 /// gather a name's fields through unspecialized generic code and join them into a new
 /// string: ~4,500 instructions a lookup, five lookups a notify (~4 % of ingest's
-/// instructions, BENCHMARKS.md "Cost v3, fifth part"). These scan the fields once and
+/// instructions, benchmarks/history/21-issue-27-part-5-ingest-transport.md). These scan the fields once and
 /// give the same answers. (`contains(_:)` is a plain scan already.)
 extension HTTPFields {
     /// `self[name]`: the value of `name`'s field, or all of them joined as the

@@ -6,8 +6,8 @@ import PushModels
 /// counted once the broker acknowledged them (`RecordPublisher.publish` counts what the
 /// records it sent carry in `KafkaOutgoing.tally`), so a retried publish never counts
 /// twice. Ingest's HTTP metrics come from Hummingbird's `MetricsMiddleware`
-/// (`hb_requests`, `http_server_request_duration`, `hb_request_errors`). README
-/// "Operate" lists every series; the dashboard and alert rules in `deploy/observability/`
+/// (`hb_requests`, `http_server_request_duration`, `hb_request_errors`).
+/// docs/operations.md, "Metrics", lists every series; the dashboard and alert rules in `deploy/observability/`
 /// read them (`ObservabilityTests` checks each one they query is exported).
 public enum RelayMetrics {
     /// Metric names.

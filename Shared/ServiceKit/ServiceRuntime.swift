@@ -20,7 +20,7 @@ public enum ServiceRuntime {
     ///   (no hand-over between loops, one malloc arena in use) and a stage scales by
     ///   replicas, each asking for a share of a core (deploy/base). At 1,000
     ///   notifications/s on 2 cores one loop per service took no more CPU than two and
-    ///   the dispatcher 2–8 MiB less memory (BENCHMARKS.md, "Cost v3, third part").
+    ///   the dispatcher 2–8 MiB less memory (benchmarks/history/19-issue-27-part-3-threads-and-requests.md).
     /// - glibc keeps at most two malloc arenas (`PUSHRELAY_MALLOC_ARENAS`, 1–64): one per
     ///   thread that ever allocated is most of a service's idle memory.
     public static func install() {

@@ -8,7 +8,7 @@ import RedisClient
 
 /// Settings every stage shares, read once at startup from the environment.
 /// Keys are dotted (`pushrelay.redis.port`) and read as `PUSHRELAY_REDIS_PORT`;
-/// the README's configuration table lists them with their defaults.
+/// docs/configuration.md lists them with their defaults.
 public struct CommonSettings: Sendable {
     public var serviceName: String
     /// `bootstrap.servers`. When empty, read from `kafkaBrokersFile` (written by the dev broker).
@@ -54,8 +54,8 @@ public struct CommonSettings: Sendable {
             host: try reader.string("pushrelay.redis.host", default: "127.0.0.1"),
             port: try reader.int("pushrelay.redis.port", default: 6379),
             // One connection per event loop: the commands of a loop turn share one write and
-            // one read (a pool of 4 on one loop split them four ways; BENCHMARKS.md, "Cost v3,
-            // fourth part").
+            // one read (a pool of 4 on one loop split them four ways;
+            // benchmarks/history/20-issue-27-part-4-fakes-and-system-calls.md).
             connections: try reader.int("pushrelay.redis.connections", default: ServiceRuntime.eventLoops),
             timeout: try reader.milliseconds("pushrelay.redis.timeout.ms", default: 2000),
             cluster: try reader.bool("pushrelay.redis.cluster", default: false),

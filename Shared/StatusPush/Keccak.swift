@@ -5,7 +5,7 @@ import CLibCrypto
 /// Debian's OpenSSL 3.0 exposes that padding, so the permutation is written here
 /// (FIPS 202 §3, Keccak-f[1600]). The same sponge with SHA3's and SHAKE's padding is
 /// fuzzed against swift-crypto's SHA3-256 and OpenSSL's SHAKE-256 (`StatusFuzzTests`),
-/// and its speed is in BENCHMARKS.md.
+/// and its speed is in docs/performance.md (`make microbench`).
 public enum Keccak {
     /// Keccak-256 of the concatenation of `parts`.
     public static func keccak256(_ parts: [UInt8]...) -> [UInt8] {

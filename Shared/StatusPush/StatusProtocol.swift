@@ -15,7 +15,7 @@ public typealias StatusNotificationReport = Protobuf_PushNotificationReport
 public typealias StatusNotificationResponse = Protobuf_PushNotificationResponse
 public typealias StatusEnvelopeMessage = Protobuf_ApplicationMetadataMessage
 
-/// The hashes and keys of the Status push-server spec (seeds/003, docs/status.md):
+/// The hashes and keys of the Status push-server spec (seeds/003, docs/api/status.md):
 /// SHAKE-256 with 64 bytes of output, Keccak-256, secp256k1 and AES-256-GCM.
 public enum StatusCrypto {
     /// SHAKE-256, 64 bytes: public-key hashes, chat ids, authors, `request_id`.

@@ -340,7 +340,7 @@ extension StackTests {
             #expect(figures.duplicates == figures.markedDuplicates, "\(figures)")
         }
 
-        /// The pipeline and storage keys rotated under load, as README "Security" says:
+        /// The pipeline and storage keys rotated under load, as docs/security.md says:
         /// first the new key as a later line everywhere (every service restarted), then
         /// first (restarted again). Nothing accepted is lost or fails, devices stored under
         /// the old key still work, and a device registered after it is stored under the new.

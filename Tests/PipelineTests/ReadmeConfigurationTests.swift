@@ -5,16 +5,16 @@ import Testing
 @testable import Kafka
 @testable import ServiceKit
 
-/// The README's configuration table and `SettingsCatalog` name the same variables, and
-/// every executable reads only catalogued settings.
+/// The configuration table (docs/configuration.md) and `SettingsCatalog` name the same
+/// variables, and every executable reads only catalogued settings.
 @Suite struct ReadmeConfigurationTests {
-    static func readme() throws -> String {
+    /// docs/configuration.md of the package this file belongs to: the directory holding
+    /// Package.swift, found by walking up from this file.
+    static func configurationDoc() throws -> String {
         var directory = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
         while directory.path != "/" {
-            let candidate = directory.appendingPathComponent("README.md")
-            if FileManager.default.fileExists(atPath: candidate.path),
-                FileManager.default.fileExists(atPath: directory.appendingPathComponent("Package.swift").path)
-            {
+            if FileManager.default.fileExists(atPath: directory.appendingPathComponent("Package.swift").path) {
+                let candidate = directory.appendingPathComponent("docs/configuration.md")
                 return try String(contentsOf: candidate, encoding: .utf8)
             }
             directory.deleteLastPathComponent()
@@ -23,19 +23,16 @@ import Testing
     }
 
     @Test func theTableListsExactlyTheCatalogue() throws {
-        let readme = try Self.readme()
-        let start = try #require(readme.range(of: "## Configuration"))
-        let end = try #require(readme.range(of: "\n## ", range: start.upperBound..<readme.endIndex))
+        let document = try Self.configurationDoc()
         var listed: Set<String> = []
-        for line in readme[start.upperBound..<end.lowerBound].split(separator: "\n")
-        where line.hasPrefix("| `PUSHRELAY_") {
+        for line in document.split(separator: "\n") where line.hasPrefix("| `PUSHRELAY_") {
             let name = line.dropFirst(3).prefix { $0 != "`" }
             listed.insert(String(name))
         }
         let catalogued = Set(SettingsCatalog.entries.keys.map(SettingsCatalog.environmentName))
         #expect(listed.count > 50)
-        #expect(listed.subtracting(catalogued).sorted() == [], "in the README, not in SettingsCatalog")
-        #expect(catalogued.subtracting(listed).sorted() == [], "in SettingsCatalog, not in the README")
+        #expect(listed.subtracting(catalogued).sorted() == [], "in docs/configuration.md, not in SettingsCatalog")
+        #expect(catalogued.subtracting(listed).sorted() == [], "in SettingsCatalog, not in docs/configuration.md")
     }
 
     @Test func aBadValueStopsTheReadNamingTheVariable() throws {

@@ -7,7 +7,7 @@ import PushModels
 import Testing
 
 /// `token_id` as Zulip 12 computes it: standard base64 of the first 8 bytes of the
-/// SHA-256 of the token's UTF-8 text (docs/zulip-bouncer-wire.md §4.1).
+/// SHA-256 of the token's UTF-8 text (docs/api/zulip.md §4.1).
 private func zulipTokenID(_ token: String) -> String {
     Data(Array(SHA256.hash(data: Data(token.utf8))).prefix(8)).base64EncodedString()
 }
@@ -22,7 +22,7 @@ private func zulipTokenID(_ token: String) -> String {
 }
 
 /// A self-hosted Zulip server as its push-bouncer code talks to the relay
-/// (docs/zulip-bouncer-wire.md §1): Basic auth with its uuid and key, its
+/// (docs/api/zulip.md §1): Basic auth with its uuid and key, its
 /// `ZulipServer/<version>` user agent, form bodies where Zulip sends a dict and JSON
 /// where it sends JSON. Each test makes its own, so tests are independent.
 private struct ZulipServer {
@@ -222,7 +222,7 @@ private func ciphertext() -> String {
 
 extension StackTests {
     /// Every call a self-hosted Zulip server makes to its push bouncer, sent as Zulip's
-    /// server sends it and judged by the fields that server reads (docs/zulip-bouncer-wire.md).
+    /// server sends it and judged by the fields that server reads (docs/api/zulip.md).
     @Suite struct ZulipCompatibilityTests {
         // MARK: Server housekeeping
 

@@ -3,7 +3,7 @@ import Testing
 
 @testable import PushModels
 
-/// gorush's field mapping (docs/gorush.md): what apns2, firebase-admin-go and Huawei's
+/// gorush's field mapping (docs/api/gorush.md): what apns2, firebase-admin-go and Huawei's
 /// SDK would build from gorush's documented requests, and gorush's own checks.
 @Suite struct GorushNotificationTests {
     func parse(_ json: JSONValue) throws -> GorushNotification {

@@ -3,7 +3,7 @@ import Testing
 
 @testable import PushModels
 
-/// What Zulip's bouncer makes of a legacy notify request (docs/zulip-bouncer-wire.md §5.4, §5.5).
+/// What Zulip's bouncer makes of a legacy notify request (docs/api/zulip.md §5.4, §5.5).
 @Suite struct ZulipLegacyTests {
     // MARK: APNs body
 

@@ -8,7 +8,7 @@ import Testing
 
 func hexBytes(_ text: String) -> [UInt8] { Fingerprint.bytes(fromHex: text) ?? [] }
 
-/// The Status vectors of docs/status.md §6: the hashes against published values, and a
+/// The Status vectors of docs/api/status.md §6: the hashes against published values, and a
 /// registration built as a status-go client builds one (keys 0x11…, 0x22…), byte for byte.
 @Suite struct StatusVectorTests {
     let clientKey = try! Secp256k1.PrivateKey(bytes: [UInt8](repeating: 0x11, count: 32))

@@ -3,7 +3,7 @@ import DevStack
 import Foundation
 
 /// `loadgen`: starts a private stack (release binaries next to it) and drives it phase
-/// by phase, printing a table and writing JSON. See BENCHMARKS.md.
+/// by phase, printing a table and writing JSON. See docs/performance.md.
 @main
 struct LoadGen: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -18,8 +18,8 @@ struct LoadGen: AsyncParsableCommand {
     /// 24, as every `make bench` before. The dev broker (librdkafka's mock cluster) walks
     /// a partition's retained batches for each batch it serves, so fewer partitions cost
     /// it less; but it keeps only ~5 MiB a partition, and with 12 the flat-out phase's
-    /// backlog outgrows that and spills into the next phase (BENCHMARKS.md, "Cost v3,
-    /// sixth part").
+    /// backlog outgrows that and spills into the next phase
+    /// (benchmarks/history/22-issue-27-part-6-dev-broker.md).
     @Option(help: "Kafka partitions per topic in the dev broker.") var partitions = 24
     @Option(help: "Extra service environment, KEY=VALUE (repeatable).") var env: [String] = []
     @Option(help: "Write the reports as JSON here.") var json = "benchmarks/results/latest.json"
