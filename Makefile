@@ -1,4 +1,4 @@
-.PHONY: up down test build release bench bench-peer bench-instructions microbench lint soak drills
+.PHONY: up down test build release bench bench-peer bench-instructions microbench lint soak drills drill-upgrade
 
 ## Start the whole pipeline on embedded defaults (dev broker, Redis, fakes, 4 services, demo realm).
 up:
@@ -24,7 +24,7 @@ release:
 lint:
 	scripts/lint.sh
 
-## End-to-end benchmark: flat out 60 s, then 2,000/s for 60 s (see BENCHMARKS.md).
+## End-to-end benchmark: flat out 60 s, then 2,000/s for 60 s (see docs/performance.md).
 bench:
 	scripts/bench.sh
 
@@ -43,6 +43,10 @@ soak:
 ## The fault drills at full length (broker outage 50 s, provider brownout 60 s, slow provider 60 s); `make test` runs them short.
 drills:
 	scripts/install-deps.sh && swift build --build-tests && PUSHRELAY_DRILL_SCALE=10 PUSHRELAY_BIN_DIR="$$(swift build --show-bin-path)" swift test --skip-build --filter DrillTests
+
+## Rolling upgrade from the previous release (FROM=<tag or commit>) to HEAD under 200/s, both orders; `make test` runs it short, HEAD to HEAD.
+drill-upgrade:
+	scripts/drill-upgrade.sh
 
 ## Micro benchmarks of the hot paths (crypto, envelopes, provider bodies, APNs JWT).
 microbench:

@@ -85,6 +85,9 @@ public final class Stack: Sendable {
         /// a request whose own `traceparent` is sampled is always traced), exported to the
         /// fakes' OTLP receiver. Nil: tracing off, as in production unless configured.
         public var tracingRatio: Double?
+        /// Where the four services' binaries are (an earlier release's, for the rolling-upgrade
+        /// drill); nil: beside the tools' (`binDirectory`).
+        public var serviceBinDirectory: String?
 
         public init(
             environment: [String: String] = [:], partitions: Int = 6, fakesEnvironment: [String: String] = [:],
@@ -118,7 +121,17 @@ public final class Stack: Sendable {
         }()
     }
 
-    public var ingestURL: String { "http://127.0.0.1:\(ports[.ingest] ?? 0)" }
+    /// Where requests to ingest go: the next of `ingestRotation` (a load balancer's
+    /// round robin over several instances), or the stack's own ingest.
+    public var ingestURL: String {
+        ingestRotation.withLock { rotation in
+            guard !rotation.urls.isEmpty else { return nil }
+            rotation.next = (rotation.next + 1) % rotation.urls.count
+            return rotation.urls[rotation.next]
+        } ?? "http://127.0.0.1:\(ports[.ingest] ?? 0)"
+    }
+    /// The ingest instances `ingestURL` spreads requests over; empty: the stack's own.
+    public let ingestRotation = Mutex<(urls: [String], next: Int)>(([], 0))
     public var controlURL: String { "http://127.0.0.1:\(controlPort)" }
     public var otlpGRPCURL: String { "http://127.0.0.1:\(otlpGRPCPort)" }
 
@@ -458,7 +471,8 @@ public final class Stack: Sendable {
 
     public func start(_ service: Service) throws {
         let process = try Stack.launch(
-            "\(binDirectory)/\(service.rawValue)", [], environment: environment(for: service),
+            "\(options.serviceBinDirectory ?? binDirectory)/\(service.rawValue)", [],
+            environment: environment(for: service),
             log: "\(directory)/\(service.rawValue).log")
         processes.withLock { $0[service] = process }
     }

@@ -159,24 +159,12 @@ public struct DispatchStage: Sendable {
     func decide(_ record: OutboundRecord, push: ProviderPush, force: Bool, maxRateWait: Duration) async -> Decision? {
         var ambiguous = false
         if !force {
-            let state: LedgerState? = await untilSuccess("claim the pair in the delivery ledger", logger: logger) {
-                try await ledger.claim(
-                    notificationID: record.notificationID, deviceID: record.deviceID, nowMs: clock.nowMillis())
-            }
-            switch state {
+            switch await claim(record, maxRateWait: maxRateWait) {
             case nil: return nil
-            case .sent(_, let id)?:
+            case .sent(let id)?:
                 return Decision(step: .alreadySent(providerMessageID: id), claimed: false, ambiguous: false)
-            case .claimed(let at)?:
-                ambiguous = true
-                RelayMetrics.ambiguousResends(provider: record.provider.rawValue).increment()
-                logger.warning(
-                    "an earlier send was interrupted before the provider answered; sending again",
-                    metadata: [
-                        LogKey.notificationID: "\(record.notificationID)", LogKey.deviceID: "\(record.deviceID)",
-                        "claimed_ms_ago": "\(clock.nowMillis().saturatingSubtract(at))",
-                    ])
-            case .unknown?: break
+            case .interrupted?: ambiguous = true
+            case .ours?: break
             }
         }
         guard let step = await step(for: record, push: push, maxRateWait: maxRateWait) else { return nil }

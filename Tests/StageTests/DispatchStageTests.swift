@@ -116,6 +116,45 @@ import Testing
         #expect(ledger.releases == 0 && ledger.sentWrites == 0)
     }
 
+    /// Waits (at most 5 s) until the handler has polled the ledger's claim `count` times.
+    func claimsReach(_ count: Int) async throws {
+        let deadline = ContinuousClock.now + .seconds(5)
+        while ledger.claims < count {
+            guard ContinuousClock.now < deadline else { throw CancellationError() }
+            try await Task.sleep(for: .milliseconds(5))
+        }
+    }
+
+    @Test func aYoungClaimIsASendUnderWayWhoseEndIsAwaited() async throws {
+        // Another dispatcher claimed the pair 100 ms ago and is sending it: a partition
+        // moved in a rebalance, and its record came here as well.
+        ledger.seedClaimed(notificationID: notification, deviceID: 1, atMs: F.now - 100)
+        let record = try outbound()
+        let handled = Task { try await handle(record) }
+        try await claimsReach(2)
+        #expect(apns.sent.isEmpty, "nothing sent while the other send is under way")
+        ledger.seedSent(notificationID: notification, deviceID: 1, atMs: F.now, providerMessageID: "other-id")
+        #expect(try await handled.value == .done)
+        #expect(apns.sent.isEmpty, "not sent a second time")
+        let delivery = try #require(try deliveries().soleElement)
+        #expect(delivery.outcome == .alreadySent && delivery.providerMessageID == "other-id")
+    }
+
+    @Test func aYoungClaimReleasedByARefusalIsTakenAndSentUnmarked() async throws {
+        ledger.seedClaimed(notificationID: notification, deviceID: 1, atMs: F.now - 100)
+        apns.enqueue(.sent(status: 200, providerMessageID: "apns-id-9"))
+        let record = try outbound()
+        let handled = Task { try await handle(record) }
+        try await claimsReach(2)
+        // The other send was refused (say 429) and let its claim go: nothing reached the phone.
+        try await ledger.release(notificationID: notification, deviceID: 1)
+        #expect(try await handled.value == .done)
+        #expect(apns.sent.count == 1)
+        let delivery = try #require(try deliveries().soleElement)
+        #expect(delivery.outcome == .sent && delivery.reason == nil, "not a possible duplicate")
+        #expect(ledgerState == .sent(atMs: F.now, providerMessageID: "apns-id-9"))
+    }
+
     @Test func anInterruptedEarlierSendIsSentAgainAndMarkedAmbiguous() async throws {
         ledger.seedClaimed(notificationID: notification, deviceID: 1, atMs: F.now - 30_000)
         apns.enqueue(.sent(status: 200, providerMessageID: "apns-id-2"))
