@@ -1,4 +1,4 @@
-.PHONY: up down test build release bench bench-peer bench-instructions microbench lint soak drills drill-upgrade
+.PHONY: up down test test-unit build release bench bench-peer bench-instructions microbench lint soak drills drill-upgrade
 
 ## Start the whole pipeline on embedded defaults (dev broker, Redis, fakes, 4 services, demo realm).
 up:
@@ -11,6 +11,12 @@ down:
 ## Run every test (installs what is missing, builds, starts its own Redis/broker/fakes).
 test:
 	scripts/test.sh
+
+## Unit tests only: no sockets, no child processes (stages on in-memory seams, models,
+## crypto, the consumer's state machine, error mapping); under a minute after the build.
+UNIT_TESTS = ^(PushModelsTests|PushCryptoTests|StatusPushTests|StageTests)\.|^KafkaTests\.(ConsumerStateMachineTests|OffsetTrackerTests)|^ProvidersTests\.(AdaptiveRateTests|ErrorMappingTests|RecordedReasonTests|RetryAfterTests)|^FuzzTests\.JSONReaderFuzzTests
+test-unit:
+	swift build --build-tests && PUSHRELAY_TEST_TIER=unit swift test --skip-build --filter '$(UNIT_TESTS)'
 
 build:
 	swift build

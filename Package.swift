@@ -251,7 +251,7 @@ let package = Package(
                 "FakeProviders", "ServiceKit",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
-            path: "Dev/ProviderFakes", swiftSettings: strict),
+            path: "Dev/FakeProvidersServer", swiftSettings: strict),
 
         .executableTarget(
             name: "demo-device",

@@ -65,9 +65,10 @@ public struct RollingUpgrade: Sendable {
 
         /// Accepted (notification, device) pairs and gorush pushes with no outcome.
         public var lost: Int { load.lost + load.gorush.lost }
-        /// Copies at the providers not marked as a re-send after an interrupted send (no
-        /// gorush copy can be marked: each one counts).
-        public var unmarkedDuplicates: Int { load.unexplainedDuplicates + load.gorush.duplicates }
+        /// Copies at the providers not marked as a re-send after an interrupted send.
+        public var unmarkedDuplicates: Int {
+            load.unexplainedDuplicates + load.gorush.duplicates - load.gorush.markedDuplicates
+        }
         public var recordsRefused: Int { recordsRefusedInLogs + load.malformedRecords }
         public var serverErrors: Int { load.serverErrors }
         public var unanswered: Int { load.answers["none"] ?? 0 }
@@ -81,7 +82,8 @@ public struct RollingUpgrade: Sendable {
                 + "\(load.answerMsDuringFaults.count) requests); roll \(Int(rollSeconds)) s; "
                 + "\(load.notificationsAccepted) notifications and \(load.gorush.accepted) gorush pushes accepted, "
                 + "\(load.delivered) pairs delivered, \(load.duplicates) duplicates "
-                + "(\(load.duplicatesAfterInterruptedSend) marked); unclean exits: "
+                + "(\(load.duplicatesAfterInterruptedSend) marked), \(load.gorush.duplicates) gorush duplicates "
+                + "(\(load.gorush.markedDuplicates) marked); unclean exits: "
                 + (uncleanExits.isEmpty ? "none" : uncleanExits.joined(separator: ", "))
         }
     }

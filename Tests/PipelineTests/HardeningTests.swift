@@ -215,6 +215,7 @@ extension StackTests {
             func expectRefused(_ connection: RawConnection, since start: ContinuousClock.Instant, _ what: String) {
                 let answer = Self.parseAnswer(connection.readAll(timeout: .seconds(5)))
                 let took = ContinuousClock.now - start
+                print("413 for \(what) after \(took)")
                 #expect(answer.status == "413", "\(what)")
                 #expect(answer.json?["result"] == "error", "\(what)")
                 #expect(answer.json?["code"] == "REQUEST_TOO_LARGE", "\(what)")

@@ -11,6 +11,15 @@ import Testing
         var list: [Int] { seen.withLock { $0 } }
     }
 
+    /// Yields until `condition` holds (a taker queued), a million times at most.
+    static func until(_ condition: () async -> Bool) async throws {
+        for _ in 0..<1_000_000 {
+            if await condition() { return }
+            await Task.yield()
+        }
+        throw CancellationError()
+    }
+
     @Test func takersPastTheBudgetWaitInTurnUntilBytesComeBack() async throws {
         let budget = ByteBudget(capacity: 100)
         await budget.acquire(60)
@@ -21,16 +30,16 @@ import Testing
             order.add(2)
         }
         // Queued behind the 50: a small taker does not jump the line.
-        try await Task.sleep(for: .milliseconds(50))
+        try await Self.until { await budget.waitingCount == 1 }
         let third = Task {
             await budget.acquire(20)
             order.add(3)
         }
-        try await Task.sleep(for: .milliseconds(50))
+        try await Self.until { await budget.waitingCount == 2 }
         #expect(order.list.isEmpty, "nothing fits while 100 of 100 are taken")
         await budget.release(60)
         await second.value
-        try await Task.sleep(for: .milliseconds(50))
+        #expect(await budget.waitingCount == 1)
         #expect(order.list == [2], "40 + 50 taken: the 20 waits")
         await budget.release(40)
         await third.value

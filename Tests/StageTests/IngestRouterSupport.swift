@@ -44,13 +44,23 @@ final class RouterRecordingPublisher: RecordPublisher {
     func fail(_ failing: Bool) { state.withLock { $0.failing = failing } }
 }
 
+/// Which tests run: `make test-unit` sets `PUSHRELAY_TEST_TIER=unit` (no sockets, no
+/// child processes), which leaves out the cases on the test stack's Redis; `make test`
+/// runs them all.
+enum TestTier {
+    static let unitOnly = ProcessInfo.processInfo.environment["PUSHRELAY_TEST_TIER"] == "unit"
+}
+
 /// One ingest router with its own secrets (in a temp directory), its own stores (in
 /// memory, or under its own Redis key prefix), and a recording publisher.
 struct RouterFixture: Sendable {
     /// Where the router keeps its state.
-    enum Backend {
+    enum Backend: Sendable {
         case memory
         case redis
+
+        /// The backends of this run: in memory only under `make test-unit`.
+        static var available: [Backend] { TestTier.unitOnly ? [.memory] : [.memory, .redis] }
     }
 
     private(set) var api: IngestAPI
@@ -154,9 +164,10 @@ struct RouterFixture: Sendable {
     static let maxBodyBytes = 16_384
 
     /// Runs `test` against the router through Hummingbird's router test framework.
-    func run(_ test: @Sendable (RouterClient) async throws -> Void) async throws {
+    @discardableResult
+    func run<Value: Sendable>(_ test: @Sendable (RouterClient) async throws -> Value) async throws -> Value {
         let app = Application(router: api.router())
-        try await app.test(.router) { client in try await test(RouterClient(client: client)) }
+        return try await app.test(.router) { client in try await test(RouterClient(client: client)) }
     }
 
     /// The published records, each as the next stage reads it.

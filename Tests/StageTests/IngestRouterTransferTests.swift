@@ -56,7 +56,7 @@ import Testing
             .form([("hostname", hostname), ("access_token", token)]))
     }
 
-    @Test(arguments: [RouterFixture.Backend.memory, .redis])
+    @Test(arguments: RouterFixture.Backend.available)
     func aServerThatProvesItsHostnameGetsANewKey(backend: RouterFixture.Backend) async throws {
         let zulip = ZulipServerStandIn()
         let fixture = try await RouterFixture.make(on: backend, transferFetcher: zulip)
@@ -170,7 +170,7 @@ import Testing
         }
     }
 
-    @Test(arguments: [RouterFixture.Backend.memory, .redis])
+    @Test(arguments: RouterFixture.Backend.available)
     func aTransferMovesTheRegistrationThatClaimedTheHostnameFirst(backend: RouterFixture.Backend) async throws {
         let zulip = ZulipServerStandIn()
         let fixture = try await RouterFixture.make(on: backend, transferFetcher: zulip)

@@ -52,6 +52,9 @@ actor ByteBudget {
         await withCheckedContinuation { waiting.append((bytes, $0)) }
     }
 
+    /// Takers waiting for their share now.
+    var waitingCount: Int { waiting.count }
+
     func release(_ bytes: Int) {
         used -= min(max(bytes, 0), capacity)
         while let first = waiting.first, used + first.bytes <= capacity {

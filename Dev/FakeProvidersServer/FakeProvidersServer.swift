@@ -9,7 +9,7 @@ import ServiceLifecycle
 /// machines cannot reach). Writes its CA, keys and a `dispatcher.env` to the state
 /// directory; serves a control API for tests and the demo.
 @main
-struct ProviderFakesMain {
+struct FakeProvidersServer {
     static func main() async {
         // One event loop, as the services: at 1,000 notifications/s the fakes spent
         // 221 µs a notification against 231–252 with one loop per core
