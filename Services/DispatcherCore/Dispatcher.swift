@@ -72,41 +72,33 @@ public enum Dispatcher {
     public static func run(_ configuration: DispatcherConfiguration) async throws {
         let settings = configuration.common
         let observability = try Observability.bootstrap(service: "dispatcher", level: settings.logLevel)
-        let logger = observability.logger
-        let clients = try configuration.providers.makeClients(logger: logger)
-        if clients.isEmpty { logger.warning("no provider is configured: every push will be dead-lettered") }
+        let clients = try configuration.providers.makeClients(logger: observability.logger)
+        if clients.isEmpty {
+            observability.logger.warning("no provider is configured: every push will be dead-lettered")
+        }
         RelayMetrics.prepare(dispatcherProviders: clients.keys.map(\.rawValue).sorted())
-        let redis = try await settings.connectRedis(logger: logger)
-        try await settings.checkKafka(logger: logger)
-        let producer = try KafkaProducer(configuration: try settings.kafka(), logger: logger)
-        let main = try KafkaConsumer(configuration: configuration.main, logger: logger)
-        let retries = try KafkaConsumer(configuration: configuration.retries, logger: logger)
+        let host = try await StageHost.start(observability, settings: settings)
+        let main = try host.consumer(configuration.main)
+        let retries = try host.consumer(configuration.retries)
         let stage = DispatchStage(
             pipelineKeys: configuration.pipelineKeys, clients: clients,
             limiters: clients.mapValues { _ in ConcurrencyLimiter(limit: configuration.perProviderConcurrency) },
             rates: AdaptiveRateLimiter(settings: configuration.rate),
-            ledger: RedisDeliveryLedger(
-                redis: redis, keys: settings.redisKeys, ttl: configuration.dedupeTTL),
-            publisher: producer, topics: settings.topics, schedule: settings.retry, clock: SystemClock(),
-            logger: logger)
+            ledger: RedisDeliveryLedger(redis: host.redis, keys: settings.redisKeys, ttl: configuration.dedupeTTL),
+            publisher: host.producer, topics: settings.topics, schedule: settings.retry, clock: SystemClock(),
+            logger: host.logger)
         let mainWait = configuration.mainRateWait
-        let app = opsApplication(
-            settings: settings,
-            readiness: Readiness(kafka: { main.isConnected() && retries.isConnected() }, redis: redis),
-            observability: observability)
-        try await runServices(
-            observability.services + [
-                KafkaProducerService(producer: producer),
-                HealthGauges(
-                    consumers: [main, retries], kafka: { main.isConnected() && retries.isConnected() }, redis: redis),
+        try await host.run(
+            consumers: [main, retries], kafkaReady: { main.isConnected() && retries.isConnected() },
+            [
                 ShutdownHook {
                     for client in clients.values { await client.shutdown() }
-                }, app,
+                },
                 ProviderAnnouncer(
-                    announcements: ProviderAnnouncements(redis: redis, keys: settings.redisKeys),
-                    providers: Set(clients.keys), logger: logger),
+                    announcements: ProviderAnnouncements(redis: host.redis, keys: settings.redisKeys),
+                    providers: Set(clients.keys), logger: host.logger),
                 KafkaConsumerService(consumer: main) { await stage.handle($0, maxRateWait: mainWait) },
                 KafkaConsumerService(consumer: retries) { await stage.handle($0, maxRateWait: .seconds(2)) },
-            ], shutdownTimeout: settings.shutdownTimeout, logger: logger)
+            ])
     }
 }

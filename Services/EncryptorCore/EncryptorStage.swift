@@ -37,28 +37,18 @@ public enum Encryptor {
     /// Builds the stage on Kafka and Redis and runs it until SIGTERM.
     public static func run(_ configuration: EncryptorConfiguration) async throws {
         let settings = configuration.common
-        let observability = try Observability.bootstrap(service: "encryptor", level: settings.logLevel)
-        let logger = observability.logger
-        let redis = try await settings.connectRedis(logger: logger)
-        try await settings.checkKafka(logger: logger)
-        let producer = try KafkaProducer(configuration: try settings.kafka(), logger: logger)
-        let consumer = try KafkaConsumer(configuration: configuration.consumer, logger: logger)
+        let host = try await StageHost.start("encryptor", settings: settings)
+        let consumer = try host.consumer(configuration.consumer)
         let stage = EncryptorStage(
-            devices: DeviceStore(
-                redis: redis, keys: settings.redisKeys, storage: configuration.storageKeys),
-            pipelineKeys: configuration.pipelineKeys, publisher: producer, topics: settings.topics,
-            ttlSeconds: configuration.ttlSeconds, clock: SystemClock(), logger: logger)
-        let app = opsApplication(
-            settings: settings, readiness: Readiness(kafka: { consumer.isConnected() }, redis: redis),
-            observability: observability)
-        try await runServices(
-            observability.services + [
-                KafkaProducerService(producer: producer), app,
-                HealthGauges(consumers: [consumer], kafka: { consumer.isConnected() }, redis: redis),
+            devices: DeviceStore(redis: host.redis, keys: settings.redisKeys, storage: configuration.storageKeys),
+            pipelineKeys: configuration.pipelineKeys, publisher: host.producer, topics: settings.topics,
+            ttlSeconds: configuration.ttlSeconds, clock: SystemClock(), logger: host.logger)
+        try await host.run(
+            consumers: [consumer], kafkaReady: { consumer.isConnected() },
+            [
                 KafkaConsumerService(
-                    consumer: consumer, maxBatch: configuration.maxBatch, batchHandler: stage.handleBatch),
-            ],
-            shutdownTimeout: settings.shutdownTimeout, logger: logger)
+                    consumer: consumer, maxBatch: configuration.maxBatch, batchHandler: stage.handleBatch)
+            ])
     }
 }
 

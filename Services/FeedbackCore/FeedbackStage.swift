@@ -43,34 +43,24 @@ public enum Feedback {
     public static func run(_ configuration: FeedbackConfiguration) async throws {
         let settings = configuration.common
         let observability = try Observability.bootstrap(service: "feedback", level: settings.logLevel)
-        let logger = observability.logger
         RelayMetrics.prepare(feedbackProviders: Provider.allCases.map(\.rawValue))
-        let redis = try await settings.connectRedis(logger: logger)
-        try await settings.checkKafka(logger: logger)
-        let devices = DeviceStore(
-            redis: redis, keys: settings.redisKeys, storage: configuration.storageKeys)
-        let consumer = try KafkaConsumer(configuration: configuration.consumer, logger: logger)
-        let stage = FeedbackStage(devices: RedisDeviceInvalidations(devices: devices), logger: logger)
-        let reportsConsumer = try KafkaConsumer(configuration: configuration.reports, logger: logger)
-        let hooksConsumer = try KafkaConsumer(configuration: configuration.hooks, logger: logger)
-        let producer = try KafkaProducer(configuration: try settings.kafka(), logger: logger)
+        let host = try await StageHost.start(observability, settings: settings)
+        let devices = DeviceStore(redis: host.redis, keys: settings.redisKeys, storage: configuration.storageKeys)
+        let consumer = try host.consumer(configuration.consumer)
+        let stage = FeedbackStage(devices: RedisDeviceInvalidations(devices: devices), logger: host.logger)
+        let reportsConsumer = try host.consumer(configuration.reports)
+        let hooksConsumer = try host.consumer(configuration.hooks)
         let reports = DeliveryReports(
-            redis: redis, keys: settings.redisKeys, devices: devices, settings: configuration.hook,
-            caFile: configuration.caFile, publisher: producer, hooksTopic: settings.topics.hooks, logger: logger)
-        let app = opsApplication(
-            settings: settings, readiness: Readiness(kafka: { consumer.isConnected() }, redis: redis),
-            observability: observability)
-        try await runServices(
-            observability.services + [
-                KafkaProducerService(producer: producer), app,
-                HealthGauges(
-                    consumers: [consumer, reportsConsumer, hooksConsumer], kafka: { consumer.isConnected() },
-                    redis: redis),
+            redis: host.redis, keys: settings.redisKeys, devices: devices, settings: configuration.hook,
+            caFile: configuration.caFile, publisher: host.producer, hooksTopic: settings.topics.hooks,
+            logger: host.logger)
+        try await host.run(
+            consumers: [consumer, reportsConsumer, hooksConsumer], kafkaReady: { consumer.isConnected() },
+            [
                 KafkaConsumerService(consumer: consumer, handler: stage.handle),
                 KafkaConsumerService(consumer: reportsConsumer, maxBatch: 512, batchHandler: reports.handleBatch),
                 KafkaConsumerService(consumer: hooksConsumer, handler: reports.deliverHook),
-            ],
-            shutdownTimeout: settings.shutdownTimeout, logger: logger)
+            ])
         await reports.shutdown()
     }
 }

@@ -84,46 +84,41 @@ public enum Ingest {
     /// Builds the API on Kafka and Redis and serves it until SIGTERM.
     public static func run(_ configuration: IngestConfiguration) async throws {
         let settings = configuration.common
-        let observability = try Observability.bootstrap(service: "ingest", level: settings.logLevel)
-        let logger = observability.logger
-        var kafka = try settings.kafka()
         // A record librdkafka cannot deliver fails within the bound, so a 503 is final:
         // the notification is not produced later behind the realm's back.
-        kafka.producerProperties["message.timeout.ms"] =
-            "\(RetrySchedule.milliseconds(configuration.limits.publishTimeout))"
-        let redis = try await settings.connectRedis(logger: logger)
-        try await settings.checkKafka(logger: logger)
-        let producer = try KafkaProducer(configuration: kafka, logger: logger)
+        let host = try await StageHost.start("ingest", settings: settings) { kafka in
+            kafka.producerProperties["message.timeout.ms"] =
+                "\(RetrySchedule.milliseconds(configuration.limits.publishTimeout))"
+        }
+        let (logger, producer) = (host.logger, host.producer)
         // gorush's sync mode: an ingest follows push.deliveries from its end while sync calls come.
         let watch = DeliveryWatch()
         let tail = try KafkaTopicTail(
-            configuration: kafka, topic: settings.topics.deliveries, logger: logger,
+            configuration: host.kafka, topic: settings.topics.deliveries, logger: logger,
             needed: { [weak watch] in watch?.isWaiting ?? false }, deliver: { [weak watch] in watch?.take($0) })
         watch.attach(follow: { try await tail.follow() })
         let api = try IngestAPI(
-            configuration: configuration, redis: redis, publisher: producer, logger: logger, deliveryWatch: watch)
+            configuration: configuration, redis: host.redis, publisher: producer, logger: logger, deliveryWatch: watch)
         let app = Application(
             router: api.router(), server: settings.http.server(listener: "api"),
             configuration: settings.http.configuration(
                 host: settings.httpHost, port: settings.httpPort, serverName: "pushrelay", logger: logger),
             logger: logger)
         let ops = try opsApplication(
-            settings: settings, readiness: Readiness(kafka: { producer.isConnected() }, redis: redis),
-            observability: observability, separateFromAPI: true)
+            settings: settings, readiness: Readiness(kafka: { producer.isConnected() }, redis: host.redis),
+            observability: host.observability, separateFromAPI: true)
         logger.info(
             "ingest listening",
             metadata: [
                 "address": "\(settings.httpHost):\(settings.httpPort)",
                 "ops": "\(ops.host):\(ops.port)",
             ])
-        try await runServices(
-            observability.services + [
-                // Stopped in reverse order: the tail closes once the API has drained its sync calls.
-                KafkaProducerService(producer: producer), ShutdownHook { tail.close() }, ops.service, app,
-                ShutdownHook { await api.shutdown() },
-                HealthGauges(consumers: [], kafka: { producer.isConnected() }, redis: redis),
-            ], shutdownTimeout: settings.shutdownTimeout,
-            logger: logger)
+        // Stopped in reverse order: the tail closes once the API has drained its sync calls.
+        try await host.run(
+            consumers: [], kafkaReady: { producer.isConnected() }, ops: ops.service,
+            [
+                ShutdownHook { tail.close() }, app, ShutdownHook { await api.shutdown() },
+            ])
     }
 }
 
