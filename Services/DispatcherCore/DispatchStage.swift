@@ -70,15 +70,6 @@ public struct DispatchStage: Sendable {
         }
     }
 
-    /// A step, and what the delivery ledger knew before it.
-    struct Decision {
-        var step: Step
-        /// This handler claimed the pair (and must release it unless it was sent).
-        var claimed: Bool
-        /// An earlier send of the pair was interrupted: the provider may already have it.
-        var ambiguous: Bool
-    }
-
     public func handle(_ record: KafkaRecord, maxRateWait: Duration) async -> RecordDisposition {
         await RelayTracing.withRecordSpan("dispatch push", of: record) { span in
             span?.describe(record)
@@ -117,69 +108,67 @@ public struct DispatchStage: Sendable {
             }
         }
         let force = replay.map { String(decoding: $0, as: UTF8.self) } == "force"
-        let decision: Decision
-        let token: String
+        var machine = DispatchMachine()
+        var action: DispatchMachine.Action
+        let opened: ProviderPush?
         switch opener.open(received) {
         case .unreadable(let reason):
             // Nothing can be sent without the token or body; the dead letter keeps them sealed for a re-drive.
-            token = ""
-            decision = Decision(
-                step: .dead(
-                    .rejected, .failed(reason: .relay(reason), status: nil), attempts: max(0, outbound.attempts ?? 0)),
-                claimed: false, ambiguous: false)
+            opened = nil
+            action = machine.handle(
+                .unreadable(
+                    .dead(
+                        .rejected, .failed(reason: .relay(reason), status: nil),
+                        attempts: max(0, outbound.attempts ?? 0))))
         case .push(let push):
-            token = push.token
-            guard let decided = await decide(outbound, push: push, force: force, maxRateWait: maxRateWait) else {
-                return nil
-            }
-            decision = decided
+            opened = push
+            action = machine.handle(.opened(force: force, neverTried: (outbound.attempts ?? 0) == 0))
         }
-        if decision.claimed && !decision.step.isSent && !decision.ambiguous && !decision.step.mayHaveReachedProvider {
-            // Refused, parked or dead: nothing reached the phone, so a later send is not a
-            // duplicate. After an interrupted send (now or before) the claim stays, so every
-            // later send of the pair is marked.
-            let released: Bool? = await untilSuccess("release the ledger claim", logger: logger) {
-                try await ledger.release(notificationID: outbound.notificationID, deviceID: outbound.deviceID)
-                return true
-            }
-            if released == nil { return nil }
-        }
-        Self.annotate(span, decision.step)
-        do {
-            return try self.messages(outbound, token: token, step: decision.step, ambiguous: decision.ambiguous)
-        } catch {
-            logger.error("cannot encode outcome", metadata: [LogKey.error: "\(error)"])
-            return nil
-        }
+        return await perform(action, machine: &machine, outbound, push: opened, maxRateWait: maxRateWait, span: span)
     }
 
-    /// Claims, decides and (when it is time) sends `push`, the record opened. Nil when
-    /// shutdown interrupted waiting for Redis: the record stays uncommitted and the next
-    /// consumer takes it.
-    func decide(_ record: OutboundRecord, push: ProviderPush, force: Bool, maxRateWait: Duration) async -> Decision? {
-        var ambiguous = false
-        if !force {
-            switch await claim(record, maxRateWait: maxRateWait) {
-            case nil: return nil
-            case .sent(let id)?:
-                return Decision(step: .alreadySent(providerMessageID: id), claimed: false, ambiguous: false)
-            case .interrupted?: ambiguous = true
-            case .ours?: break
+    /// Performs the machine's actions in turn until it publishes; what is published, or nil
+    /// when shutdown interrupted a wait for Redis (the record stays uncommitted).
+    private func perform(
+        _ first: DispatchMachine.Action, machine: inout DispatchMachine, _ outbound: OutboundRecord,
+        push opened: ProviderPush?, maxRateWait: Duration, span: (any Span)?
+    ) async -> [KafkaOutgoing]? {
+        var action = first
+        var claimedAtMs: Int64 = 0
+        while true {
+            switch action {
+            case .claim:
+                guard let state = await claimOnce(outbound) else { return nil }
+                if case .claimed(let at) = state { claimedAtMs = at }
+                action = machine.handle(.claimAnswered(state))
+            case .awaitClaim(let at):
+                let window = maxRateWait + Self.liveSendLimit
+                guard let state = await awaitLiveClaim(outbound, claimedAtMs: at, window: window) else { return nil }
+                if case .claimed(let at) = state { claimedAtMs = at }
+                action = machine.handle(.claimSettled(state))
+            case .attempt(let ambiguous):
+                if ambiguous { noteInterruptedSend(outbound, claimedAtMs: claimedAtMs) }
+                guard let push = opened, let step = await step(for: outbound, push: push, maxRateWait: maxRateWait)
+                else { return nil }
+                action = machine.handle(.attempted(step))
+            case .recordSent(let id):
+                guard await recordSent(outbound, providerMessageID: id) else { return nil }
+                action = machine.handle(.recorded)
+            case .release:
+                guard await releaseClaim(outbound) else { return nil }
+                action = machine.handle(.released)
+            case .publish(let step, let ambiguous):
+                Self.annotate(span, step)
+                do {
+                    return try self.messages(outbound, token: opened?.token ?? "", step: step, ambiguous: ambiguous)
+                } catch {
+                    logger.error("cannot encode outcome", metadata: [LogKey.error: "\(error)"])
+                    return nil
+                }
+            case .abandon:
+                return nil
             }
         }
-        guard let step = await step(for: record, push: push, maxRateWait: maxRateWait) else { return nil }
-        if step.isSent {
-            // Recorded before the outcome is published: a crash from here on never re-sends.
-            guard case .outcome(.sent(_, let id), _) = step else { return nil }
-            let noted: Bool? = await untilSuccess("record the send in the delivery ledger", logger: logger) {
-                try await ledger.recordSent(
-                    notificationID: record.notificationID, deviceID: record.deviceID, providerMessageID: id,
-                    nowMs: clock.nowMillis())
-                return true
-            }
-            if noted == nil { return nil }
-        }
-        return Decision(step: step, claimed: !force, ambiguous: ambiguous)
     }
 
     /// Expiry, rate limit, one provider attempt with `push`, and what follows from its
