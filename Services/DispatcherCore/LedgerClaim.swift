@@ -1,5 +1,6 @@
 import DeviceState
 import Foundation
+import LogKeys
 import Metrics
 import Logging
 import PushModels
@@ -47,7 +48,7 @@ extension DispatchStage {
                 "an earlier send was interrupted before the provider answered; sending again",
                 metadata: [
                     LogKey.notificationID: "\(record.notificationID)", LogKey.deviceID: "\(record.deviceID)",
-                    "claimed_ms_ago": "\(clock.nowMillis().saturatingSubtract(at))",
+                    LogKey.claimedMsAgo: "\(clock.nowMillis().saturatingSubtract(at))",
                 ])
             return .interrupted
         }

@@ -2,6 +2,7 @@ import DeviceState
 import Foundation
 import Hummingbird
 import Kafka
+import LogKeys
 import Logging
 import NIOCore
 import PushCrypto
@@ -113,8 +114,8 @@ public enum Ingest {
         logger.info(
             "ingest listening",
             metadata: [
-                "address": "\(settings.httpHost):\(settings.httpPort)",
-                "ops": "\(ops.host):\(ops.port)",
+                LogKey.address: "\(settings.httpHost):\(settings.httpPort)",
+                LogKey.ops: "\(ops.host):\(ops.port)",
             ])
         try await runServices(
             observability.services + [

@@ -1,5 +1,6 @@
 import DeviceState
 import HTTPTypes
+import LogKeys
 import Logging
 import PushCrypto
 import PushModels
@@ -63,7 +64,7 @@ struct PayloadSealer: Sendable {
         } catch {
             logger.error(
                 "could not seal accepted content",
-                metadata: ["notification_id": "\(notificationID)", "error": "\(error)"])
+                metadata: [LogKey.notificationID: "\(notificationID)", LogKey.error: "\(error)"])
             throw APIError.internalError
         }
     }
