@@ -576,22 +576,45 @@ def generate_tag(union: Union, out: Writer) -> None:
 
 def swift_string_enums(directory: Path) -> dict[str, list[list[str]]]:
     """The raw values of each `enum NAME: String` in the Swift files of `directory` (one
-    list per enum of that name: a nested enum's name need not be unique)."""
+    list per enum of that name: a nested enum's name need not be unique), and of each
+    `enum NAME: RawRepresentable` whose `rawValue` is a switch of `case .x: "name"` or
+    `case .x: Other.y.rawValue` (a name declared once in another enum, `Other`)."""
     found: dict[str, list[list[str]]] = {}
+    by_case: dict[str, dict[str, str]] = {}
+    derived: list[tuple[str, list[str]]] = []
     for path in sorted(directory.glob("*.swift")):
         text = path.read_text(encoding="utf-8")
         for m in re.finditer(rf"\benum\s+({IDENTIFIER})\s*:\s*String\b[^{{]*\{{", text):
-            depth, names = 1, []
+            depth, names, cases = 1, [], {}
             for line in text[m.end():].splitlines():
                 code = line.split("//", 1)[0]
                 if depth == 1 and (case := re.match(r"\s*case\s+(.+)$", code)):
                     for item in case.group(1).split(","):
                         name, _, raw = item.partition("=")
-                        names.append(raw.strip().strip('"') if raw else name.strip().strip("`"))
+                        value = raw.strip().strip('"') if raw else name.strip().strip("`")
+                        names.append(value)
+                        cases[name.strip().strip("`")] = value
                 depth += code.count("{") - code.count("}")
                 if depth <= 0:
                     break
             found.setdefault(m.group(1), []).append(names)
+            by_case[m.group(1)] = cases
+        for m in re.finditer(rf"\benum\s+({IDENTIFIER})\s*:\s*RawRepresentable\b[^{{]*\{{", text):
+            body = text[m.end():]
+            switch = re.search(r"var rawValue: String \{\s*switch self \{(.*?)\n\s*\}", body, re.S)
+            if switch is None:
+                raise ValueError(f"{path.name}: `enum {m.group(1)}: RawRepresentable` without a `rawValue` switch")
+            derived.append((m.group(1), switch.group(1).splitlines()))
+    for name, lines in derived:
+        names = []
+        for line in lines:
+            if literal := re.match(r'\s*case \.\w+: "([^"]*)"\s*$', line):
+                names.append(literal.group(1))
+            elif reference := re.match(rf"\s*case \.\w+: ({IDENTIFIER})\.({IDENTIFIER})\.rawValue\s*$", line):
+                names.append(by_case[reference.group(1)][reference.group(2)])
+            elif line.strip():
+                raise ValueError(f"`enum {name}`'s rawValue: cannot read `{line.strip()}`")
+        found.setdefault(name, []).append(names)
     return found
 
 
@@ -646,7 +669,7 @@ def rules(wrappers: dict[str, Wrapper], records: list[Record], enums: dict[str, 
             candidates = enums.get(bare(item.type), [])
             if len(candidates) != 1:
                 raise DeclarationError(
-                    item.line, f"{len(candidates)} `enum {bare(item.type)}: String` in {SWIFT_SOURCES}, not one"
+                    item.line, f"{len(candidates)} `enum {bare(item.type)}: String` (or RawRepresentable) in {SWIFT_SOURCES}, not one"
                 )
             rule["names"] = sorted(candidates[0])
         if codec in ("object", "objects"):

@@ -1,6 +1,7 @@
 import DeviceState
 import Foundation
 import Kafka
+import LogKeys
 import Logging
 import Metrics
 import Providers
@@ -321,8 +322,8 @@ public struct DispatchStage: Sendable {
         case .retry(let next, let stage, let due):
             var metadata = metadata
             metadata[LogKey.reason] = "\(next.lastError ?? "")"
-            metadata["retry_stage"] = "\(stage)"
-            metadata["due_in_ms"] = "\(due - now)"
+            metadata[LogKey.retryStage] = "\(stage)"
+            metadata[LogKey.dueInMs] = "\(due - now)"
             logger.info("push parked for retry", metadata: metadata)
             var message = try KafkaOutgoing.outbound(next, topic: topics.retry(stage))
             message.headers.append((RecordHeader.due, Array("\(due)".utf8)))
@@ -331,7 +332,7 @@ public struct DispatchStage: Sendable {
             let (reason, status) = Self.reasonAndStatus(result)
             var metadata = metadata
             metadata[LogKey.reason] = "\(reason)"
-            metadata["cause"] = "\(cause.rawValue)"
+            metadata[LogKey.cause] = "\(cause.rawValue)"
             logger.warning("push dead-lettered", metadata: metadata)
             let dead = DeadLetterRecord(
                 cause: cause, lastError: reason, httpStatus: status, attempts: attempts, deadAtMs: now, record: record)
@@ -372,7 +373,8 @@ public struct DispatchStage: Sendable {
             logger.info("provider reports a dead token", metadata: metadata)
             let feedback = FeedbackRecord(
                 deviceID: record.deviceID, realmUUID: record.realmUUID, provider: record.provider,
-                tokenFingerprint: Fingerprint.token(token), reason: reason, providerTimestampMs: timestamp,
+                tokenFingerprint: Fingerprint.token(token), reason: OutcomeReason(name: reason),
+                providerTimestampMs: timestamp,
                 notificationID: record.notificationID, observedAtMs: now)
             let outcome = delivery(record, .invalidToken, reason: reason, status: status, attempts: attempts, now: now)
             return [try .feedback(feedback, topic: topics.feedback), try .delivery(outcome, topic: topics.deliveries)]

@@ -1,5 +1,6 @@
 import DeviceState
 import Foundation
+import LogKeys
 import Metrics
 import Logging
 import PushModels
@@ -28,7 +29,7 @@ extension DispatchStage {
             "an earlier send was interrupted before the provider answered; sending again",
             metadata: [
                 LogKey.notificationID: "\(record.notificationID)", LogKey.deviceID: "\(record.deviceID)",
-                "claimed_ms_ago": "\(clock.nowMillis().saturatingSubtract(claimedAtMs))",
+                LogKey.claimedMsAgo: "\(clock.nowMillis().saturatingSubtract(claimedAtMs))",
             ])
     }
 

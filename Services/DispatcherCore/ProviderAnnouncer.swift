@@ -1,5 +1,6 @@
 import DeviceState
 import Foundation
+import LogKeys
 import Logging
 import PushModels
 import ServiceKit

@@ -1,4 +1,5 @@
 import CoreMetrics
+import LogKeys
 import Logging
 import Providers
 import PushCrypto
@@ -19,7 +20,7 @@ struct RecordOpener: Sendable {
         case push(ProviderPush)
         /// Its sealed token or body does not open for this record (unknown key, or moved
         /// from another record): `token_unreadable` or `body_unreadable`.
-        case unreadable(RelayReason)
+        case unreadable(StageReason)
     }
 
     /// The record opened: its token and body, sealed or (in records from before they

@@ -1,6 +1,7 @@
 import DeviceState
 import Foundation
 import Kafka
+import LogKeys
 import Logging
 import Metrics
 import PushCrypto
@@ -191,7 +192,7 @@ public struct EncryptorStage: Sendable {
             let ids: [DeviceID?] = (request.deviceIDs ?? []).map { Optional($0) }
             return await publishOutcomes(
                 try (ids.isEmpty ? [nil] : ids).map {
-                    try unsent(request, device: $0, provider: nil, .failed, "encryption_failed")
+                    try unsent(request, device: $0, provider: nil, .failed, .stage(.encryptionFailed))
                 })
         }
     }

@@ -1,6 +1,7 @@
 import DeviceState
 import Foundation
 import Kafka
+import LogKeys
 import Logging
 import Metrics
 import PushCrypto
@@ -46,7 +47,7 @@ extension EncryptorStage {
         guard !device.status.isActive else { return nil }
         return try unsent(
             request, device: device.id, provider: device.provider, .invalidToken,
-            device.status.invalidReason.map(OutcomeReason.init(name:)) ?? .stage(.deviceInvalid))
+            device.status.invalidReason ?? .stage(.deviceInvalid))
     }
 
     func nativeMessages(

@@ -4,6 +4,7 @@ import Crypto
 import DeviceState
 import Foundation
 import Kafka
+import LogKeys
 import Logging
 import NIOCore
 import NIOHTTP1
@@ -238,9 +239,9 @@ public struct DeliveryReports: Sendable {
             case .success(let client):
                 var request = HTTPClientRequest(url: url)
                 request.method = .POST
-                request.headers.add(name: "content-type", value: "application/json; charset=utf-8")
+                request.headers.add(name: HTTPHeaderName.contentType, value: "application/json; charset=utf-8")
                 request.headers.add(
-                    name: "x-pushrelay-signature",
+                    name: HTTPHeaderName.pushRelaySignature,
                     value: Self.signature(body: body, secret: secret, at: Int64(Date().timeIntervalSince1970)))
                 request.body = .bytes(ByteBuffer(bytes: body))
                 do {

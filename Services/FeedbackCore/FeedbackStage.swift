@@ -1,6 +1,7 @@
 import CoreMetrics
 import DeviceState
 import Kafka
+import LogKeys
 import Logging
 import PushCrypto
 import PushModels
@@ -87,7 +88,7 @@ public struct FeedbackStage: Sendable {
         span?.attributes[SpanKey.notificationID] = report.notificationID.rawValue
         span?.attributes[SpanKey.deviceID] = report.deviceID.rawValue
         span?.attributes[SpanKey.provider] = report.provider.rawValue
-        span?.attributes[SpanKey.reason] = report.reason
+        span?.attributes[SpanKey.reason] = report.reason.name
         guard let change = await untilSuccess("invalidate device", logger: logger, { try await apply(report) }) else {
             return .abandoned
         }

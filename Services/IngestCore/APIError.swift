@@ -1,4 +1,5 @@
 import Hummingbird
+import LogKeys
 import Logging
 import NIOCore
 import RedisClient
@@ -150,12 +151,12 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
                 return APIError(status: error.status, code: "BAD_REQUEST", message: error.body ?? "Bad request")
             }
         case let error as RedisError where error.isRetriable:
-            context.logger.warning("redis unavailable", metadata: ["error": "\(error)"])
+            context.logger.warning("redis unavailable", metadata: [LogKey.error: "\(error)"])
             return APIError.unavailable
         case is NIOTooManyBytesError:
             return APIError.requestTooLarge
         default:
-            context.logger.error("request failed", metadata: ["error": "\(error)"])
+            context.logger.error("request failed", metadata: [LogKey.error: "\(error)"])
             return APIError.internalError
         }
     }

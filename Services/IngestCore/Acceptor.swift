@@ -1,5 +1,6 @@
 import Foundation
 import Kafka
+import LogKeys
 import Logging
 import Metrics
 import PushModels
@@ -55,7 +56,7 @@ struct Acceptor: Sendable {
         } catch {
             logger.error(
                 "could not publish accepted notification",
-                metadata: ["notification_id": "\(id)", "error": "\(error)"])
+                metadata: [LogKey.notificationID: "\(id)", LogKey.error: "\(error)"])
             RelayMetrics.publishFailures.increment()
             throw APIError.unavailable
         }

@@ -33,8 +33,8 @@ struct IdempotencyKey: Sendable {
         guard let value = values.first else { return nil }
         guard values.count == 1, Syntax.isVisibleASCII(value, maxBytes: Self.maxBytes) else {
             throw APIError.badRequest(
-                "Idempotency-Key: must be one header of 1 to \(Self.maxBytes) visible ASCII characters",
-                code: "INVALID_IDEMPOTENCY_KEY", field: "Idempotency-Key")
+                "\(Self.header.rawName): must be one header of 1 to \(Self.maxBytes) visible ASCII characters",
+                code: "INVALID_IDEMPOTENCY_KEY", field: Self.header.rawName)
         }
         key = value
         claimID = UUID.random().uuidString

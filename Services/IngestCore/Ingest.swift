@@ -2,6 +2,7 @@ import DeviceState
 import Foundation
 import Hummingbird
 import Kafka
+import LogKeys
 import Logging
 import NIOCore
 import PushCrypto
@@ -110,8 +111,8 @@ public enum Ingest {
         logger.info(
             "ingest listening",
             metadata: [
-                "address": "\(settings.httpHost):\(settings.httpPort)",
-                "ops": "\(ops.host):\(ops.port)",
+                LogKey.address: "\(settings.httpHost):\(settings.httpPort)",
+                LogKey.ops: "\(ops.host):\(ops.port)",
             ])
         // Stopped in reverse order: the tail closes once the API has drained its sync calls.
         try await host.run(

@@ -179,7 +179,7 @@ struct NativeController: Sendable {
             if let app = d.appID { entry["ios_app_id"] = .string(app) }
             if let account = d.pushAccountID { entry["push_account_id"] = .int(account) }
             if let current = d.currentKeyID { entry["current_push_key_id"] = .int(Int64(current)) }
-            if let reason = d.status.invalidReason { entry["invalid_reason"] = .string(reason) }
+            if let reason = d.status.invalidReason { entry["invalid_reason"] = .string(reason.name) }
             return .object(entry)
         }
         return success(["devices": .array(list)])

@@ -1,3 +1,4 @@
+import LogKeys
 import Logging
 import PushCrypto
 import PushModels
@@ -17,7 +18,7 @@ struct PayloadSealer: Sendable {
         } catch {
             logger.error(
                 "could not seal accepted content",
-                metadata: ["notification_id": "\(notificationID)", "error": "\(error)"])
+                metadata: [LogKey.notificationID: "\(notificationID)", LogKey.error: "\(error)"])
             throw APIError.internalError
         }
     }

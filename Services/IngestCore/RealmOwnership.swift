@@ -1,5 +1,6 @@
 import DeviceState
 import HTTPTypes
+import LogKeys
 import Logging
 import PushCrypto
 import PushModels

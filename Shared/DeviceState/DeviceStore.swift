@@ -6,8 +6,9 @@ import RedisClient
 /// Whether a device can be pushed to.
 public enum DeviceStatus: Sendable, Equatable {
     case active
-    /// A provider called the token dead: its reason (as `push.feedback` carried it) and when (ms).
-    case invalid(reason: String, atMs: Int64)
+    /// A provider called the token dead: its reason (as `push.feedback` carried it; nil
+    /// when none was stored) and when (ms).
+    case invalid(reason: OutcomeReason?, atMs: Int64)
 
     /// The status as the device hash and the device listing name it.
     public var name: String {
@@ -20,8 +21,8 @@ public enum DeviceStatus: Sendable, Equatable {
     public var isActive: Bool { self == .active }
 
     /// The provider's reason, when invalid and one was given.
-    public var invalidReason: String? {
-        if case .invalid(let reason, _) = self, !reason.isEmpty { return reason }
+    public var invalidReason: OutcomeReason? {
+        if case .invalid(let reason, _) = self { return reason }
         return nil
     }
 }
@@ -369,7 +370,9 @@ public struct DeviceStore: Sendable {
             pushAccountID: fields.pushAccountID.flatMap { Int64($0) },
             currentKeyID: fields.keyID.flatMap { UInt32($0) }, keys: keys,
             status: fields.status == "invalid"
-                ? .invalid(reason: fields.reason ?? "", atMs: fields.invalidMs.flatMap { Int64($0) } ?? 0)
+                ? .invalid(
+                    reason: fields.reason.flatMap { $0.isEmpty ? nil : OutcomeReason(name: $0) },
+                    atMs: fields.invalidMs.flatMap { Int64($0) } ?? 0)
                 : .active,
             registeredAtMs: fields.registeredMs.flatMap { Int64($0) } ?? 0,
             createdAtMs: fields.createdMs.flatMap { Int64($0) } ?? 0,
@@ -428,7 +431,7 @@ public struct DeviceStore: Sendable {
     /// gone or already invalid, when its token changed since the report, or when it
     /// re-registered after the provider's timestamp. Returns true if it changed.
     public func invalidate(
-        deviceID: DeviceID, tokenFingerprint: String, reason: String, providerTimestampMs: Int64?,
+        deviceID: DeviceID, tokenFingerprint: String, reason: OutcomeReason, providerTimestampMs: Int64?,
         nowMs: Int64 = Wire.nowMillis()
     ) async throws -> Bool {
         guard let (device, storedToken) = try await stored([deviceID])[deviceID] else { return false }
@@ -442,7 +445,8 @@ public struct DeviceStore: Sendable {
         let lease = "\(nowMs) \(UInt64.random(in: 0...UInt64.max))"
         let reply = try await redis.command(
             "EVAL", RedisArgument(Self.invalidateScript), "1", RedisArgument(deviceKey), RedisArgument(storedToken),
-            RedisArgument(reason), RedisArgument(providerTimestampMs ?? -1), RedisArgument(nowMs), RedisArgument(lease),
+            RedisArgument(reason.name), RedisArgument(providerTimestampMs ?? -1), RedisArgument(nowMs),
+            RedisArgument(lease),
             RedisArgument(Self.feedbackLeaseMs))
         let parts = reply.array
         guard let outcome = parts.first?.int, outcome != 0 else { return false }

@@ -40,7 +40,7 @@ public protocol DeviceInvalidations: Sendable {
     func device(_ id: DeviceID) async throws -> DeviceRecord?
     /// Marks a device invalid if the report still applies to it (same token, not
     /// re-registered since the provider's timestamp); true if it changed.
-    func invalidate(deviceID: DeviceID, tokenFingerprint: String, reason: String, providerTimestampMs: Int64?)
+    func invalidate(deviceID: DeviceID, tokenFingerprint: String, reason: OutcomeReason, providerTimestampMs: Int64?)
         async throws -> Bool
     /// Deletes a device of Zulip's legacy API; true if it was there.
     func removeLegacy(_ device: DeviceRecord) async throws -> Bool
@@ -63,9 +63,9 @@ public struct RedisDeviceInvalidations: DeviceInvalidations {
         try await devices.device(id)
     }
 
-    public func invalidate(deviceID: DeviceID, tokenFingerprint: String, reason: String, providerTimestampMs: Int64?)
-        async throws -> Bool
-    {
+    public func invalidate(
+        deviceID: DeviceID, tokenFingerprint: String, reason: OutcomeReason, providerTimestampMs: Int64?
+    ) async throws -> Bool {
         try await devices.invalidate(
             deviceID: deviceID, tokenFingerprint: tokenFingerprint, reason: reason,
             providerTimestampMs: providerTimestampMs)

@@ -1,5 +1,6 @@
 import CRdKafka
 import Foundation
+import LogKeys
 import Logging
 import ServiceLifecycle
 import Synchronization
@@ -106,14 +107,14 @@ private let rebalanceCallback:
         switch err {
         case RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS:
             rd_kafka_assign(handle, partitions)
-            shared.logger.info("partitions assigned", metadata: ["partitions": "\(describe(partitions))"])
+            shared.logger.info("partitions assigned", metadata: [LogKey.partitions: "\(describe(partitions))"])
         case RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS:
             if case .commit(let offsets) = shared.handle(.partitionsRevoked(topicPartitions(partitions))) {
                 // The partitions are forgotten already: the result needs no bookkeeping.
                 _ = commit(handle, offsets, logger: shared.logger)
             }
             rd_kafka_assign(handle, nil)
-            shared.logger.info("partitions revoked", metadata: ["partitions": "\(describe(partitions))"])
+            shared.logger.info("partitions revoked", metadata: [LogKey.partitions: "\(describe(partitions))"])
         default:
             rd_kafka_assign(handle, nil)
         }
@@ -143,7 +144,7 @@ private func commit(_ handle: OpaquePointer, _ offsets: [TopicPartition: Int64],
     }
     let rc = rd_kafka_commit(handle, list, 0)
     if rc != RD_KAFKA_RESP_ERR_NO_ERROR && rc != RD_KAFKA_RESP_ERR__NO_OFFSET {
-        logger.warning("offset commit failed", metadata: ["error": "\(KafkaError.from(rc))"])
+        logger.warning("offset commit failed", metadata: [LogKey.error: "\(KafkaError.from(rc))"])
     }
     return rc
 }
@@ -526,7 +527,7 @@ private func pollLoop(
                 event = .clientFailed(librdkafkaFatalError(handle))
             case .failure(let error):
                 if error.code.name != "_PARTITION_EOF" {
-                    logger.warning("consumer error", metadata: ["error": "\(error)"])
+                    logger.warning("consumer error", metadata: [LogKey.error: "\(error)"])
                 }
             }
         case .dispatch(let record):
@@ -535,7 +536,8 @@ private func pollLoop(
         case .pause(let record, let dueMs):
             pausePartition(handle, record: record, logger: logger)
             logger.debug(
-                "partition paused until due", metadata: ["partition": "\(record.topicPartition)", "due_ms": "\(dueMs)"])
+                "partition paused until due",
+                metadata: [LogKey.partition: "\(record.topicPartition)", LogKey.dueMs: "\(dueMs)"])
         case .resume(let partitions):
             resumePartitions(handle, partitions)
         case .commit(let offsets):
@@ -543,7 +545,7 @@ private func pollLoop(
         case .finalCommit(let offsets, let abandoned):
             if abandoned > 0 {
                 logger.warning(
-                    "shutdown: records still in flight stay uncommitted", metadata: ["in_flight": "\(abandoned)"])
+                    "shutdown: records still in flight stay uncommitted", metadata: [LogKey.inFlight: "\(abandoned)"])
             }
             event = commitResult(handle, offsets, logger: logger)
         case .wait:
@@ -554,7 +556,7 @@ private func pollLoop(
             output.finish()
             let rc = rd_kafka_consumer_close(handle)
             if rc != RD_KAFKA_RESP_ERR_NO_ERROR {
-                logger.warning("consumer close failed", metadata: ["error": "\(KafkaError.from(rc))"])
+                logger.warning("consumer close failed", metadata: [LogKey.error: "\(KafkaError.from(rc))"])
             }
             event = .closed
         case .stop:
@@ -616,7 +618,7 @@ private func pausePartition(_ handle: OpaquePointer, record: KafkaRecord, logger
     rd_kafka_pause_partitions(handle, list)
     // The seek discards what was fetched past this record; fetching restarts here on resume.
     if let error = rd_kafka_seek_partitions(handle, list, 5000) {
-        logger.warning("seek failed", metadata: ["error": "\(String(cString: rd_kafka_error_string(error)))"])
+        logger.warning("seek failed", metadata: [LogKey.error: "\(String(cString: rd_kafka_error_string(error)))"])
         rd_kafka_error_destroy(error)
     }
 }

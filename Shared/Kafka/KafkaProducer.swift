@@ -1,5 +1,6 @@
 import CRdKafka
 import Foundation
+import LogKeys
 import NIOPosix
 import Logging
 import ServiceLifecycle
@@ -385,7 +386,7 @@ public final class KafkaProducer: Sendable {
         guard running.isSet else { return }
         let rc = rd_kafka_flush(handle.pointer, milliseconds(timeout))
         if rc != RD_KAFKA_RESP_ERR_NO_ERROR {
-            logger.warning("producer flush did not finish", metadata: ["error": "\(KafkaError.from(rc))"])
+            logger.warning("producer flush did not finish", metadata: [LogKey.error: "\(KafkaError.from(rc))"])
         }
         _ = running.clear()
         poller.stop()

@@ -1,5 +1,6 @@
 import CRdKafka
 import Foundation
+import LogKeys
 import Logging
 import Synchronization
 
@@ -182,7 +183,7 @@ public final class KafkaTopicTail: Sendable {
             switch copyRecord(current) {
             case .success(let record): records.append(record)
             case .failure(let error) where error.code.name == "_PARTITION_EOF": break
-            case .failure(let error): logger.warning("tail: consumer error", metadata: ["error": "\(error)"])
+            case .failure(let error): logger.warning("tail: consumer error", metadata: [LogKey.error: "\(error)"])
             }
             rd_kafka_message_destroy(current)
             message = records.count < 512 ? rd_kafka_consumer_poll(handle.pointer, 0) : nil
@@ -209,9 +210,9 @@ public final class KafkaTopicTail: Sendable {
                     s.positions[partition] = Int64(RD_KAFKA_OFFSET_BEGINNING)
                 }
             }
-            logger.info("following new partitions of \(topic)", metadata: ["partitions": "\(added)"])
+            logger.info("following new partitions of \(topic)", metadata: [LogKey.partitions: "\(added)"])
         } catch {
-            logger.warning("cannot follow new partitions of \(topic)", metadata: ["error": "\(error)"])
+            logger.warning("cannot follow new partitions of \(topic)", metadata: [LogKey.error: "\(error)"])
         }
     }
 

@@ -1,5 +1,6 @@
 import Foundation
 import JWTKit
+import LogKeys
 import Logging
 import NIOCore
 import NIOHPACK
@@ -143,49 +144,53 @@ public final class APNsClient: PushProviderClient {
 
     public func send(_ push: ProviderPush) async -> SendResult {
         guard let topic = push.appID, !topic.isEmpty else {
-            return .failed(reason: .apns(.missingTopic), status: nil)
+            return .failed(reason: .apns(.known(.missingTopic)), status: nil)
         }
         let body = push.body
         let limit = push.provider == .apnsVoIP ? Self.maxVoIPPayloadBytes : 4096
-        guard body.count <= limit else { return .failed(reason: .apns(.payloadTooLarge), status: nil) }
+        guard body.count <= limit else { return .failed(reason: .apns(.known(.payloadTooLarge)), status: nil) }
         let bearer: String
         do {
             bearer = try await signer.token()
         } catch {
-            logger.error("cannot sign APNs provider token", metadata: ["error": "\(error)"])
+            logger.error("cannot sign APNs provider token", metadata: [LogKey.error: "\(error)"])
             return .failed(reason: .relay(.providerTokenSigning), status: nil)
         }
         var request = http.request(path: "/3/device/\(push.token)", body: ByteBuffer(bytes: body))
-        request.headers.add(name: "authorization", value: "bearer \(bearer)")
+        request.headers.add(name: HTTPHeaderName.authorization, value: "bearer \(bearer)")
         let kind = Self.kindHeaders(push, topic: topic)
-        request.headers.add(name: "apns-topic", value: kind.topic)
-        request.headers.add(name: "apns-push-type", value: kind.pushType)
-        if let priority = kind.priority { request.headers.add(name: "apns-priority", value: String(priority)) }
+        request.headers.add(name: HTTPHeaderName.apnsTopic, value: kind.topic)
+        request.headers.add(name: HTTPHeaderName.apnsPushType, value: kind.pushType)
+        if let priority = kind.priority {
+            request.headers.add(name: HTTPHeaderName.apnsPriority, value: String(priority))
+        }
         // Values that differ from push to push are sent as literals, not added to HPACK's
         // table: indexed, each evicted the connection's reusable entries and lengthened
         // every later lookup (the path, which names the device, likewise).
         let apnsID = Self.apnsID(push)
-        request.headers.add(name: "apns-id", value: apnsID, indexing: .nonIndexable)
+        request.headers.add(name: HTTPHeaderName.apnsID, value: apnsID, indexing: .nonIndexable)
         if let expiration = kind.expiration {
-            request.headers.add(name: "apns-expiration", value: String(expiration), indexing: .nonIndexable)
+            request.headers.add(name: HTTPHeaderName.apnsExpiration, value: String(expiration), indexing: .nonIndexable)
         }
         // Without a realm-chosen collapse id, the per-(notification, device) id: it collapses
         // nothing but a re-send of this very push, which the phone then shows once.
         if let collapse = push.collapseID, collapse.utf8.count <= 64 {
-            request.headers.add(name: "apns-collapse-id", value: collapse, indexing: .nonIndexable)
+            request.headers.add(name: HTTPHeaderName.apnsCollapseID, value: collapse, indexing: .nonIndexable)
         } else {
-            request.headers.add(name: "apns-collapse-id", value: apnsID, indexing: .nonIndexable)
+            request.headers.add(name: HTTPHeaderName.apnsCollapseID, value: apnsID, indexing: .nonIndexable)
         }
-        request.headers.add(name: "content-type", value: "application/json")
+        request.headers.add(name: HTTPHeaderName.contentType, value: "application/json")
         do {
             let response = try await http.execute(request, timeout: configuration.requestTimeout)
             let status = response.status
             if status == 200 {
-                return .sent(status: status, providerMessageID: response.headers.first(name: "apns-id"))
+                return .sent(status: status, providerMessageID: response.headers.first(name: HTTPHeaderName.apnsID))
             }
             let error = APNsErrorBody(Array(response.body.readableBytesView))
-            let reason = APNsReason(error?.reason ?? "HTTP\(status)")
-            if reason == .expiredProviderToken || reason == .invalidProviderToken { await signer.invalidate() }
+            let reason = Named<APNsReason>(error?.reason ?? "HTTP\(status)")
+            if reason == .known(.expiredProviderToken) || reason == .known(.invalidProviderToken) {
+                await signer.invalidate()
+            }
             return reason.result(
                 status: status, timestampMs: error?.timestamp, retryAfter: retryAfter(response.headers))
         } catch {

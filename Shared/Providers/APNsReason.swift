@@ -1,48 +1,56 @@
-/// APNs error reasons (docs/protocols.md §2), with `unknown` for any Apple adds later.
-public enum APNsReason: Sendable, Hashable {
-    case badCollapseId, badDeviceToken, badExpirationDate, badMessageId, badPriority, badTopic
-    case deviceTokenNotForTopic, duplicateHeaders, idleTimeout, invalidPushType, missingDeviceToken
-    case missingTopic, payloadEmpty, topicDisallowed
-    case badCertificate, badCertificateEnvironment, expiredProviderToken, forbidden, invalidProviderToken
-    case missingProviderToken, unrelatedKeyIdInToken, badEnvironmentKeyIdInToken
-    case badPath, methodNotAllowed, expiredToken, unregistered, payloadTooLarge
-    case tooManyProviderTokenUpdates, tooManyRequests, internalServerError, serviceUnavailable, shutdown
-    case unknown(String)
+import PushModels
 
-    static let byName: [String: APNsReason] = [
-        "BadCollapseId": .badCollapseId, "BadDeviceToken": .badDeviceToken,
-        "BadExpirationDate": .badExpirationDate, "BadMessageId": .badMessageId, "BadPriority": .badPriority,
-        "BadTopic": .badTopic, "DeviceTokenNotForTopic": .deviceTokenNotForTopic,
-        "DuplicateHeaders": .duplicateHeaders, "IdleTimeout": .idleTimeout, "InvalidPushType": .invalidPushType,
-        "MissingDeviceToken": .missingDeviceToken, "MissingTopic": .missingTopic, "PayloadEmpty": .payloadEmpty,
-        "TopicDisallowed": .topicDisallowed, "BadCertificate": .badCertificate,
-        "BadCertificateEnvironment": .badCertificateEnvironment, "ExpiredProviderToken": .expiredProviderToken,
-        "Forbidden": .forbidden, "InvalidProviderToken": .invalidProviderToken,
-        "MissingProviderToken": .missingProviderToken, "UnrelatedKeyIdInToken": .unrelatedKeyIdInToken,
-        "BadEnvironmentKeyIdInToken": .badEnvironmentKeyIdInToken, "BadPath": .badPath,
-        "MethodNotAllowed": .methodNotAllowed, "ExpiredToken": .expiredToken, "Unregistered": .unregistered,
-        "PayloadTooLarge": .payloadTooLarge, "TooManyProviderTokenUpdates": .tooManyProviderTokenUpdates,
-        "TooManyRequests": .tooManyRequests, "InternalServerError": .internalServerError,
-        "ServiceUnavailable": .serviceUnavailable, "Shutdown": .shutdown,
-    ]
+/// APNs error reasons (docs/protocols.md §2), each by the name Apple documents. A reason
+/// Apple adds later reads as `Named.unknown`, kept with its name.
+public enum APNsReason: String, Sendable, Hashable, CaseIterable {
+    // 400
+    case badCollapseId = "BadCollapseId"
+    case badDeviceToken = "BadDeviceToken"
+    case badExpirationDate = "BadExpirationDate"
+    case badMessageId = "BadMessageId"
+    case badPriority = "BadPriority"
+    case badTopic = "BadTopic"
+    case deviceTokenNotForTopic = "DeviceTokenNotForTopic"
+    case duplicateHeaders = "DuplicateHeaders"
+    case idleTimeout = "IdleTimeout"
+    case invalidPushType = "InvalidPushType"
+    case missingDeviceToken = "MissingDeviceToken"
+    case missingTopic = "MissingTopic"
+    case payloadEmpty = "PayloadEmpty"
+    case topicDisallowed = "TopicDisallowed"
+    // 403
+    case badCertificate = "BadCertificate"
+    case badCertificateEnvironment = "BadCertificateEnvironment"
+    case expiredProviderToken = "ExpiredProviderToken"
+    case forbidden = "Forbidden"
+    case invalidProviderToken = "InvalidProviderToken"
+    case missingProviderToken = "MissingProviderToken"
+    case unrelatedKeyIdInToken = "UnrelatedKeyIdInToken"
+    case badEnvironmentKeyIdInToken = "BadEnvironmentKeyIdInToken"
+    // 404, 405, 410, 413
+    case badPath = "BadPath"
+    case methodNotAllowed = "MethodNotAllowed"
+    case expiredToken = "ExpiredToken"
+    case unregistered = "Unregistered"
+    case payloadTooLarge = "PayloadTooLarge"
+    // 429, 500, 503
+    case tooManyProviderTokenUpdates = "TooManyProviderTokenUpdates"
+    case tooManyRequests = "TooManyRequests"
+    case internalServerError = "InternalServerError"
+    case serviceUnavailable = "ServiceUnavailable"
+    case shutdown = "Shutdown"
+}
 
-    public init(_ name: String) {
-        self = Self.byName[name] ?? .unknown(name)
-    }
-
-    public var name: String {
-        if case .unknown(let name) = self { return name }
-        return Self.byName.first { $0.value == self }?.key ?? "Unknown"
-    }
-
+extension Named where Known == APNsReason {
     /// What to do about a push APNs refused with this reason and status.
     public func result(status: Int, timestampMs: Int64?, retryAfter: Duration?) -> SendResult {
         switch self {
-        case .unregistered, .expiredToken, .badDeviceToken, .deviceTokenNotForTopic:
+        case .known(.unregistered), .known(.expiredToken), .known(.badDeviceToken), .known(.deviceTokenNotForTopic):
             // BadDeviceToken assumes the relay talks to the environment the token was issued for.
             return .invalidToken(reason: .apns(self), status: status, timestampMs: timestampMs)
-        case .tooManyRequests, .internalServerError, .serviceUnavailable, .shutdown, .idleTimeout,
-            .expiredProviderToken, .invalidProviderToken, .tooManyProviderTokenUpdates:
+        case .known(.tooManyRequests), .known(.internalServerError), .known(.serviceUnavailable), .known(.shutdown),
+            .known(.idleTimeout), .known(.expiredProviderToken), .known(.invalidProviderToken),
+            .known(.tooManyProviderTokenUpdates):
             return .retry(reason: .apns(self), status: status, retryAfter: retryAfter)
         case .unknown where status >= 500 || status == 429:
             return .retry(reason: .apns(self), status: status, retryAfter: retryAfter)

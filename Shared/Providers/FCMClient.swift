@@ -1,6 +1,7 @@
 import AsyncHTTPClient
 import Foundation
 import JWTKit
+import LogKeys
 import Logging
 import NIOCore
 import NIOHPACK
@@ -105,7 +106,7 @@ actor FCMAccessTokens {
         let assertion = try await keys.sign(claims, kid: JWKIdentifier(string: account.privateKeyID))
         var request = HTTPClientRequest(url: account.tokenURI)
         request.method = .POST
-        request.headers.add(name: "content-type", value: "application/x-www-form-urlencoded")
+        request.headers.add(name: HTTPHeaderName.contentType, value: "application/x-www-form-urlencoded")
         request.body = .bytes(
             ByteBuffer(
                 string: "grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer&assertion=\(assertion)"))
@@ -226,13 +227,13 @@ public final class FCMClient: PushProviderClient {
         do {
             bearer = try await tokens.token()
         } catch {
-            logger.error("cannot obtain FCM access token", metadata: ["error": "\(error)"])
+            logger.error("cannot obtain FCM access token", metadata: [LogKey.error: "\(error)"])
             return .retry(reason: .relay(.oauthUnavailable), status: nil, retryAfter: .seconds(5))
         }
         var request = http.request(
             path: "/v1/projects/\(configuration.projectID)/messages:send", body: ByteBuffer(bytes: message))
-        request.headers.add(name: "authorization", value: "Bearer \(bearer)")
-        request.headers.add(name: "content-type", value: "application/json")
+        request.headers.add(name: HTTPHeaderName.authorization, value: "Bearer \(bearer)")
+        request.headers.add(name: HTTPHeaderName.contentType, value: "application/json")
         do {
             let response = try await http.execute(request, timeout: configuration.requestTimeout)
             let status = response.status

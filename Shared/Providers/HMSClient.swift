@@ -1,5 +1,6 @@
 import AsyncHTTPClient
 import Foundation
+import LogKeys
 import Logging
 import NIOCore
 import NIOHPACK
@@ -110,13 +111,13 @@ public final class HMSClient: PushProviderClient {
         do {
             bearer = try await tokens.token()
         } catch {
-            logger.error("cannot obtain an HMS access token", metadata: ["error": "\(error)"])
+            logger.error("cannot obtain an HMS access token", metadata: [LogKey.error: "\(error)"])
             return .retry(reason: .relay(.oauthUnavailable), status: nil, retryAfter: .seconds(5))
         }
         var request = HTTPClientRequest(url: "\(configuration.baseURL)/v1/\(configuration.appID)/messages:send")
         request.method = .POST
-        request.headers.add(name: "authorization", value: "Bearer \(bearer)")
-        request.headers.add(name: "content-type", value: "application/json; charset=utf-8")
+        request.headers.add(name: HTTPHeaderName.authorization, value: "Bearer \(bearer)")
+        request.headers.add(name: HTTPHeaderName.contentType, value: "application/json; charset=utf-8")
         request.body = .bytes(ByteBuffer(bytes: message))
         do {
             let response = try await http.execute(
@@ -166,33 +167,15 @@ public final class HMSClient: PushProviderClient {
     }
 }
 
-/// Push Kit result codes (the `code` string of every answer) that the relay acts on.
-enum HMSResultCode {
-    static let success = "80000000"
-    /// Some tokens failed; `msg` is JSON naming them (`illegal_tokens`, or the newer
-    /// `illegalTokens` grouped by cause).
-    static let partialSuccess = "80100000"
-    /// OAuth authentication error: no, or someone else's, access token.
-    static let oauthAuthenticationError = "80200001"
-    /// OAuth token expired.
-    static let oauthTokenExpired = "80200003"
-    /// All tokens are invalid.
-    static let invalidToken = "80300007"
-    /// Huawei's own OAuth service failed.
-    static let oauthServiceFailed = "80600003"
-    /// System internal error.
-    static let internalError = "81000001"
-}
-
 /// One answer of `messages:send`, read as far as it can be: a body that is not JSON, or
 /// has no `code`, is judged by its HTTP status alone.
 struct HMSAnswer: Equatable {
     var status: Int
-    var code: String?
+    var code: Named<HMSResultCode>?
     var msg: String?
     var requestID: String?
 
-    init(status: Int, code: String? = nil, msg: String? = nil, requestID: String? = nil) {
+    init(status: Int, code: Named<HMSResultCode>? = nil, msg: String? = nil, requestID: String? = nil) {
         self.status = status
         self.code = code
         self.msg = msg
@@ -204,8 +187,8 @@ struct HMSAnswer: Equatable {
         let json = try? Wire.decode(JSONValue.self, from: body)
         // Huawei writes the code as a string; a number is read the same way.
         switch json?["code"] {
-        case .string(let text)? where Syntax.isVisibleASCII(text, maxBytes: 32): code = text
-        case .int(let number)?: code = String(number)
+        case .string(let text)? where Syntax.isVisibleASCII(text, maxBytes: 32): code = Named(text)
+        case .int(let number)?: code = Named(String(number))
         default: code = nil
         }
         msg = json?["msg"]?.stringValue
@@ -214,22 +197,22 @@ struct HMSAnswer: Equatable {
 
     /// The access token was refused: the next send fetches a new one.
     var invalidatesAccessToken: Bool {
-        code == HMSResultCode.oauthAuthenticationError || code == HMSResultCode.oauthTokenExpired
+        code == .known(.oauthAuthenticationError) || code == .known(.oauthTokenExpired)
             || (code == nil && status == 401)
     }
 
     func result(token: String, retryAfter: Duration?) -> SendResult {
-        let reason = ProviderReason.hms(code ?? "hms_\(status)")
+        let reason = ProviderReason.hms(code.map(HMSReason.code) ?? .httpStatus(status))
         switch code {
-        case HMSResultCode.success?:
+        case .known(.success)?:
             return .sent(status: status, providerMessageID: requestID)
-        case HMSResultCode.partialSuccess?:
+        case .known(.partialSuccess)?:
             return partialResult(token: token, reason: reason)
-        case HMSResultCode.invalidToken?:
+        case .known(.invalidToken)?:
             return .invalidToken(reason: reason, status: status, timestampMs: nil)
-        case HMSResultCode.oauthAuthenticationError?, HMSResultCode.oauthTokenExpired?:
+        case .known(.oauthAuthenticationError)?, .known(.oauthTokenExpired)?:
             return .retry(reason: reason, status: status, retryAfter: nil)
-        case HMSResultCode.internalError?, HMSResultCode.oauthServiceFailed?:
+        case .known(.internalError)?, .known(.oauthServiceFailed)?:
             return .retry(reason: reason, status: status, retryAfter: retryAfter)
         case nil where status == 200:
             // Accepted, by the status; the body says nothing more.
@@ -310,7 +293,7 @@ actor ClientCredentialsTokens {
     private func fetch() async throws -> (token: String, refreshAt: ContinuousClock.Instant) {
         var request = HTTPClientRequest(url: tokenURL)
         request.method = .POST
-        request.headers.add(name: "content-type", value: "application/x-www-form-urlencoded")
+        request.headers.add(name: HTTPHeaderName.contentType, value: "application/x-www-form-urlencoded")
         request.body = .bytes(ByteBuffer(bytes: formURLEncoded(form)))
         let response = try await http.execute(request, timeout: .milliseconds(timeout.saturatingMilliseconds))
         let body = await collectBounded(response.body, limit: 64 * 1024)

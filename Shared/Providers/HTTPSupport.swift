@@ -1,5 +1,6 @@
 import AsyncHTTPClient
 import Foundation
+import LogKeys
 import Logging
 import PushModels
 import NIOCore
@@ -31,7 +32,7 @@ func makeHTTPClient(caFile: String?, connectTimeout: Duration) throws -> HTTPCli
 
 /// Parses `Retry-After` in seconds (the form APNs and Google use).
 func retryAfter(_ headers: HPACKHeaders) -> Duration? {
-    guard let value = headers.first(name: "retry-after"),
+    guard let value = headers.first(name: HTTPHeaderName.retryAfter),
         let seconds = Syntax.parseUInt64(Substring(value.trimmingCharacters(in: .whitespaces)))
     else { return nil }
     // Any number of seconds may arrive; a day is the most the retry schedule honours.
@@ -44,7 +45,7 @@ func retryAfter(_ headers: HPACKHeaders) -> Duration? {
 /// the error's description, the token masked in case the error quotes it.
 func transportFailure(_ error: any Error, token: String, logger: Logger) -> SendResult {
     let text = "\(error)".replacingOccurrences(of: token, with: DeviceToken.redact(token))
-    logger.warning("provider request failed in transport", metadata: ["error": "\(text)"])
+    logger.warning("provider request failed in transport", metadata: [LogKey.error: "\(text)"])
     if case PushTransportError.notSent = error {
         return .retry(reason: .relay(.connectionFailed), status: nil, retryAfter: nil)
     }

@@ -1,5 +1,6 @@
 import AsyncHTTPClient
 import Foundation
+import LogKeys
 import Logging
 import NIOCore
 import PushModels
@@ -13,10 +14,10 @@ import Synchronization
 
 /// Why the relay will not call a device-chosen endpoint.
 public struct EndpointRefusal: Error, Sendable, Equatable, CustomStringConvertible {
-    public var reason: RelayReason
+    public var reason: StageReason
     public var detail: String
 
-    public init(_ reason: RelayReason, _ detail: String) {
+    public init(_ reason: StageReason, _ detail: String) {
         self.reason = reason
         self.detail = detail
     }
@@ -113,7 +114,7 @@ public final class OutboundEndpoints: EndpointClientSource {
         case .failure(let refusal):
             logger.warning(
                 "push endpoint refused",
-                metadata: ["origin": "\(endpoint.origin)", "reason": "\(refusal.reason.rawValue)"])
+                metadata: [LogKey.origin: "\(endpoint.origin)", LogKey.reason: "\(refusal.reason.rawValue)"])
             return .failure(refusal)
         }
         let client: HTTPClient

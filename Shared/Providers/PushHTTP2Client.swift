@@ -1,4 +1,5 @@
 import Foundation
+import LogKeys
 import Logging
 import NIOCore
 import NIOHPACK
@@ -128,7 +129,7 @@ public final class PushHTTP2Client: Sendable {
             } catch PushTransportError.notSent(let why, resendable: true) where attempt < Self.resends {
                 attempt += 1
                 resent.add(1, ordering: .relaxed)
-                logger.debug("provider did not process the request; sending again", metadata: ["why": "\(why)"])
+                logger.debug("provider did not process the request; sending again", metadata: [LogKey.why: "\(why)"])
             }
         }
     }
@@ -139,10 +140,10 @@ public final class PushHTTP2Client: Sendable {
     public func request(path: String, body: ByteBuffer) -> PushRequest {
         var headers = HPACKHeaders()
         headers.reserveCapacity(12)
-        headers.add(name: ":method", value: "POST")
-        headers.add(name: ":scheme", value: "https")
-        headers.add(name: ":authority", value: origin.authority)
-        headers.add(name: ":path", value: origin.pathPrefix + path, indexing: .nonIndexable)
+        headers.add(name: HTTPHeaderName.method, value: "POST")
+        headers.add(name: HTTPHeaderName.scheme, value: "https")
+        headers.add(name: HTTPHeaderName.authority, value: origin.authority)
+        headers.add(name: HTTPHeaderName.path, value: origin.pathPrefix + path, indexing: .nonIndexable)
         return PushRequest(headers: headers, body: body)
     }
 
@@ -469,7 +470,7 @@ final class PushConnectionHandler: ChannelDuplexHandler, @unchecked Sendable {
         case .headers(let headers):
             guard var stream = active[frame.streamID] else { return }
             if stream.status == nil {
-                guard let status = headers.headers.first(name: ":status").flatMap({ Int($0) }),
+                guard let status = headers.headers.first(name: HTTPHeaderName.status).flatMap({ Int($0) }),
                     (100...599).contains(status)
                 else {
                     reset(frame.streamID, context: context, failure: .noAnswer("answer without a valid :status"))
@@ -509,7 +510,8 @@ final class PushConnectionHandler: ChannelDuplexHandler, @unchecked Sendable {
                         : PushTransportError.noAnswer("stream reset (\(code))")))
             streamsFreed()
         case .goAway(let lastStreamID, let code, _):
-            logger.debug("provider sent GOAWAY", metadata: ["last_stream_id": "\(lastStreamID)", "code": "\(code)"])
+            logger.debug(
+                "provider sent GOAWAY", metadata: [LogKey.lastStreamID: "\(lastStreamID)", LogKey.code: "\(code)"])
             // The streams up to the last-stream-id that were written may have been processed:
             // they wait for their answers, until the connection closes. The others were not
             // (RFC 9113 §6.8): another connection takes them at once, as it takes the queued
@@ -687,7 +689,7 @@ final class PushConnectionHandler: ChannelDuplexHandler, @unchecked Sendable {
         // A stream error resets that stream (its StreamClosedEvent settles it); anything
         // else ends the connection.
         if error is NIOHTTP2Errors.StreamError { return }
-        logger.debug("provider connection error", metadata: ["error": "\(error)"])
+        logger.debug("provider connection error", metadata: [LogKey.error: "\(error)"])
         if !negotiated {
             finish(because: .notSent("connection failed: \(error)", resendable: false))
         } else {
@@ -721,7 +723,7 @@ final class PushConnectionHandler: ChannelDuplexHandler, @unchecked Sendable {
                 logger.warning(
                     "provider did not answer in time",
                     metadata: [
-                        "stream_id": "\(streamID)", "open_streams": "\(active.count)",
+                        LogKey.streamID: "\(streamID)", LogKey.openStreams: "\(active.count)",
                     ])
                 // A stream swift-nio-http2 held back and never opened was not written; the
                 // RST_STREAM drops it from its buffer.

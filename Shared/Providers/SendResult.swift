@@ -14,7 +14,7 @@ public enum SendResult: Sendable, Equatable {
     /// The reason's name as records carry it (`sent` for a push that went out).
     public var reasonName: String {
         switch self {
-        case .sent: "sent"
+        case .sent: DeliveryOutcome.sent.rawValue
         case .invalidToken(let reason, _, _), .retry(let reason, _, _), .failed(let reason, _): reason.name
         }
     }
@@ -36,28 +36,30 @@ public enum SendResult: Sendable, Equatable {
     }
 }
 
-/// Why a push was refused or deferred: the provider's own reason, or the relay's.
-/// Names a build has no case for are kept as `unknown`, never dropped.
+/// Why a push was refused or deferred: the provider's own reason, or the relay's. Each
+/// provider's names are a typed vocabulary; a name a provider adds later is kept as
+/// `unknown` within it, never dropped.
 public enum ProviderReason: Sendable, Hashable, CustomStringConvertible {
     /// APNs' `reason` (docs/protocols.md §2).
-    case apns(APNsReason)
+    case apns(Named<APNsReason>)
     /// FCM's `FcmError.errorCode` or `google.rpc` status (docs/protocols.md §3).
     case fcm(Named<FCMErrorCode>)
-    /// A Web Push or simple push service's answer, by HTTP status (`webpush_410`, …).
-    case webPush(String)
-    /// Huawei Push Kit's result code (`80300007`, …).
-    case hms(String)
-    /// WNS's answer (`X-WNS-Error-Description` or the HTTP status).
-    case wns(String)
+    /// A Web Push or simple push service's answer. RFC 8030 names none but the HTTP
+    /// status, so the status is the reason (`webpush_410`).
+    case webPush(status: Int)
+    /// Huawei Push Kit's answer (docs/protocols.md §10).
+    case hms(HMSReason)
+    /// WNS's answer (docs/protocols.md §10).
+    case wns(WNSReason)
     /// The relay's own reason: nothing reached the provider, or it did not answer.
-    case relay(RelayReason)
+    case relay(StageReason)
     /// A reason this build does not know (for example a record's `last_error`).
     case unknown(String)
 
     /// A reason read back from a record's `last_error`: the relay's own by its name, any
     /// other kept as it was (a provider's name alone does not say which provider).
     public init(recorded name: String) {
-        self = RelayReason(rawValue: name).map(ProviderReason.relay) ?? .unknown(name)
+        self = StageReason(rawValue: name).map(ProviderReason.relay) ?? .unknown(name)
     }
 
     /// The name records and metrics carry.
@@ -65,7 +67,9 @@ public enum ProviderReason: Sendable, Hashable, CustomStringConvertible {
         switch self {
         case .apns(let reason): reason.name
         case .fcm(let code): code.name
-        case .webPush(let name), .hms(let name), .wns(let name): name
+        case .webPush(let status): "webpush_\(status)"
+        case .hms(let reason): reason.name
+        case .wns(let reason): reason.name
         case .relay(let reason): reason.rawValue
         case .unknown(let name): name
         }
@@ -91,44 +95,61 @@ public enum FCMErrorCode: String, Sendable, Hashable, CaseIterable {
     case resourceExhausted = "RESOURCE_EXHAUSTED"
 }
 
-/// Reasons the relay gives itself, with the names records have always carried (the
-/// spellings differ by when each was added; they are wire names and stay as they are).
-public enum RelayReason: String, Sendable, Hashable, CaseIterable {
-    /// The request was written and no answer came (timeout, connection lost, stream
-    /// reset): the provider may have the push.
-    case transportError = "TransportError"
-    /// Nothing reached the provider: no connection (connect, TLS, ALPN), or the request
-    /// was never written whole.
-    case connectionFailed = "ConnectionFailed"
-    /// The provider asked us to slow down; the push was parked.
-    case rateLimited = "rate_limited"
-    /// No client for the record's provider is configured in this dispatcher.
-    case providerNotConfigured = "provider_not_configured"
-    /// The APNs provider token could not be signed (bad key).
-    case providerTokenSigning = "ProviderTokenSigning"
-    /// No FCM OAuth access token could be had.
-    case oauthUnavailable = "OAUTH_UNAVAILABLE"
-    /// The FCM data object is not a JSON object of strings.
-    case invalidData = "INVALID_DATA"
-    /// The FCM data object is over 4096 bytes.
-    case messageTooBig = "MESSAGE_TOO_BIG"
-    /// The record's expiry passed before it could be sent.
-    case expired = "expired"
-    /// The sealed token does not open for this record.
-    case tokenUnreadable = "token_unreadable"
-    /// The sealed body does not open for this record.
-    case bodyUnreadable = "body_unreadable"
-    /// A device-chosen endpoint is not one the relay may call (not https, or it resolves
-    /// to a private, loopback, link-local or multicast address that is not allowed).
-    case endpointRefused = "endpoint_refused"
-    /// A device-chosen endpoint's host does not resolve (retried: DNS may recover).
-    case endpointUnresolvable = "endpoint_unresolvable"
-    /// The endpoint redirected: push services never do, and redirects are not followed.
-    case endpointRedirected = "endpoint_redirected"
-    /// The body is larger than the provider takes.
-    case payloadTooLarge = "payload_too_large"
-    /// The record's body is not what its provider needs (for example not a Web Push body).
-    case invalidBody = "invalid_body"
+/// Huawei Push Kit's answer to a send (docs/protocols.md §10).
+public enum HMSReason: Sendable, Hashable {
+    /// The answer's result code (`80300007`, …).
+    case code(Named<HMSResultCode>)
+    /// An answer without a code, by its HTTP status (`hms_502`).
+    case httpStatus(Int)
+
+    public var name: String {
+        switch self {
+        case .code(let code): code.name
+        case .httpStatus(let status): "hms_\(status)"
+        }
+    }
+}
+
+/// Push Kit result codes (the `code` string of every answer) that the relay acts on;
+/// Huawei documents more, which read as `Named.unknown` and fail the push.
+public enum HMSResultCode: String, Sendable, Hashable, CaseIterable {
+    case success = "80000000"
+    /// Some tokens failed; `msg` is JSON naming them (`illegal_tokens`, or the newer
+    /// `illegalTokens` grouped by cause).
+    case partialSuccess = "80100000"
+    /// OAuth authentication error: no, or someone else's, access token.
+    case oauthAuthenticationError = "80200001"
+    /// OAuth token expired.
+    case oauthTokenExpired = "80200003"
+    /// All tokens are invalid.
+    case invalidToken = "80300007"
+    /// Huawei's own OAuth service failed.
+    case oauthServiceFailed = "80600003"
+    /// System internal error.
+    case internalError = "81000001"
+}
+
+/// WNS's answer to a send (docs/protocols.md §10).
+public enum WNSReason: Sendable, Hashable {
+    /// A 200 that WNS did not deliver, by its `X-WNS-Status` (`dropped`, `channelthrottled`).
+    case notificationStatus(WNSNotificationStatus)
+    /// `X-WNS-Error-Description` as WNS wrote it: free text, not a set of names.
+    case errorDescription(String)
+    /// An answer without a description, by its HTTP status (`wns_404`).
+    case httpStatus(Int)
+
+    public var name: String {
+        switch self {
+        case .notificationStatus(let status): status.rawValue
+        case .errorDescription(let text): text
+        case .httpStatus(let status): "wns_\(status)"
+        }
+    }
+}
+
+/// WNS's `X-WNS-Status` (docs/protocols.md §10).
+public enum WNSNotificationStatus: String, Sendable, Hashable, CaseIterable {
+    case received, dropped, channelthrottled
 }
 
 /// A push provider: one client per platform, all behind this small protocol, so new

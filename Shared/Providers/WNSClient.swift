@@ -1,5 +1,6 @@
 import AsyncHTTPClient
 import Foundation
+import LogKeys
 import Logging
 import NIOCore
 import NIOHPACK
@@ -105,7 +106,7 @@ public final class WNSClient: PushProviderClient {
         do {
             bearer = try await tokens.token()
         } catch {
-            logger.error("cannot obtain a WNS access token", metadata: ["error": "\(error)"])
+            logger.error("cannot obtain a WNS access token", metadata: [LogKey.error: "\(error)"])
             return .retry(reason: .relay(.oauthUnavailable), status: nil, retryAfter: .seconds(5))
         }
         let http: HTTPClient
@@ -115,14 +116,14 @@ public final class WNSClient: PushProviderClient {
         }
         var request = HTTPClientRequest(url: endpoint.url)
         request.method = .POST
-        request.headers.add(name: "authorization", value: "Bearer \(bearer)")
-        request.headers.add(name: "x-wns-type", value: "wns/raw")
-        request.headers.add(name: "content-type", value: "application/octet-stream")
+        request.headers.add(name: HTTPHeaderName.authorization, value: "Bearer \(bearer)")
+        request.headers.add(name: HTTPHeaderName.wnsType, value: "wns/raw")
+        request.headers.add(name: HTTPHeaderName.contentType, value: "application/octet-stream")
         // Kept for a device that is offline, until the TTL ends.
-        request.headers.add(name: "x-wns-cache-policy", value: "cache")
+        request.headers.add(name: HTTPHeaderName.wnsCachePolicy, value: "cache")
         if let expiresAt = push.expiresAt {
             let left = expiresAt.saturatingSubtract(Int64(Date().timeIntervalSince1970))
-            request.headers.add(name: "x-wns-ttl", value: String(max(left, 1)))
+            request.headers.add(name: HTTPHeaderName.wnsTTL, value: String(max(left, 1)))
         }
         request.body = .bytes(ByteBuffer(bytes: push.body))
         do {
@@ -149,12 +150,15 @@ public final class WNSClient: PushProviderClient {
 struct WNSAnswer: Equatable {
     var status: Int
     /// `X-WNS-Status`: `received`, `dropped` or `channelthrottled`.
-    var notificationStatus: String?
+    var notificationStatus: Named<WNSNotificationStatus>?
     var messageID: String?
     /// `X-WNS-Error-Description`, when it is short printable text.
     var errorDescription: String?
 
-    init(status: Int, notificationStatus: String? = nil, messageID: String? = nil, errorDescription: String? = nil) {
+    init(
+        status: Int, notificationStatus: Named<WNSNotificationStatus>? = nil, messageID: String? = nil,
+        errorDescription: String? = nil
+    ) {
         self.status = status
         self.notificationStatus = notificationStatus
         self.messageID = messageID
@@ -169,24 +173,26 @@ struct WNSAnswer: Equatable {
             return value
         }
         self.init(
-            status: status, notificationStatus: printable("x-wns-status", maxBytes: 32)?.lowercased(),
-            messageID: printable("x-wns-msg-id", maxBytes: 128),
-            errorDescription: printable("x-wns-error-description", maxBytes: 128))
+            status: status,
+            notificationStatus: printable(HTTPHeaderName.wnsStatus, maxBytes: 32).map { Named($0.lowercased()) },
+            messageID: printable(HTTPHeaderName.wnsMessageID, maxBytes: 128),
+            errorDescription: printable(HTTPHeaderName.wnsErrorDescription, maxBytes: 128))
     }
 
     /// The provider's reason: its error description, else the status (`wns_404`).
-    var reason: ProviderReason { .wns(errorDescription ?? "wns_\(status)") }
+    var reason: ProviderReason { .wns(errorDescription.map(WNSReason.errorDescription) ?? .httpStatus(status)) }
 
     func result(retryAfter: Duration?) -> SendResult {
         switch status {
         case 200:
             switch notificationStatus {
             // The app server exceeded this channel's rate: not delivered, try later.
-            case "channelthrottled"?:
-                return .retry(reason: .wns("channelthrottled"), status: status, retryAfter: retryAfter)
+            case .known(.channelthrottled)?:
+                return .retry(
+                    reason: .wns(.notificationStatus(.channelthrottled)), status: status, retryAfter: retryAfter)
             // Accepted and then dropped (an error, or the client refused it).
-            case "dropped"?:
-                return .failed(reason: .wns("dropped"), status: status)
+            case .known(.dropped)?:
+                return .failed(reason: .wns(.notificationStatus(.dropped)), status: status)
             default:
                 return .sent(status: status, providerMessageID: messageID)
             }

@@ -2,6 +2,7 @@ import AsyncHTTPClient
 import Crypto
 import Foundation
 import JWTKit
+import LogKeys
 import Logging
 import NIOCore
 import NIOHPACK
@@ -168,21 +169,21 @@ public final class WebPushClient: PushProviderClient {
             guard let signer else { return .failed(reason: .relay(.providerNotConfigured), status: nil) }
             do {
                 request.headers.add(
-                    name: "authorization", value: try await signer.authorization(origin: endpoint.origin))
+                    name: HTTPHeaderName.authorization, value: try await signer.authorization(origin: endpoint.origin))
             } catch {
-                logger.error("cannot sign a VAPID token", metadata: ["error": "\(error)"])
+                logger.error("cannot sign a VAPID token", metadata: [LogKey.error: "\(error)"])
                 return .failed(reason: .relay(.providerTokenSigning), status: nil)
             }
             request.method = .POST
-            request.headers.add(name: "content-encoding", value: "aes128gcm")
-            request.headers.add(name: "content-type", value: "application/octet-stream")
-            request.headers.add(name: "ttl", value: String(ttl(push)))
-            request.headers.add(name: "urgency", value: Self.urgency(push))
-            if let topic = Self.topic(push.collapseID) { request.headers.add(name: "topic", value: topic) }
+            request.headers.add(name: HTTPHeaderName.contentEncoding, value: "aes128gcm")
+            request.headers.add(name: HTTPHeaderName.contentType, value: "application/octet-stream")
+            request.headers.add(name: HTTPHeaderName.ttl, value: String(ttl(push)))
+            request.headers.add(name: HTTPHeaderName.urgency, value: Self.urgency(push))
+            if let topic = Self.topic(push.collapseID) { request.headers.add(name: HTTPHeaderName.topic, value: topic) }
             request.body = .bytes(ByteBuffer(bytes: bytes))
         case .wakeUp(let version):
             request.method = .PUT
-            request.headers.add(name: "content-type", value: "application/x-www-form-urlencoded")
+            request.headers.add(name: HTTPHeaderName.contentType, value: "application/x-www-form-urlencoded")
             request.body = .bytes(ByteBuffer(string: "version=\(version)"))
         }
         let http: HTTPClient
@@ -198,7 +199,7 @@ public final class WebPushClient: PushProviderClient {
             _ = await collectBounded(response.body, limit: Self.maxResponseBytes)
             let headers = HPACKHeaders(httpHeaders: response.headers)
             return Self.result(
-                status: Int(response.status.code), location: headers.first(name: "location"),
+                status: Int(response.status.code), location: headers.first(name: HTTPHeaderName.location),
                 retryAfter: retryAfter(headers))
         } catch {
             return transportFailure(error, token: endpoint.url, logger: logger)
@@ -229,7 +230,7 @@ public final class WebPushClient: PushProviderClient {
 
     /// RFC 8030 §5 and §6, and what autopush, FCM's and Apple's Web Push services answer.
     static func result(status: Int, location: String?, retryAfter: Duration?) -> SendResult {
-        let reason = ProviderReason.webPush("webpush_\(status)")
+        let reason = ProviderReason.webPush(status: status)
         switch status {
         case 200...299:
             let id = location.flatMap { $0.utf8.count <= 512 ? $0 : nil }

@@ -207,10 +207,11 @@ public enum FCMPriority: String, Sendable, Hashable, CaseIterable {
     case high, normal
 }
 
-/// A closed set of names with room for the ones it does not know: a record or a realm
-/// may carry a value this build has no case for, which is kept and passed on as given.
+/// A closed set of names with room for the ones it does not know: a record, a realm or a
+/// provider may carry a value this build has no case for, which is kept and passed on as
+/// given. Not `ExpressibleByStringLiteral`: a known name is written by its case.
 public enum Named<Known: RawRepresentable & Sendable & Hashable>: Sendable, Hashable, Codable,
-    ExpressibleByStringLiteral, CustomStringConvertible
+    CustomStringConvertible
 where Known.RawValue == String {
     case known(Known)
     case unknown(String)
@@ -218,8 +219,6 @@ where Known.RawValue == String {
     public init(_ name: String) {
         self = Known(rawValue: name).map(Named.known) ?? .unknown(name)
     }
-
-    public init(stringLiteral value: String) { self.init(value) }
 
     public var name: String {
         switch self {

@@ -223,7 +223,7 @@ extension FeedbackRecord {
     public static let currentSchema = 1
 
     public init(
-        deviceID: DeviceID, realmUUID: RealmID, provider: Provider, tokenFingerprint: String, reason: String,
+        deviceID: DeviceID, realmUUID: RealmID, provider: Provider, tokenFingerprint: String, reason: OutcomeReason,
         providerTimestampMs: Int64?, notificationID: NotificationID, observedAtMs: Int64
     ) {
         self.schema = Self.currentSchema
@@ -239,16 +239,38 @@ extension FeedbackRecord {
 }
 
 /// The final outcome of one notification for one device.
-public enum DeliveryOutcome: String, Sendable, Codable, CaseIterable {
+///
+/// Two outcomes are named by the relay's reason that alone leads to them
+/// (`unknown_device`, `expired`): their names are `StageReason`'s, so each is declared
+/// once, and its names are spelt out in `rawValue` rather than given as raw values.
+public enum DeliveryOutcome: RawRepresentable, Sendable, Hashable, Codable, CaseIterable {
     case sent
-    case invalidToken = "invalid_token"
-    case unknownDevice = "unknown_device"
+    case invalidToken
+    case unknownDevice
     case failed
     case expired
     /// A redelivered or replayed push whose pair the provider had already accepted: not sent again.
-    case alreadySent = "already_sent"
+    case alreadySent
     /// The device's own preferences (Status push server) say not to notify; `reason` says which.
     case filtered
+
+    /// The name on the wire and in metric labels.
+    public var rawValue: String {
+        switch self {
+        case .sent: "sent"
+        case .invalidToken: "invalid_token"
+        case .unknownDevice: StageReason.unknownDevice.rawValue
+        case .failed: "failed"
+        case .expired: StageReason.expired.rawValue
+        case .alreadySent: "already_sent"
+        case .filtered: "filtered"
+        }
+    }
+
+    public init?(rawValue: String) {
+        guard let outcome = Self.allCases.first(where: { $0.rawValue == rawValue }) else { return nil }
+        self = outcome
+    }
 }
 
 extension HookDeliveryRecord {

@@ -1,5 +1,6 @@
 import Foundation
 import Kafka
+import LogKeys
 import Logging
 import ServiceLifecycle
 import UnixSignals

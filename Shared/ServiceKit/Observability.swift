@@ -5,21 +5,6 @@ import Prometheus
 import ServiceLifecycle
 import Synchronization
 
-/// Metadata keys used in log lines, in one place so logs stay greppable.
-/// Never log a notification's plaintext or a full device token.
-public enum LogKey {
-    public static let notificationID = "notification_id"
-    public static let deviceID = "device_id"
-    public static let realm = "realm_uuid"
-    public static let provider = "provider"
-    public static let reason = "reason"
-    public static let status = "status"
-    public static let error = "error"
-    public static let token = "token"
-    public static let topic = "topic"
-    public static let offset = "offset"
-}
-
 /// Logging, metrics and tracing for one process: swift-log to stderr, swift-metrics
 /// into a Prometheus registry served at `/metrics`, and, when the OpenTelemetry
 /// variables ask for it, spans exported with OTLP (`RelayTracing`).

@@ -1,5 +1,6 @@
 import Foundation
 import Kafka
+import LogKeys
 import Logging
 import RedisClient
 
@@ -147,13 +148,13 @@ extension CommonSettings {
             logger.info(
                 "redis reached",
                 metadata: [
-                    "address": "\(address)", "tls": "\(redis.tls != nil)",
-                    "user": "\(redis.credentials.map { $0.username ?? "default" } ?? "none")",
+                    LogKey.address: "\(address)", LogKey.tls: "\(redis.tls != nil)",
+                    LogKey.user: "\(redis.credentials.map { $0.username ?? "default" } ?? "none")",
                 ])
         } catch let error where error.code == .connect {
             logger.warning(
                 "redis not reachable yet: starting not ready",
-                metadata: ["address": "\(address)", LogKey.error: "\(error)"])
+                metadata: [LogKey.address: "\(address)", LogKey.error: "\(error)"])
         } catch {
             throw SettingsError(
                 "Redis at \(address): \(error.startupHint(tls: redis.tls != nil)) (\(error.description))")
@@ -172,7 +173,7 @@ extension CommonSettings {
         case .unreachable(let reason):
             logger.warning(
                 "kafka not reachable yet: starting not ready",
-                metadata: ["brokers": "\(configuration.bootstrapServers)", LogKey.error: "\(reason)"])
+                metadata: [LogKey.brokers: "\(configuration.bootstrapServers)", LogKey.error: "\(reason)"])
         case .refused(let reason):
             throw SettingsError(
                 "Kafka at \(configuration.bootstrapServers) refused the connection: \(reason) "

@@ -1,4 +1,5 @@
 import Foundation
+import LogKeys
 import Logging
 import PushModels
 
@@ -221,7 +222,7 @@ public enum SettingsCatalog {
     public static func validateEnvironment(logger: Logger? = nil) throws {
         let (errors, unknown) = check(ProcessInfo.processInfo.environment)
         for name in unknown {
-            logger?.warning("unknown setting ignored (a typo?)", metadata: ["variable": "\(name)"])
+            logger?.warning("unknown setting ignored (a typo?)", metadata: [LogKey.variable: "\(name)"])
         }
         guard errors.isEmpty else {
             throw SettingsError("invalid configuration:\n  " + errors.joined(separator: "\n  "))

@@ -1,6 +1,7 @@
 import Configuration
 import Hummingbird
 import Kafka
+import LogKeys
 import Logging
 import Metrics
 import PushModels
@@ -70,7 +71,8 @@ public func decodeRecord<T: Decodable>(_ type: T.Type, from record: KafkaRecord,
         logger.error(
             "undecodable record skipped",
             metadata: [
-                LogKey.topic: "\(record.topic)", "partition": "\(record.partition)", LogKey.offset: "\(record.offset)",
+                LogKey.topic: "\(record.topic)", LogKey.partition: "\(record.partition)",
+                LogKey.offset: "\(record.offset)",
                 LogKey.error: "\(error)",
             ])
         return nil

@@ -14,7 +14,7 @@ extension DeviceStore {
         for _ in 0..<2 {
             changed.append(
                 try await invalidate(
-                    deviceID: id, tokenFingerprint: Fingerprint.token(token), reason: "UNREGISTERED",
+                    deviceID: id, tokenFingerprint: Fingerprint.token(token), reason: .provider("UNREGISTERED"),
                     providerTimestampMs: nil))
         }
         return changed
@@ -252,7 +252,7 @@ extension StackTests {
                             do {
                                 return try await devices.invalidate(
                                     deviceID: id, tokenFingerprint: Fingerprint.token("tok-many"),
-                                    reason: "UNREGISTERED", providerTimestampMs: nil)
+                                    reason: .provider("UNREGISTERED"), providerTimestampMs: nil)
                             } catch let error as RedisError where error.isRetriable {
                                 try await Task.sleep(for: .milliseconds(10))
                             }
@@ -301,17 +301,17 @@ extension StackTests {
             let id = try await devices.register(try registration("tok-live")).id
             #expect(
                 !(try await devices.invalidate(
-                    deviceID: id, tokenFingerprint: Fingerprint.token("tok-other"), reason: "UNREGISTERED",
+                    deviceID: id, tokenFingerprint: Fingerprint.token("tok-other"), reason: .provider("UNREGISTERED"),
                     providerTimestampMs: nil)))
             let registered = try #require(try await devices.device(id)).registeredAtMs
             #expect(
                 !(try await devices.invalidate(
-                    deviceID: id, tokenFingerprint: Fingerprint.token("tok-live"), reason: "Unregistered",
+                    deviceID: id, tokenFingerprint: Fingerprint.token("tok-live"), reason: .provider("Unregistered"),
                     providerTimestampMs: registered - 1000)))
             #expect(try await devices.device(id)?.status == .active)
             #expect(
                 try await devices.invalidate(
-                    deviceID: id, tokenFingerprint: Fingerprint.token("tok-live"), reason: "Unregistered",
+                    deviceID: id, tokenFingerprint: Fingerprint.token("tok-live"), reason: .provider("Unregistered"),
                     providerTimestampMs: registered + 1000))
         }
 
@@ -384,7 +384,7 @@ extension StackTests {
             // Invalidation compares the stored (encrypted) token and still applies once.
             #expect(
                 try await devices.invalidate(
-                    deviceID: id, tokenFingerprint: Fingerprint.token(token), reason: "UNREGISTERED",
+                    deviceID: id, tokenFingerprint: Fingerprint.token(token), reason: .provider("UNREGISTERED"),
                     providerTimestampMs: nil))
             #expect(try await devices.device(id)?.status.isActive == false)
         }

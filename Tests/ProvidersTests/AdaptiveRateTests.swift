@@ -50,13 +50,15 @@ import Testing
         let limiter = AdaptiveRateLimiter(settings: .init(ceiling: 100, floor: 1))
         for _ in 0..<3 {
             limiter.observe(
-                "apns:org.zulip.Zulip", result: .retry(reason: .apns(.tooManyRequests), status: 429, retryAfter: nil))
+                "apns:org.zulip.Zulip",
+                result: .retry(reason: .apns(.known(.tooManyRequests)), status: 429, retryAfter: nil))
         }
         limiter.observe("fcm", result: .sent(status: 200, providerMessageID: nil))
         // A 500 or a dead token is not a request to slow down.
-        limiter.observe("apns:other", result: .retry(reason: .apns(.internalServerError), status: 500, retryAfter: nil))
         limiter.observe(
-            "apns:other", result: .invalidToken(reason: .apns(.unregistered), status: 410, timestampMs: nil))
+            "apns:other", result: .retry(reason: .apns(.known(.internalServerError)), status: 500, retryAfter: nil))
+        limiter.observe(
+            "apns:other", result: .invalidToken(reason: .apns(.known(.unregistered)), status: 410, timestampMs: nil))
         let rates = limiter.currentRates()
         #expect(rates["apns:org.zulip.Zulip"] == 50)
         #expect(rates["fcm"] == 100)

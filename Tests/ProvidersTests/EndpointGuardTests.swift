@@ -117,10 +117,10 @@ import Testing
                 == .failed(reason: .relay(.endpointRedirected), status: 301))
         #expect(
             WebPushClient.result(status: 429, location: nil, retryAfter: .seconds(30))
-                == .retry(reason: .webPush("webpush_429"), status: 429, retryAfter: .seconds(30)))
+                == .retry(reason: .webPush(status: 429), status: 429, retryAfter: .seconds(30)))
         #expect(
             WebPushClient.result(status: 503, location: nil, retryAfter: nil)
-                == .retry(reason: .webPush("webpush_503"), status: 503, retryAfter: nil))
+                == .retry(reason: .webPush(status: 503), status: 503, retryAfter: nil))
         #expect(WebPushClient.topic("abc_DEF-123") == "abc_DEF-123")
         #expect(WebPushClient.topic("has space") == nil)
         #expect(WebPushClient.topic(String(repeating: "a", count: 33)) == nil)

@@ -6,43 +6,43 @@ import Testing
 
 /// Every provider answer maps to what the dispatcher must do (docs/protocols.md §2, §3).
 @Suite struct ErrorMappingTests {
-    @Test(arguments: ["Unregistered", "ExpiredToken", "BadDeviceToken", "DeviceTokenNotForTopic"])
-    func apnsDeadTokenReasonsInvalidate(_ reason: String) {
-        let result = APNsReason(reason).result(
-            status: reason == "Unregistered" ? 410 : 400, timestampMs: 5, retryAfter: nil)
+    @Test(arguments: [APNsReason.unregistered, .expiredToken, .badDeviceToken, .deviceTokenNotForTopic])
+    func apnsDeadTokenReasonsInvalidate(_ reason: APNsReason) {
+        let result = Named.known(reason).result(
+            status: reason == .unregistered ? 410 : 400, timestampMs: 5, retryAfter: nil)
         guard case .invalidToken(let name, _, let timestamp) = result else {
             Issue.record("\(reason) must invalidate, got \(result)")
             return
         }
-        #expect(name == .apns(APNsReason(reason)))
-        #expect(name.name == reason)
+        #expect(name == .apns(.known(reason)))
+        #expect(name.name == reason.rawValue)
         #expect(timestamp == 5)
     }
 
     @Test(arguments: [
-        ("TooManyRequests", 429), ("InternalServerError", 500), ("ServiceUnavailable", 503), ("Shutdown", 503),
-        ("ExpiredProviderToken", 403), ("InvalidProviderToken", 403),
+        (APNsReason.tooManyRequests, 429), (.internalServerError, 500), (.serviceUnavailable, 503), (.shutdown, 503),
+        (.expiredProviderToken, 403), (.invalidProviderToken, 403),
     ])
-    func apnsTransientReasonsRetry(_ reason: String, _ status: Int) {
-        let result = APNsReason(reason).result(status: status, timestampMs: nil, retryAfter: .seconds(7))
-        #expect(result == .retry(reason: .apns(APNsReason(reason)), status: status, retryAfter: .seconds(7)))
+    func apnsTransientReasonsRetry(_ reason: APNsReason, _ status: Int) {
+        let result = Named.known(reason).result(status: status, timestampMs: nil, retryAfter: .seconds(7))
+        #expect(result == .retry(reason: .apns(.known(reason)), status: status, retryAfter: .seconds(7)))
     }
 
     @Test(arguments: [
-        ("PayloadTooLarge", 413), ("Forbidden", 403), ("BadTopic", 400), ("TopicDisallowed", 400), ("BadPriority", 400),
-        ("MissingTopic", 400),
+        (APNsReason.payloadTooLarge, 413), (.forbidden, 403), (.badTopic, 400), (.topicDisallowed, 400),
+        (.badPriority, 400), (.missingTopic, 400),
     ])
-    func apnsPermanentReasonsFailWithoutTouchingTheToken(_ reason: String, _ status: Int) {
+    func apnsPermanentReasonsFailWithoutTouchingTheToken(_ reason: APNsReason, _ status: Int) {
         #expect(
-            APNsReason(reason).result(status: status, timestampMs: nil, retryAfter: nil)
-                == .failed(reason: .apns(APNsReason(reason)), status: status))
+            Named.known(reason).result(status: status, timestampMs: nil, retryAfter: nil)
+                == .failed(reason: .apns(.known(reason)), status: status))
     }
 
-    @Test func unknownAPNsReasonsKeepTheirName() {
-        #expect(APNsReason("SomethingNew") == .unknown("SomethingNew"))
-        #expect(APNsReason("SomethingNew").name == "SomethingNew")
-        #expect(APNsReason("Unregistered").name == "Unregistered")
-        #expect(APNsReason("SomethingNew").result(status: 502, timestampMs: nil, retryAfter: nil).isRetry)
+    @Test func apnsReasonsReadByTheirDocumentedNames() {
+        #expect(Named<APNsReason>("Unregistered") == .known(.unregistered))
+        #expect(Named<APNsReason>("SomethingNew") == .unknown("SomethingNew"))
+        #expect(Named<APNsReason>("SomethingNew").name == "SomethingNew")
+        #expect(Named<APNsReason>("SomethingNew").result(status: 502, timestampMs: nil, retryAfter: nil).isRetry)
     }
 
     func fcm(_ status: Int, code: String?, message: String = "", grpc: String = "INVALID_ARGUMENT") -> FCMError {
@@ -67,26 +67,28 @@ import Testing
             400, code: "INVALID_ARGUMENT", message: "The registration token is not a valid FCM registration token")
         #expect(token.result(status: 400, retryAfter: nil).isInvalidToken)
         let payload = fcm(400, code: nil, message: "Invalid value at 'message.data[0].value'")
-        #expect(payload.code == "INVALID_ARGUMENT")
-        #expect(payload.result(status: 400, retryAfter: nil) == .failed(reason: .fcm("INVALID_ARGUMENT"), status: 400))
+        #expect(payload.code == .known(.invalidArgument))
+        #expect(
+            payload.result(status: 400, retryAfter: nil) == .failed(reason: .fcm(.known(.invalidArgument)), status: 400)
+        )
     }
 
     @Test func fcmQuotaBacksOffAtLeastAMinute() {
         let result = fcm(429, code: "QUOTA_EXCEEDED").result(status: 429, retryAfter: .seconds(3))
-        #expect(result == .retry(reason: .fcm("QUOTA_EXCEEDED"), status: 429, retryAfter: .seconds(60)))
+        #expect(result == .retry(reason: .fcm(.known(.quotaExceeded)), status: 429, retryAfter: .seconds(60)))
     }
 
     @Test func fcmUnavailableHonoursRetryAfter() {
         #expect(
             fcm(503, code: "UNAVAILABLE").result(status: 503, retryAfter: .seconds(9))
-                == .retry(reason: .fcm("UNAVAILABLE"), status: 503, retryAfter: .seconds(9)))
+                == .retry(reason: .fcm(.known(.unavailable)), status: 503, retryAfter: .seconds(9)))
         #expect(fcm(500, code: "INTERNAL").result(status: 500, retryAfter: nil).isRetry)
     }
 
     @Test func fcmThirdPartyAuthIsACredentialsProblemNotADeadToken() {
         let result = fcm(401, code: "THIRD_PARTY_AUTH_ERROR").result(status: 401, retryAfter: nil)
         #expect(!result.isInvalidToken)
-        #expect(result == .failed(reason: .fcm("THIRD_PARTY_AUTH_ERROR"), status: 401))
+        #expect(result == .failed(reason: .fcm(.known(.thirdPartyAuthError)), status: 401))
     }
 
     @Test func fcmCodeNewerThanThisBuildIsKeptAndJudgedByStatus() {
@@ -94,7 +96,7 @@ import Testing
         #expect(newer.code == .unknown("SOMETHING_NEW"))
         #expect(
             newer.result(status: 503, retryAfter: nil)
-                == .retry(reason: .fcm("SOMETHING_NEW"), status: 503, retryAfter: nil))
+                == .retry(reason: .fcm(.unknown("SOMETHING_NEW")), status: 503, retryAfter: nil))
         #expect(newer.result(status: 400, retryAfter: nil).reasonName == "SOMETHING_NEW")
         #expect(fcm(400, code: nil, grpc: "PERMISSION_DENIED").code == .known(.permissionDenied))
     }

@@ -199,7 +199,7 @@ func nowSeconds() -> Int64 { Int64(Date().timeIntervalSince1970) }
             state.markUnregistered(provider: "hms", token: "gone", timestampMs: 0)
             #expect(
                 await client.send(providerPush(.hms, token: "gone"))
-                    == .invalidToken(reason: .hms("80300007"), status: 400, timestampMs: nil))
+                    == .invalidToken(reason: .hms(.code(.known(.invalidToken))), status: 400, timestampMs: nil))
         }
     }
 
@@ -208,7 +208,7 @@ func nowSeconds() -> Int64 { Int64(Date().timeIntervalSince1970) }
             state.inject(provider: "hms", try injected(status: 503, reason: "81000001", retryAfter: 7))
             #expect(
                 await client.send(providerPush(.hms, token: "t"))
-                    == .retry(reason: .hms("81000001"), status: 503, retryAfter: .seconds(7)))
+                    == .retry(reason: .hms(.code(.known(.internalError))), status: 503, retryAfter: .seconds(7)))
             guard case .sent = await client.send(providerPush(.hms, token: "t")) else {
                 Issue.record("the next send goes through")
                 return
@@ -221,7 +221,7 @@ func nowSeconds() -> Int64 { Int64(Date().timeIntervalSince1970) }
             state.inject(provider: "hms", try injected(status: 401, reason: "80200003"))
             #expect(
                 await client.send(providerPush(.hms, token: "t"))
-                    == .retry(reason: .hms("80200003"), status: 401, retryAfter: nil))
+                    == .retry(reason: .hms(.code(.known(.oauthTokenExpired))), status: 401, retryAfter: nil))
             guard case .sent = await client.send(providerPush(.hms, token: "t")) else {
                 Issue.record("the next send goes through with a new token")
                 return
@@ -277,35 +277,38 @@ func nowSeconds() -> Int64 { Int64(Date().timeIntervalSince1970) }
             try await withClient(server) { client in
                 #expect(
                     await client.send(providerPush(.hms, token: "html"))
-                        == .retry(reason: .hms("hms_502"), status: 502, retryAfter: nil))
+                        == .retry(reason: .hms(.httpStatus(502)), status: 502, retryAfter: nil))
                 #expect(
                     await client.send(providerPush(.hms, token: "empty")) == .sent(status: 200, providerMessageID: nil))
                 #expect(
                     await client.send(providerPush(.hms, token: "number"))
-                        == .failed(reason: .hms("80100003"), status: 400))
+                        == .failed(reason: .hms(.code(.unknown("80100003"))), status: 400))
                 #expect(
                     await client.send(providerPush(.hms, token: "huge")) == .sent(status: 200, providerMessageID: nil))
                 #expect(
                     await client.send(providerPush(.hms, token: "array"))
-                        == .retry(reason: .hms("hms_503"), status: 503, retryAfter: nil))
+                        == .retry(reason: .hms(.httpStatus(503)), status: 503, retryAfter: nil))
                 #expect(
                     await client.send(providerPush(.hms, token: "other"))
-                        == .retry(reason: .hms("hms_401"), status: 401, retryAfter: nil))
+                        == .retry(reason: .hms(.httpStatus(401)), status: 401, retryAfter: nil))
             }
         }
     }
 
     @Test func aPartialSuccessIsTheOneTokensFate() {
         let named = HMSAnswer(
-            status: 200, code: "80100000", msg: #"{"success":0,"failure":1,"illegal_tokens":["tok"]}"#)
+            status: 200, code: .known(.partialSuccess), msg: #"{"success":0,"failure":1,"illegal_tokens":["tok"]}"#)
         #expect(named.result(token: "tok", retryAfter: nil).isInvalidToken)
         let grouped = HMSAnswer(
-            status: 200, code: "80100000", msg: #"{"illegalTokens":{"noRight":["tok"]},"failure":1}"#)
+            status: 200, code: .known(.partialSuccess), msg: #"{"illegalTokens":{"noRight":["tok"]},"failure":1}"#)
         #expect(grouped.result(token: "tok", retryAfter: nil).isInvalidToken)
-        let other = HMSAnswer(status: 200, code: "80100000", msg: #"{"success":1,"failure":0,"illegal_tokens":[]}"#)
+        let other = HMSAnswer(
+            status: 200, code: .known(.partialSuccess), msg: #"{"success":1,"failure":0,"illegal_tokens":[]}"#)
         #expect(other.result(token: "tok", retryAfter: nil) == .sent(status: 200, providerMessageID: nil))
-        let unnamed = HMSAnswer(status: 200, code: "80100000", msg: "partly")
-        #expect(unnamed.result(token: "tok", retryAfter: nil) == .failed(reason: .hms("80100000"), status: 200))
+        let unnamed = HMSAnswer(status: 200, code: .known(.partialSuccess), msg: "partly")
+        #expect(
+            unnamed.result(token: "tok", retryAfter: nil)
+                == .failed(reason: .hms(.code(.known(.partialSuccess))), status: 200))
     }
 
     @Test func theMessageIsHuaweisV1DataMessage() throws {

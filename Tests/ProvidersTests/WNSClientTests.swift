@@ -119,10 +119,12 @@ final class TrustingEndpoints: EndpointClientSource {
             state.markUnregistered(provider: "wns", token: uri, timestampMs: 0)
             #expect(
                 await client.send(providerPush(.wns, token: uri))
-                    == .invalidToken(reason: .wns("The channel expired"), status: 410, timestampMs: nil))
+                    == .invalidToken(
+                        reason: .wns(.errorDescription("The channel expired")), status: 410, timestampMs: nil))
             #expect(
                 await client.send(providerPush(.wns, token: "\(server.baseURL)/w/no-token"))
-                    == .invalidToken(reason: .wns("The channel URI is not valid"), status: 404, timestampMs: nil))
+                    == .invalidToken(
+                        reason: .wns(.errorDescription("The channel URI is not valid")), status: 404, timestampMs: nil))
         }
     }
 
@@ -131,7 +133,8 @@ final class TrustingEndpoints: EndpointClientSource {
             state.inject(provider: "wns", try injected(status: 503, reason: "Service Unavailable", retryAfter: 9))
             #expect(
                 await client.send(providerPush(.wns, token: channel(server)))
-                    == .retry(reason: .wns("Service Unavailable"), status: 503, retryAfter: .seconds(9)))
+                    == .retry(
+                        reason: .wns(.errorDescription("Service Unavailable")), status: 503, retryAfter: .seconds(9)))
             guard case .sent = await client.send(providerPush(.wns, token: channel(server))) else {
                 Issue.record("the next send goes through")
                 return
@@ -275,11 +278,13 @@ final class TrustingEndpoints: EndpointClientSource {
                 }
                 #expect(await send("redirect") == .failed(reason: .relay(.endpointRedirected), status: 302))
                 #expect(
-                    await send("throttled") == .retry(reason: .wns("wns_406"), status: 406, retryAfter: .seconds(30)))
-                #expect(await send("dropped") == .failed(reason: .wns("dropped"), status: 200))
+                    await send("throttled")
+                        == .retry(reason: .wns(.httpStatus(406)), status: 406, retryAfter: .seconds(30)))
+                #expect(await send("dropped") == .failed(reason: .wns(.notificationStatus(.dropped)), status: 200))
                 #expect(await send("huge") == .sent(status: 200, providerMessageID: nil))
-                #expect(await send("described") == .failed(reason: .wns("wns_400"), status: 400))
-                #expect(await send("unauthorized") == .retry(reason: .wns("wns_401"), status: 401, retryAfter: nil))
+                #expect(await send("described") == .failed(reason: .wns(.httpStatus(400)), status: 400))
+                #expect(
+                    await send("unauthorized") == .retry(reason: .wns(.httpStatus(401)), status: 401, retryAfter: nil))
                 _ = await send("huge")
                 #expect(server.requests.count("/accesstoken.srf") == 2, "a 401 drops the access token")
             }

@@ -154,7 +154,7 @@ import Testing
                 request: .passThrough(items: [
                     PassThroughItem(deviceID: 1, apnsPriority: 10, payload: ["x": "é\n"]),
                     PassThroughItem(
-                        deviceID: 2, apnsPushType: "background", fcmPriority: "normal", payload: .null),
+                        deviceID: 2, apnsPushType: .known(.background), fcmPriority: .known(.normal), payload: .null),
                 ])),
             #"{"accepted_at_ms":1,"items":[{"apns_priority":10,"device_id":1,"payload":{"x":"é\n"}},{"apns_push_type":"background","device_id":2,"fcm_priority":"normal","payload":null}],"kind":"pass_through","notification_id":"n","realm_uuid":"r","schema":1,"server_uuid":"s"}"#
         )
@@ -185,7 +185,8 @@ import Testing
                 + #","schema":1}"#)
         try expectWireForm(
             DeliveryRecord(
-                notificationID: "n", realmUUID: "r", deviceID: nil, provider: .fcm, outcome: .alreadySent, reason: "x",
+                notificationID: "n", realmUUID: "r", deviceID: nil, provider: .fcm, outcome: .alreadySent,
+                reason: .provider("x"),
                 attempts: 0, acceptedAtMs: 1, completedAtMs: 2),
             #"{"accepted_at_ms":1,"attempts":0,"completed_at_ms":2,"notification_id":"n","outcome":"already_sent","provider":"fcm","realm_uuid":"r","reason":"x","schema":1}"#
         )
@@ -197,7 +198,8 @@ import Testing
         )
         try expectWireForm(
             FeedbackRecord(
-                deviceID: 9, realmUUID: "r", provider: .apns, tokenFingerprint: "ab12", reason: "Unregistered",
+                deviceID: 9, realmUUID: "r", provider: .apns, tokenFingerprint: "ab12",
+                reason: .provider("Unregistered"),
                 providerTimestampMs: 77, notificationID: "n", observedAtMs: 78),
             #"{"device_id":9,"notification_id":"n","observed_at_ms":78,"provider":"apns","provider_timestamp_ms":77,"realm_uuid":"r","reason":"Unregistered","schema":1,"token_fingerprint":"ab12"}"#
         )

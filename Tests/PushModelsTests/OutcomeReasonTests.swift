@@ -13,13 +13,13 @@ import Testing
         for reason in PreferenceReason.allCases {
             #expect(OutcomeReason(name: reason.rawValue) == .preference(reason))
         }
-        for name in ["Unregistered", "BadDeviceToken", "UNREGISTERED", "TransportError", "webpush_410", "80300007", ""]
-        {
+        for name in ["Unregistered", "BadDeviceToken", "UNREGISTERED", "webpush_410", "80300007", "SOMETHING_NEW", ""] {
             #expect(OutcomeReason(name: name) == .provider(name))
             #expect(OutcomeReason(name: name).name == name)
         }
         // The wire names records have always carried.
         #expect(StageReason.unknownDevice.rawValue == "unknown_device")
+        #expect(StageReason.transportError.rawValue == "TransportError")
         #expect(StageReason.resentAfterInterruptedSend.rawValue == "resent_after_interrupted_send")
         #expect(PreferenceReason.mentionNotAllowed.rawValue == "mention_not_allowed")
     }

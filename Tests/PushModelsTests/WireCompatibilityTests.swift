@@ -108,7 +108,8 @@ import Testing
         #expect(broken(base, named) == 1 && broken(base, named, ["provider:mqtt"]) == 0, "a new name")
 
         let feedback = FeedbackRecord(
-            deviceID: 9, realmUUID: "r", provider: .apns, tokenFingerprint: "ab12cd34ef560789", reason: "Unregistered",
+            deviceID: 9, realmUUID: "r", provider: .apns, tokenFingerprint: "ab12cd34ef560789",
+            reason: .provider("Unregistered"),
             providerTimestampMs: nil, notificationID: "n", observedAtMs: 1)
         let value = try Wire.decode(JSONValue.self, from: Wire.encode(feedback))
         var fields = value.objectValue ?? [:]

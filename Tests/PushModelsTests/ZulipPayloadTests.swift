@@ -158,7 +158,7 @@ enum Samples {
     @Test func recordsRoundTripWithSchema() throws {
         let record = DeliveryRecord(
             notificationID: "n1", realmUUID: "r", deviceID: 3, provider: .fcm, outcome: .invalidToken,
-            reason: "UNREGISTERED", httpStatus: 404, attempts: 1, acceptedAtMs: 1, completedAtMs: 2)
+            reason: .provider("UNREGISTERED"), httpStatus: 404, attempts: 1, acceptedAtMs: 1, completedAtMs: 2)
         let bytes = try Wire.encode(record)
         let text = String(decoding: bytes, as: UTF8.self)
         #expect(text.contains(#""schema":1"#))
@@ -168,7 +168,8 @@ enum Samples {
 
     @Test func deliveryClassFollowsType() throws {
         #expect(
-            DeliveryClass(.remove) == DeliveryClass(apnsPriority: 5, apnsPushType: "background", fcmPriority: "normal"))
+            DeliveryClass(.remove)
+                == DeliveryClass(apnsPriority: 5, apnsPushType: .known(.background), fcmPriority: .known(.normal)))
         #expect(DeliveryClass(.remove).apnsPushType == .known(.background))
         #expect(Named<APNsPushType>("liveactivity") == .known(.liveactivity))
         #expect(Named<APNsPushType>("hologram") == .unknown("hologram"))

@@ -39,8 +39,8 @@ import Testing
 
     @Test func aStatusIsActiveOrInvalidWithItsReason() {
         #expect(DeviceStatus.active.isActive && DeviceStatus.active.name == "active")
-        let invalid = DeviceStatus.invalid(reason: "Unregistered", atMs: 5)
-        #expect(!invalid.isActive && invalid.name == "invalid" && invalid.invalidReason == "Unregistered")
-        #expect(DeviceStatus.invalid(reason: "", atMs: 5).invalidReason == nil)
+        let invalid = DeviceStatus.invalid(reason: .provider("Unregistered"), atMs: 5)
+        #expect(!invalid.isActive && invalid.name == "invalid" && invalid.invalidReason == .provider("Unregistered"))
+        #expect(DeviceStatus.invalid(reason: nil, atMs: 5).invalidReason == nil)
     }
 }

@@ -12,8 +12,8 @@ import Testing
 
     static let sent = Step.outcome(.sent(status: 200, providerMessageID: "apns-1"), attempts: 1)
     static let deadToken = Step.outcome(
-        .invalidToken(reason: .apns(.unregistered), status: 410, timestampMs: nil), attempts: 1)
-    static let refused = Step.dead(.rejected, .failed(reason: .apns(.badTopic), status: 400), attempts: 1)
+        .invalidToken(reason: .apns(.known(.unregistered)), status: 410, timestampMs: nil), attempts: 1)
+    static let refused = Step.dead(.rejected, .failed(reason: .apns(.known(.badTopic)), status: 400), attempts: 1)
     /// Written, no answer: the provider may have it.
     static let noAnswer = Step.dead(
         .attemptsExhausted, .retry(reason: .relay(.transportError), status: nil, retryAfter: nil), attempts: 4)

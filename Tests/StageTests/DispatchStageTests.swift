@@ -51,7 +51,8 @@ import Testing
         var record = OutboundRecord(
             notificationID: notification, deviceID: device, realmUUID: F.realm, provider: provider, token: "",
             appID: provider == .apns ? "org.zulip.Zulip" : nil,
-            delivery: DeliveryClass(apnsPriority: 10, apnsPushType: "alert", fcmPriority: "high"), body: body,
+            delivery: DeliveryClass(apnsPriority: 10, apnsPushType: .known(.alert), fcmPriority: .known(.high)),
+            body: body,
             expiresAt: expiresAt, acceptedAtMs: F.now - 1_500, registeredAtMs: F.now - 86_400_000,
             sealedToken: try keys.seal(
                 Array(token.utf8), binding: .token(notificationID: notification, realmUUID: F.realm, deviceID: device)))
@@ -85,7 +86,8 @@ import Testing
         #expect(sent.body == Wire.canonical(body), "the body bytes as the encryptor built them")
         #expect(sent.deviceID == 1 && sent.notificationID == notification)
         #expect(sent.provider == .apns && sent.appID == "org.zulip.Zulip" && sent.expiresAt == F.now / 1000 + 3600)
-        #expect(sent.delivery == DeliveryClass(apnsPriority: 10, apnsPushType: "alert", fcmPriority: "high"))
+        #expect(
+            sent.delivery == DeliveryClass(apnsPriority: 10, apnsPushType: .known(.alert), fcmPriority: .known(.high)))
         #expect(fcm.sent.isEmpty)
 
         #expect(publisher.topics == [F.topics.deliveries])
@@ -162,7 +164,7 @@ import Testing
         #expect(apns.sent.count == 1)
         let delivery = try #require(try deliveries().soleElement)
         #expect(delivery.outcome == .sent)
-        #expect(delivery.reason == "resent_after_interrupted_send")
+        #expect(delivery.reason == .stage(.resentAfterInterruptedSend))
         #expect(ledgerState == .sent(atMs: F.now, providerMessageID: "apns-id-2"))
 
         // Redelivered once more (say, a crash before the commit): now it is not sent.
@@ -203,7 +205,7 @@ import Testing
     // MARK: Provider answers
 
     @Test func aDeadTokenBecomesFeedbackAndAnInvalidTokenOutcome() async throws {
-        apns.enqueue(.invalidToken(reason: .apns(.unregistered), status: 410, timestampMs: F.now - 100))
+        apns.enqueue(.invalidToken(reason: .apns(.known(.unregistered)), status: 410, timestampMs: F.now - 100))
         #expect(try await handle(try outbound()) == .done)
         #expect(publisher.batches.count == 1, "feedback and outcome are acknowledged together")
         #expect(Set(publisher.topics) == [F.topics.feedback, F.topics.deliveries])
@@ -213,7 +215,7 @@ import Testing
         #expect(feedback.realmUUID == F.realm)
         #expect(feedback.provider == .apns)
         #expect(feedback.tokenFingerprint == Fingerprint.token(token))
-        #expect(feedback.reason == "Unregistered")
+        #expect(feedback.reason == .provider("Unregistered"))
         #expect(feedback.providerTimestampMs == F.now - 100)
         #expect(feedback.notificationID == notification)
         #expect(feedback.observedAtMs == F.now)
@@ -223,7 +225,7 @@ import Testing
 
         let delivery = try #require(try deliveries().soleElement)
         #expect(delivery.outcome == .invalidToken)
-        #expect(delivery.reason == "Unregistered")
+        #expect(delivery.reason == .provider("Unregistered"))
         #expect(delivery.httpStatus == 410)
         #expect(delivery.attempts == 1)
 
@@ -239,17 +241,17 @@ import Testing
         #expect(ledgerState == .claimed(atMs: F.now))
         let parked = try Wire.decode(OutboundRecord.self, from: try #require(publisher.records.soleElement).value)
         // The next attempt is answered 503: still unknown whether the first one arrived.
-        apns.enqueue(.retry(reason: .apns(.serviceUnavailable), status: 503, retryAfter: nil))
+        apns.enqueue(.retry(reason: .apns(.known(.serviceUnavailable)), status: 503, retryAfter: nil))
         #expect(try await handle(parked) == .done)
         #expect(ledger.releases == 0)
         // And the one after is sent: marked as a possible duplicate.
         apns.enqueue(.sent(status: 200, providerMessageID: "apns-id-3"))
         #expect(try await handle(parked) == .done)
-        #expect(try deliveries().soleElement?.reason == "resent_after_interrupted_send")
+        #expect(try deliveries().soleElement?.reason == .stage(.resentAfterInterruptedSend))
     }
 
     @Test func aRetryableAnswerParksThePushOnTheFirstRetryTopic() async throws {
-        apns.enqueue(.retry(reason: .apns(.serviceUnavailable), status: 503, retryAfter: nil))
+        apns.enqueue(.retry(reason: .apns(.known(.serviceUnavailable)), status: 503, retryAfter: nil))
         #expect(try await handle(try outbound()) == .done)
         #expect(publisher.topics == ["push.retry.1"])
         let message = try #require(publisher.records.soleElement)
@@ -314,10 +316,10 @@ import Testing
 
     @Test func retryAfterChoosesTheStageThatCoversItAndLaterAttemptsMoveOn() async throws {
         // Attempt 1 with Retry-After 2 s: the 1 s stage cannot honour it.
-        apns.enqueue(.retry(reason: .apns(.tooManyRequests), status: 429, retryAfter: .seconds(2)))
+        apns.enqueue(.retry(reason: .apns(.known(.tooManyRequests)), status: 429, retryAfter: .seconds(2)))
         #expect(try await handle(try outbound()) == .done)
         // Attempt 3 (two were made): the third stage.
-        apns.enqueue(.retry(reason: .apns(.internalServerError), status: 500, retryAfter: nil))
+        apns.enqueue(.retry(reason: .apns(.known(.internalServerError)), status: 500, retryAfter: nil))
         #expect(try await handle(try outbound(attempts: 2), topic: "push.retry.2") == .done)
 
         #expect(publisher.topics == ["push.retry.2", "push.retry.3"])
@@ -329,7 +331,7 @@ import Testing
     }
 
     @Test func exhaustedAttemptsAreDeadLettered() async throws {
-        apns.enqueue(.retry(reason: .apns(.serviceUnavailable), status: 503, retryAfter: nil))
+        apns.enqueue(.retry(reason: .apns(.known(.serviceUnavailable)), status: 503, retryAfter: nil))
         // Three attempts made; the fourth is the last the schedule allows.
         #expect(
             try await handle(try outbound(attempts: 3, lastError: "InternalServerError"), topic: "push.retry.3")
@@ -349,13 +351,13 @@ import Testing
 
         let delivery = try #require(try deliveries().soleElement)
         #expect(delivery.outcome == .failed)
-        #expect(delivery.reason == "ServiceUnavailable")
+        #expect(delivery.reason == .provider("ServiceUnavailable"))
         #expect(delivery.attempts == 4)
         #expect(ledgerState == .unknown)
     }
 
     @Test func aProviderRefusalIsDeadLetteredAsRejected() async throws {
-        fcm.enqueue(.failed(reason: .fcm("INVALID_ARGUMENT"), status: 400))
+        fcm.enqueue(.failed(reason: .fcm(.known(.invalidArgument)), status: 400))
         #expect(try await handle(try outbound(provider: .fcm)) == .done)
         let dead = try #require(try deadLetters().soleElement)
         #expect(dead.cause == .rejected)
@@ -363,7 +365,7 @@ import Testing
         #expect(dead.attempts == 1)
         let delivery = try #require(try deliveries().soleElement)
         #expect(delivery.outcome == .failed)
-        #expect(delivery.reason == "INVALID_ARGUMENT")
+        #expect(delivery.reason == .provider("INVALID_ARGUMENT"))
         #expect(delivery.httpStatus == 400)
         #expect(delivery.provider == .fcm)
         #expect(ledgerState == .unknown)
@@ -386,14 +388,14 @@ import Testing
         #expect(dead.map(\.attempts) == [2, 0])
         let outcomes = try deliveries()
         #expect(outcomes.map(\.outcome) == [.expired, .expired])
-        #expect(outcomes.map(\.reason) == ["ServiceUnavailable", "expired"])
+        #expect(outcomes.map(\.reason) == [.provider("ServiceUnavailable"), .stage(.expired)])
         #expect(ledgerState == .unknown)
         #expect(ledger.state(notificationID: notification, deviceID: 2) == .unknown)
     }
 
     @Test func aPushDueOnlyAfterItsExpiryIsDeadLetteredAsExpired() async throws {
         // Not expired yet, but the 1 s retry would land after the expiry.
-        apns.enqueue(.retry(reason: .apns(.serviceUnavailable), status: 503, retryAfter: nil))
+        apns.enqueue(.retry(reason: .apns(.known(.serviceUnavailable)), status: 503, retryAfter: nil))
         #expect(try await handle(try outbound(expiresAt: F.now / 1000)) == .done)
         #expect(apns.sent.count == 1)
         #expect(publisher.records.allSatisfy { !$0.topic.hasPrefix(F.topics.retryPrefix) })
@@ -412,7 +414,7 @@ import Testing
         #expect(dead.attempts == 0)
         let delivery = try #require(try deliveries().soleElement)
         #expect(delivery.outcome == .failed)
-        #expect(delivery.reason == "provider_not_configured")
+        #expect(delivery.reason == .stage(.providerNotConfigured))
         #expect(ledgerState == .unknown)
     }
 
@@ -436,7 +438,7 @@ import Testing
         #expect(
             dead.map(\.record.sealedToken) == [moved.sealedToken, foreign.sealedToken],
             "kept as it came, for a re-drive")
-        #expect(try deliveries().map(\.reason) == ["token_unreadable", "token_unreadable"])
+        #expect(try deliveries().map(\.reason) == [.stage(.tokenUnreadable), .stage(.tokenUnreadable)])
         #expect(try deliveries().map(\.outcome) == [.failed, .failed])
     }
 
@@ -449,7 +451,7 @@ import Testing
         #expect(try await handle(record) == .done)
         #expect(apns.sent.isEmpty)
         #expect(try deadLetters().map(\.lastError) == ["body_unreadable"])
-        #expect(try deliveries().map(\.reason) == ["body_unreadable"])
+        #expect(try deliveries().map(\.reason) == [.stage(.bodyUnreadable)])
     }
 
     @Test func aSealedBodyIsOpenedForTheProviderAndStaysSealedOnRetry() async throws {
@@ -460,7 +462,7 @@ import Testing
         record.body = []
         record.sealedBody = try keys.seal(
             Wire.canonical(readable), binding: .body(notificationID: notification, realmUUID: F.realm, deviceID: 1))
-        apns.enqueue(.retry(reason: .apns(.serviceUnavailable), status: 503, retryAfter: nil))
+        apns.enqueue(.retry(reason: .apns(.known(.serviceUnavailable)), status: 503, retryAfter: nil))
         #expect(try await handle(record) == .done)
         #expect(apns.sent.first?.body == Wire.canonical(readable))
         let parked = try #require(publisher.records(on: "push.retry.1").soleElement)
@@ -474,7 +476,7 @@ import Testing
         var record = try outbound()
         record.sealedToken = nil
         record.token = token
-        apns.enqueue(.retry(reason: .apns(.serviceUnavailable), status: 503, retryAfter: nil))
+        apns.enqueue(.retry(reason: .apns(.known(.serviceUnavailable)), status: 503, retryAfter: nil))
         #expect(try await handle(record) == .done)
         #expect(apns.sent.soleElement?.token == token)
         let parked = try #require(publisher.records(on: "push.retry.1").soleElement)
@@ -506,7 +508,7 @@ import Testing
         #expect(ledger.claims == 0 && apns.sent.isEmpty && fcm.sent.isEmpty)
         let outcome = try #require(try publisher.decoded(DeliveryRecord.self, on: F.topics.deliveries).soleElement)
         #expect(outcome.notificationID == "n-bad" && outcome.deviceID == 7 && outcome.realmUUID == F.realm)
-        #expect(outcome.outcome == .failed && outcome.reason == "malformed_record")
+        #expect(outcome.outcome == .failed && outcome.reason == .stage(.malformedRecord))
         #expect(publisher.records.count == 1)
     }
 }

@@ -85,7 +85,8 @@ import Testing
         let apns = try #require(records.first { $0.deviceID == 1 })
         #expect(apns.provider == .apns)
         #expect(apns.appID == "org.zulip.Zulip")
-        #expect(apns.delivery == DeliveryClass(apnsPriority: 10, apnsPushType: "alert", fcmPriority: "high"))
+        #expect(
+            apns.delivery == DeliveryClass(apnsPriority: 10, apnsPushType: .known(.alert), fcmPriority: .known(.high)))
         let apnsBody = try #require(try F.body(of: apns))
         #expect(apnsBody["push_key_id"] == .int(11))
         #expect(apnsBody["aps"] == ["mutable-content": 1, "alert": ["title": "New notification"]])
@@ -150,7 +151,8 @@ import Testing
         #expect(records.count == 2)
         for record in records {
             #expect(
-                record.delivery == DeliveryClass(apnsPriority: 5, apnsPushType: "background", fcmPriority: "normal"))
+                record.delivery
+                    == DeliveryClass(apnsPriority: 5, apnsPushType: .known(.background), fcmPriority: .known(.normal)))
         }
         let apns = try #require(records.first { $0.provider == .apns })
         let body = try #require(try F.body(of: apns))
@@ -163,12 +165,14 @@ import Testing
     @Test func devicesWithNothingToSendGetTheirOutcomeOnTheDeliveriesTopic() async throws {
         directory.add(F.device(1, provider: .apns, key: (11, apnsKey)))
         directory.add(
-            F.device(3, provider: .fcm, key: (1, fcmKey), status: .invalid(reason: "Unregistered", atMs: F.now - 1000)))
+            F.device(
+                3, provider: .fcm, key: (1, fcmKey),
+                status: .invalid(reason: .provider("Unregistered"), atMs: F.now - 1000)))
         directory.add(F.device(4, provider: .fcm))  // registered without a push key
         directory.add(F.device(5, provider: .apns, userID: 99, key: (1, try F.pushKey())))
         directory.add(F.device(6, provider: .fcm, realm: F.otherRealm, userID: 10, key: (1, try F.pushKey())))
         directory.add(
-            F.device(7, provider: .apns, key: (1, try F.pushKey()), status: .invalid(reason: "", atMs: F.now - 1000)))
+            F.device(7, provider: .apns, key: (1, try F.pushKey()), status: .invalid(reason: nil, atMs: F.now - 1000)))
 
         let request = try nativeRequest(id: "n-mixed", deviceIDs: [999, 5, 6, 3, 7, 4, 1])
         #expect(try await handle(request) == .done)
@@ -179,19 +183,19 @@ import Testing
         #expect(outcomes.map(\.deviceID) == [999, 5, 6, 3, 7, 4])
         let byDevice = Dictionary(uniqueKeysWithValues: outcomes.map { ($0.deviceID ?? -1, $0) })
         #expect(byDevice[999]?.outcome == .unknownDevice)
-        #expect(byDevice[999]?.reason == "unknown_device")
+        #expect(byDevice[999]?.reason == .stage(.unknownDevice))
         #expect(byDevice[999]?.provider == nil)
         #expect(byDevice[5]?.outcome == .unknownDevice)
-        #expect(byDevice[5]?.reason == "not_users_device")
+        #expect(byDevice[5]?.reason == .stage(.notUsersDevice))
         #expect(byDevice[6]?.outcome == .unknownDevice)
-        #expect(byDevice[6]?.reason == "not_users_device", "same user id, another realm")
+        #expect(byDevice[6]?.reason == .stage(.notUsersDevice), "same user id, another realm")
         #expect(byDevice[3]?.outcome == .invalidToken)
-        #expect(byDevice[3]?.reason == "Unregistered")
+        #expect(byDevice[3]?.reason == .provider("Unregistered"))
         #expect(byDevice[3]?.provider == .fcm)
         #expect(byDevice[7]?.outcome == .invalidToken)
-        #expect(byDevice[7]?.reason == "device_invalid")
+        #expect(byDevice[7]?.reason == .stage(.deviceInvalid))
         #expect(byDevice[4]?.outcome == .failed)
-        #expect(byDevice[4]?.reason == "no_push_key")
+        #expect(byDevice[4]?.reason == .stage(.noPushKey))
         for outcome in outcomes {
             #expect(outcome.notificationID == "n-mixed" && outcome.realmUUID == F.realm)
             #expect(outcome.attempts == 0)
@@ -228,7 +232,7 @@ import Testing
         let outcomes = try deliveries()
         #expect(outcomes.map(\.notificationID) == ["n-foreign-key", "n-moved"])
         #expect(outcomes.map(\.outcome) == [.failed, .failed])
-        #expect(outcomes.map(\.reason) == ["pipeline_key_unavailable", "pipeline_key_unavailable"])
+        #expect(outcomes.map(\.reason) == [.stage(.pipelineKeyUnavailable), .stage(.pipelineKeyUnavailable)])
         #expect(outcomes.allSatisfy { $0.deviceID == nil && $0.provider == nil })
     }
 
@@ -239,7 +243,9 @@ import Testing
         directory.add(F.device(21, provider: .fcm, userID: nil))
         directory.add(F.device(22, provider: .fcm, userID: nil))
         directory.add(
-            F.device(23, provider: .fcm, userID: nil, status: .invalid(reason: "UNREGISTERED", atMs: F.now - 1000)))
+            F.device(
+                23, provider: .fcm, userID: nil, status: .invalid(reason: .provider("UNREGISTERED"), atMs: F.now - 1000)
+            ))
         directory.add(F.device(24, provider: .fcm, realm: F.otherRealm, userID: nil))
         directory.add(F.device(25, provider: .fcm, userID: nil, legacyOwner: "\(F.server)|uuid:u1"))
 
@@ -251,13 +257,13 @@ import Testing
         let request = PushRequestRecord(
             notificationID: "n-pass", serverUUID: F.server, realmUUID: F.realm, acceptedAtMs: acceptedAt,
             request: .passThrough(items: [
-                PassThroughItem(deviceID: 20, apnsPriority: 5, apnsPushType: "background", payload: apnsPayload),
-                PassThroughItem(deviceID: 21, fcmPriority: "normal", payload: fcmPayload),
+                PassThroughItem(deviceID: 20, apnsPriority: 5, apnsPushType: .known(.background), payload: apnsPayload),
+                PassThroughItem(deviceID: 21, fcmPriority: .known(.normal), payload: fcmPayload),
                 PassThroughItem(deviceID: 22, apnsPriority: 10, payload: apnsPayload),  // APNs headers, FCM device
-                PassThroughItem(deviceID: 23, fcmPriority: "high", payload: fcmPayload),
-                PassThroughItem(deviceID: 24, fcmPriority: "high", payload: fcmPayload),  // another realm's
-                PassThroughItem(deviceID: 25, fcmPriority: "high", payload: fcmPayload),  // legacy API device
-                PassThroughItem(deviceID: 987_654_321, fcmPriority: "high", payload: fcmPayload),
+                PassThroughItem(deviceID: 23, fcmPriority: .known(.high), payload: fcmPayload),
+                PassThroughItem(deviceID: 24, fcmPriority: .known(.high), payload: fcmPayload),  // another realm's
+                PassThroughItem(deviceID: 25, fcmPriority: .known(.high), payload: fcmPayload),  // legacy API device
+                PassThroughItem(deviceID: 987_654_321, fcmPriority: .known(.high), payload: fcmPayload),
             ]))
         #expect(try await handle(request) == .done)
 
@@ -265,12 +271,14 @@ import Testing
         #expect(records.map(\.deviceID) == [20, 21])
         let apns = records[0]
         #expect(apns.body == Wire.canonical(apnsPayload), "APNs gets the realm's ciphertext payload unchanged")
-        #expect(apns.delivery == DeliveryClass(apnsPriority: 5, apnsPushType: "background", fcmPriority: "high"))
+        #expect(
+            apns.delivery
+                == DeliveryClass(apnsPriority: 5, apnsPushType: .known(.background), fcmPriority: .known(.high)))
         #expect(apns.appID == "org.zulip.Zulip")
         let fcm = records[1]
         #expect(
             try F.body(of: fcm) == ["push_account_id": "20", "encrypted_data": "OzPhtLiyU1U+3ynqyTxk", "flag": "true"])
-        #expect(fcm.delivery.fcmPriority == "normal")
+        #expect(fcm.delivery.fcmPriority == .known(.normal))
         for record in records {
             let sealed = try #require(record.sealedToken)
             let token = try keys.open(
@@ -281,11 +289,11 @@ import Testing
         let outcomes = Dictionary(uniqueKeysWithValues: try deliveries().map { ($0.deviceID ?? -1, $0) })
         #expect(outcomes.count == 5)
         #expect(outcomes[22]?.outcome == .failed)
-        #expect(outcomes[22]?.reason == "provider_mismatch")
+        #expect(outcomes[22]?.reason == .stage(.providerMismatch))
         #expect(outcomes[23]?.outcome == .invalidToken)
-        #expect(outcomes[23]?.reason == "UNREGISTERED")
+        #expect(outcomes[23]?.reason == .provider("UNREGISTERED"))
         #expect(outcomes[24]?.outcome == .unknownDevice)
-        #expect(outcomes[24]?.reason == "unknown_device")
+        #expect(outcomes[24]?.reason == .stage(.unknownDevice))
         #expect(outcomes[25]?.outcome == .unknownDevice, "a legacy API device is not reachable through E2EE notify")
         #expect(outcomes[987_654_321]?.outcome == .unknownDevice)
         #expect(outcomes[987_654_321]?.provider == .fcm, "the provider the item asked for")
@@ -321,7 +329,8 @@ import Testing
         directory.add(F.device(33, provider: .fcm, key: (1, fcmKey)))  // a native device
         directory.add(
             F.device(
-                34, provider: .apns, userID: nil, status: .invalid(reason: "Unregistered", atMs: F.now - 1000),
+                34, provider: .apns, userID: nil,
+                status: .invalid(reason: .provider("Unregistered"), atMs: F.now - 1000),
                 legacyOwner: owner))
 
         let request = try legacyRequest(id: "n-legacy", deviceIDs: [30, 31, 32, 33, 34], payload: Self.legacyPayload)
@@ -352,13 +361,14 @@ import Testing
                 "zulip": ["message_ids": [5], "server": "chat.example.com"],
                 "aps": ["alert": ["title": "Iago", "body": "lunch at noon"], "badge": 0, "sound": "default"],
             ])
-        #expect(apns.delivery == DeliveryClass(apnsPriority: 10, apnsPushType: "alert", fcmPriority: "high"))
+        #expect(
+            apns.delivery == DeliveryClass(apnsPriority: 10, apnsPushType: .known(.alert), fcmPriority: .known(.high)))
         let fcm = records[1]
         #expect(
             try openedBody(fcm) == [
                 "event": "message", "zulip_message_id": "5", "sender_full_name": "Iago", "content": "lunch at noon",
             ])
-        #expect(fcm.delivery.fcmPriority == "high")
+        #expect(fcm.delivery.fcmPriority == .known(.high))
         // The sealed body does not open as another device's.
         #expect(throws: CryptoError.self) {
             try keys.open(
@@ -369,7 +379,7 @@ import Testing
         let outcomes = try deliveries()
         #expect(outcomes.map(\.deviceID) == [32, 33, 34])
         #expect(outcomes.map(\.outcome) == [.unknownDevice, .unknownDevice, .invalidToken])
-        #expect(outcomes.map(\.reason) == ["unknown_device", "unknown_device", "Unregistered"])
+        #expect(outcomes.map(\.reason) == [.stage(.unknownDevice), .stage(.unknownDevice), .provider("Unregistered")])
     }
 
     @Test func aLegacyPayloadThatDoesNotOpenFailsEachDevice() async throws {
@@ -382,7 +392,7 @@ import Testing
         #expect(try outbound().isEmpty)
         let outcomes = try deliveries()
         #expect(outcomes.map(\.deviceID) == [30, 31])
-        #expect(outcomes.allSatisfy { $0.outcome == .failed && $0.reason == "pipeline_key_unavailable" })
+        #expect(outcomes.allSatisfy { $0.outcome == .failed && $0.reason == .stage(.pipelineKeyUnavailable) })
     }
 
     // MARK: Consuming and publishing
@@ -407,7 +417,7 @@ import Testing
         #expect(publisher.records.count == 1 && outcomes.count == 1)
         let outcome = try #require(outcomes.first)
         #expect(outcome.notificationID == "n-empty" && outcome.realmUUID == F.realm)
-        #expect(outcome.outcome == .failed && outcome.reason == "malformed_request" && outcome.deviceID == nil)
+        #expect(outcome.outcome == .failed && outcome.reason == .stage(.malformedRequest) && outcome.deviceID == nil)
     }
 
     @Test func aRequestThatFailsTheSameWayEveryTimeIsRecordedFailedNotRetriedForever() async throws {
@@ -419,7 +429,7 @@ import Testing
         let outcomes = try deliveries()
         #expect(publisher.records.count == 2, "the outcomes, and no push")
         #expect(outcomes.map(\.deviceID) == [1, 2])
-        #expect(outcomes.allSatisfy { $0.outcome == .failed && $0.reason == "encryption_failed" })
+        #expect(outcomes.allSatisfy { $0.outcome == .failed && $0.reason == .stage(.encryptionFailed) })
         #expect(outcomes.allSatisfy { $0.notificationID == "n-poison" })
     }
 
@@ -436,7 +446,9 @@ import Testing
     @Test func aFailedPublishIsRetriedAndEachRecordIsPublishedOnce() async throws {
         addUserDevices()
         directory.add(
-            F.device(3, provider: .fcm, key: (1, fcmKey), status: .invalid(reason: "Unregistered", atMs: F.now - 1000)))
+            F.device(
+                3, provider: .fcm, key: (1, fcmKey),
+                status: .invalid(reason: .provider("Unregistered"), atMs: F.now - 1000)))
         publisher.failNext(1)
         let request = try nativeRequest(id: "n-retry", deviceIDs: [1, 2, 3])
         #expect(try await handle(request) == .done)

@@ -248,7 +248,7 @@ final class MemoryLedger: DeliveryLedger, Sendable {
 final class MemoryDeviceInvalidations: DeviceInvalidations, Sendable {
     struct Invalidation: Equatable {
         var deviceID: DeviceID
-        var reason: String
+        var reason: OutcomeReason
         var atMs: Int64
     }
 
@@ -297,9 +297,9 @@ final class MemoryDeviceInvalidations: DeviceInvalidations, Sendable {
         return state.withLock { $0.devices[id] }
     }
 
-    func invalidate(deviceID: DeviceID, tokenFingerprint: String, reason: String, providerTimestampMs: Int64?)
-        async throws -> Bool
-    {
+    func invalidate(
+        deviceID: DeviceID, tokenFingerprint: String, reason: OutcomeReason, providerTimestampMs: Int64?
+    ) async throws -> Bool {
         try enter(.invalidate)
         let now = clock.nowMillis()
         return state.withLock { s in

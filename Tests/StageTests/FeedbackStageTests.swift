@@ -25,7 +25,8 @@ import Testing
     }
 
     func report(
-        device: DeviceID = 1, token: String? = nil, reason: String = "UNREGISTERED", providerTimestampMs: Int64? = nil,
+        device: DeviceID = 1, token: String? = nil, reason: OutcomeReason = .provider("UNREGISTERED"),
+        providerTimestampMs: Int64? = nil,
         provider: Provider = .fcm
     ) -> FeedbackRecord {
         FeedbackRecord(
@@ -42,17 +43,17 @@ import Testing
         let devices = store([F.device(1, provider: .fcm, token: token), F.device(2, provider: .fcm)])
         let stage = stage(devices)
 
-        #expect(try await handle(stage, report(reason: "UNREGISTERED")) == .done)
+        #expect(try await handle(stage, report(reason: .provider("UNREGISTERED"))) == .done)
         let invalid = try #require(devices.stored(1))
-        #expect(invalid.status == .invalid(reason: "UNREGISTERED", atMs: F.now))
-        #expect(devices.invalidations == [.init(deviceID: 1, reason: "UNREGISTERED", atMs: F.now)])
+        #expect(invalid.status == .invalid(reason: .provider("UNREGISTERED"), atMs: F.now))
+        #expect(devices.invalidations == [.init(deviceID: 1, reason: .provider("UNREGISTERED"), atMs: F.now)])
         #expect(devices.stored(2)?.status == .active, "only the reported device")
 
         // The same report again (a replay, a redelivery), and another reason later: no change.
-        #expect(try await handle(stage, report(reason: "UNREGISTERED")) == .done)
-        #expect(try await stage.apply(report(reason: "NOT_FOUND")) == .none)
+        #expect(try await handle(stage, report(reason: .provider("UNREGISTERED"))) == .done)
+        #expect(try await stage.apply(report(reason: .provider("NOT_FOUND"))) == .none)
         #expect(devices.invalidations.count == 1, "reported to the realm once")
-        #expect(devices.stored(1)?.status.invalidReason == "UNREGISTERED")
+        #expect(devices.stored(1)?.status.invalidReason == .provider("UNREGISTERED"))
     }
 
     @Test func applyTellsWhetherTheReportChangedTheDevice() async throws {
@@ -91,15 +92,17 @@ import Testing
             [F.device(40, provider: .apns, userID: nil, token: token, legacyOwner: legacyOwner)],
             counts: [F.server: 3, "another-server": 7])
         let stage = stage(devices)
-        #expect(try await handle(stage, report(device: 40, reason: "Unregistered", provider: .apns)) == .done)
+        #expect(
+            try await handle(stage, report(device: 40, reason: .provider("Unregistered"), provider: .apns)) == .done)
         #expect(devices.stored(40) == nil, "deleted, as Zulip's bouncer does")
         #expect(devices.count(server: F.server) == 2)
         #expect(devices.count(server: "another-server") == 7)
         #expect(devices.invalidations.isEmpty, "not invalidated: gone")
 
         // Reported again: nothing more to delete, nothing more to uncount.
-        #expect(try await handle(stage, report(device: 40, reason: "Unregistered", provider: .apns)) == .done)
-        #expect(try await stage.apply(report(device: 40, reason: "Unregistered", provider: .apns)) == .none)
+        #expect(
+            try await handle(stage, report(device: 40, reason: .provider("Unregistered"), provider: .apns)) == .done)
+        #expect(try await stage.apply(report(device: 40, reason: .provider("Unregistered"), provider: .apns)) == .none)
         #expect(devices.count(server: F.server) == 2)
         #expect(devices.calls(.removeLegacy) == 1)
     }

@@ -927,7 +927,7 @@ import Testing
 
             // A provider calls the token dead (what feedback does, on the same Redis keys).
             let memory = try #require(fixture.memory)
-            try #require(memory.devices.invalidate(device, reason: "Unregistered"))
+            try #require(memory.devices.invalidate(device, reason: .provider("Unregistered")))
 
             let listed = try await client.send(.get, "/v1/feedback?realm_uuid=\(realm)&limit=10", auth: server.auth)
             expectRouterSuccess(listed, "feedback")

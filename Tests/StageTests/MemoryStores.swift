@@ -309,14 +309,14 @@ final class MemoryDeviceRegistry: DeviceRegistry {
     /// A provider called the device's token dead (feedback's change): invalid, and listed
     /// for the realm's feedback. False when it was invalid already or is unknown.
     @discardableResult
-    func invalidate(_ id: DeviceID, reason: String, nowMs: Int64 = Wire.nowMillis()) -> Bool {
+    func invalidate(_ id: DeviceID, reason: OutcomeReason, nowMs: Int64 = Wire.nowMillis()) -> Bool {
         state.withLock { state in
             guard var record = state.devices[id], record.status == .active else { return false }
             record.status = .invalid(reason: reason, atMs: nowMs)
             state.devices[id] = record
             let sequence = state.feedback[record.realmUUID]?.count ?? 0
             state.feedback[record.realmUUID, default: []].append(
-                FeedbackEntry(cursor: "\(nowMs)-\(sequence)", deviceID: id, reason: reason, atMs: nowMs))
+                FeedbackEntry(cursor: "\(nowMs)-\(sequence)", deviceID: id, reason: reason.name, atMs: nowMs))
             return true
         }
     }

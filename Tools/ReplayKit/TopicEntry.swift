@@ -155,7 +155,7 @@ public struct EntryFilter: Sendable {
 
     /// A cheap pre-check on the `notification_id` header, before decoding JSON.
     public func mayMatch(_ record: KafkaRecord) -> Bool {
-        guard let notification, let header = record.header("notification_id") else { return true }
+        guard let notification, let header = record.header(RecordHeader.notificationID) else { return true }
         return String(decoding: header, as: UTF8.self) == notification
     }
 }

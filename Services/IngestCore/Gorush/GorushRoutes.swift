@@ -2,6 +2,7 @@ import DeviceState
 import Foundation
 import HTTPTypes
 import Hummingbird
+import LogKeys
 import Logging
 import NIOCore
 import PushCrypto
@@ -228,7 +229,7 @@ struct GorushController: Sendable {
             try await watch?.ready()
         } catch {
             for accepted in batch.accepted { deliveryWatch?.forget(accepted.id) }
-            acceptor.logger.error("sync mode: cannot read outcomes", metadata: ["error": "\(error)"])
+            acceptor.logger.error("sync mode: cannot read outcomes", metadata: [LogKey.error: "\(error)"])
             throw APIError.unavailable
         }
         do {

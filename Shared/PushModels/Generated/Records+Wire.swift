@@ -311,7 +311,8 @@ public struct FeedbackRecord: WireObject, Equatable {
     /// SHA-256 prefix of the token the provider rejected, so feedback can ignore a
     /// report about a token the device has since replaced.
     public var tokenFingerprint: String
-    public var reason: String
+    /// The provider's reason, as it calls the token dead.
+    public var reason: OutcomeReason
     /// APNs 410 `timestamp` (ms): the token was invalid from then on.
     public var providerTimestampMs: Int64?
     public var notificationID: NotificationID
@@ -323,7 +324,7 @@ public struct FeedbackRecord: WireObject, Equatable {
         realmUUID = RealmID(try fields.string("realm_uuid"))
         provider = try fields.named("provider")
         tokenFingerprint = try fields.string("token_fingerprint")
-        reason = try fields.string("reason")
+        reason = OutcomeReason(name: try fields.string("reason"))
         providerTimestampMs = try fields.int64(ifPresent: "provider_timestamp_ms")
         notificationID = NotificationID(try fields.string("notification_id"))
         observedAtMs = try fields.int64("observed_at_ms")
@@ -336,7 +337,7 @@ public struct FeedbackRecord: WireObject, Equatable {
         object.field("provider", provider)
         object.field("provider_timestamp_ms", providerTimestampMs)
         object.field("realm_uuid", realmUUID.rawValue)
-        object.field("reason", reason)
+        object.field("reason", reason.name)
         object.field("schema", schema)
         object.field("token_fingerprint", tokenFingerprint)
     }
