@@ -77,7 +77,7 @@ struct StatusServer: Sendable {
     /// Installations kept per public key at most.
     static let maxInstallations = 16
     /// The owner the Status realm is registered to: not a server uuid, so no API key logs in as it.
-    static let realmOwner = "status-push-server"
+    static let realmOwner: ServerID = "status-push-server"
     /// Largest query answer; past it the remaining installations are left out.
     static let maxAnswerBytes = 1 << 20
 
@@ -111,7 +111,7 @@ struct StatusServer: Sendable {
 
     /// Registers the Status realm to its reserved owner; false when another server holds it.
     func reserveRealm(_ realms: any RealmRegistry) async throws -> Bool {
-        switch try await realms.register(realm.rawValue, to: Self.realmOwner, maxRealms: Int.max) {
+        switch try await realms.register(realm, to: Self.realmOwner, maxRealms: Int.max) {
         case .registered, .alreadyYours: true
         case .taken, .quotaExceeded: false
         }
