@@ -14,7 +14,7 @@ public struct StatusSettings: Sendable {
     /// The server identity: a secp256k1 private key, 64 hex digits, in this file.
     public var keyFile: String
     /// The realm Status devices are stored under.
-    public var realmUUID: String
+    public var realmUUID: RealmID
     /// Most targets in one notification request.
     public var maxTargets: Int
     /// Requests per client address per window: the endpoints take no credentials, and each
@@ -30,7 +30,7 @@ public struct StatusSettings: Sendable {
     public init(reader: SettingsReader) throws {
         enabled = try reader.bool("pushrelay.status.enabled", default: false)
         keyFile = try reader.string("pushrelay.status.key.file", default: "")
-        realmUUID = try reader.string("pushrelay.status.realm.uuid", default: Self.defaultRealm)
+        realmUUID = RealmID(try reader.string("pushrelay.status.realm.uuid", default: Self.defaultRealm))
         maxTargets = try reader.int("pushrelay.status.max.targets", default: 100)
         maxRequests = try reader.int("pushrelay.status.requests.max", default: 600)
         windowSeconds = try reader.int("pushrelay.status.requests.window.seconds", default: 60)
@@ -48,7 +48,7 @@ public struct StatusSettings: Sendable {
                 "PUSHRELAY_STATUS_APNS_TOPICS (the bundle ids Status registrations may name) is required when PUSHRELAY_STATUS_ENABLED is true"
             )
         }
-        guard let realm = UUID(uuidString: realmUUID) else {
+        guard let realm = UUID(uuidString: realmUUID.rawValue) else {
             throw SettingsError("PUSHRELAY_STATUS_REALM_UUID must be a UUID")
         }
         let text = (try? String(contentsOfFile: keyFile, encoding: .utf8)) ?? ""
