@@ -189,7 +189,7 @@ extension EncryptorStage {
         var messages: [KafkaOutgoing] = []
         let targets = try await targets(request, ids: ids, from: devices) { device in
             guard case .zulipLegacy(let owner) = device.owner else { return false }
-            return owner.belongs(to: request.serverUUID.rawValue)
+            return owner.belongs(to: request.serverUUID)
         }
         for target in targets {
             guard case .send(let device) = target else {

@@ -120,17 +120,17 @@ public struct DeliveryReports: Sendable {
     func hookRecords(_ failures: [(DeliveryRecord, trace: [(name: String, value: [UInt8])])]) async throws
         -> [KafkaOutgoing]
     {
-        let realmIDs = Array(Set(failures.map(\.0.realmUUID.rawValue)))
+        let realmIDs = Array(Set(failures.map(\.0.realmUUID)))
         let owners = Dictionary(
             uniqueKeysWithValues: zip(realmIDs, try await realms.owners(realmIDs)).compactMap { realm, owner in
                 owner.map { (realm, $0) }
             })
-        var hooked: [String: Bool] = [:]
+        var hooked: [ServerID: Bool] = [:]
         for server in Set(owners.values) { hooked[server] = try await gorush.hookURL(server: server) != nil }
         return try failures.compactMap { delivery, trace in
-            guard let server = owners[delivery.realmUUID.rawValue], hooked[server] == true else { return nil }
+            guard let server = owners[delivery.realmUUID], hooked[server] == true else { return nil }
             var message = try KafkaOutgoing.hook(
-                HookDeliveryRecord(server: ServerID(server), delivery: delivery), topic: hooksTopic)
+                HookDeliveryRecord(server: server, delivery: delivery), topic: hooksTopic)
             // The hook's delivery continues the push's trace.
             message.headers += trace
             return message
@@ -160,7 +160,7 @@ public struct DeliveryReports: Sendable {
 
     func deliver(_ record: HookDeliveryRecord) async -> RecordDisposition {
         let delivery = record.delivery
-        let server = record.serverUUID.rawValue
+        let server = record.serverUUID
         guard let deviceID = delivery.deviceID else { return .done }
         // Redis errors are retried (a failover, a restart): a delivery is never dropped for them.
         guard

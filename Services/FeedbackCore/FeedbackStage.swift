@@ -132,7 +132,7 @@ public struct FeedbackStage: Sendable {
                 report.providerTimestampMs.map({ device.registeredAtMs <= $0 }) ?? true
             else { return .none }
             guard try await devices.removeLegacy(device) else { return .none }
-            return .removedLegacy(server: ServerID(owner.server))
+            return .removedLegacy(server: owner.server)
         }
         let changed = try await devices.invalidate(
             deviceID: report.deviceID, tokenFingerprint: report.tokenFingerprint, reason: report.reason,

@@ -50,7 +50,7 @@ public final class ServerAuthenticator: Sendable {
     /// The `tenant` label of `pushrelay_tenant_requests_total`.
     let tenants = TenantLabels()
     /// Lease renewals under way, by server: concurrent requests wait for the same one.
-    private let renewals = Mutex<[String: Task<Void, any Error>]>([:])
+    private let renewals = Mutex<[ServerID: Task<Void, any Error>]>([:])
 
     init(servers: any ServerRegistry, clients: any ClientCounters, settings: Settings) {
         self.servers = servers
@@ -87,7 +87,7 @@ public final class ServerAuthenticator: Sendable {
     /// before anything is checked (and taken back when it succeeds), so guesses sent in
     /// parallel cannot pass the limit between a read and a write. An unknown server and
     /// a wrong key get the same answer.
-    func authenticate(_ request: Request, context: IngestContext, api: API) async throws -> String {
+    func authenticate(_ request: Request, context: IngestContext, api: API) async throws -> ServerID {
         let credentials = Self.credentials(request)
         let failure = Self.failure(request, api: api, uuid: credentials?.uuid)
         guard let credentials else {
@@ -120,7 +120,7 @@ public final class ServerAuthenticator: Sendable {
 
     /// Takes `units` more requests of the authenticated server's rate limit, for a call
     /// that asks for the work of many (a large gorush send). Throws the limited answer.
-    func charge(_ request: Request, server: String, units: Int) async throws {
+    func charge(_ request: Request, server: ServerID, units: Int) async throws {
         guard units > 0, let credentials = Self.credentials(request), credentials.uuid == server,
             let key = cachedKey(Fingerprint.sha256Hex("\(credentials.uuid):\(credentials.key)"))
         else { return }
@@ -143,7 +143,7 @@ public final class ServerAuthenticator: Sendable {
 
     /// Checks credentials against Redis, counting the attempt against the client address.
     private func verify(
-        _ credentials: (uuid: String, key: String)?, request: Request, context: IngestContext, failure: APIError
+        _ credentials: (uuid: ServerID, key: String)?, request: Request, context: IngestContext, failure: APIError
     ) async throws -> Verified {
         let client = clientAddress(request, context: context)
         let nowMs = Wire.nowMillis()
@@ -176,7 +176,7 @@ public final class ServerAuthenticator: Sendable {
     /// Takes one request of the server's rate limit for a verified key: true when
     /// admitted, false when the key changed since it was verified. Throws the answers
     /// to a limited or deactivated server.
-    private func admit(server: String, key: Verified) async throws -> Bool {
+    private func admit(server: ServerID, key: Verified) async throws -> Bool {
         // Each renewal admits at least one request of the window (or says it is used up),
         // so waiting requests get through one by one; bounded all the same.
         for _ in 0..<64 {
@@ -210,7 +210,7 @@ public final class ServerAuthenticator: Sendable {
     /// Renews `server`'s lease, or waits for the renewal already under way.
     /// `nowMs` is the moment `window` was taken from: the lease is asked for that window,
     /// so requests given back always go to the window they were granted in.
-    private func renewLease(server: String, window: Int64, nowMs: Int64) async throws {
+    private func renewLease(server: ServerID, window: Int64, nowMs: Int64) async throws {
         let task = renewals.withLock { pending in
             if let task = pending[server] { return task }
             let (want, returning) = leases.withLock { $0.renewal(server: server, window: window) }
@@ -238,7 +238,7 @@ public final class ServerAuthenticator: Sendable {
     /// The answer to credentials that are not a server's. For Zulip's API it is Zulip's
     /// bouncer's: 401 `UNAUTHORIZED` with its messages, and 400 for a header that is not
     /// Basic or carries a user's email.
-    static func failure(_ request: Request, api: API, uuid: String?) -> APIError {
+    static func failure(_ request: Request, api: API, uuid: ServerID?) -> APIError {
         guard api == .zulip else { return .unauthorized }
         func unauthorized(_ message: String) -> APIError {
             APIError(
@@ -273,14 +273,14 @@ public final class ServerAuthenticator: Sendable {
 
     /// `uuid:key` from an HTTP Basic header, or nil when it is not one. The uuid must
     /// be a UUID and the key visible ASCII: anything else cannot be a credential.
-    static func credentials(_ request: Request) -> (uuid: String, key: String)? {
+    static func credentials(_ request: Request) -> (uuid: ServerID, key: String)? {
         guard var header = request.headers.value(.authorization) else { return nil }
         return header.withUTF8 { credentials(basic: $0) }
     }
 
     /// `credentials` from the header's bytes, in one pass over them (through `Substring`
     /// views it cost ~20,000 instructions a request).
-    static func credentials(basic header: UnsafeBufferPointer<UInt8>) -> (uuid: String, key: String)? {
+    static func credentials(basic header: UnsafeBufferPointer<UInt8>) -> (uuid: ServerID, key: String)? {
         let space = UInt8(ascii: " ")
         let tab = UInt8(ascii: "\t")
         guard header.count <= 1024, header.count > 6, header[5] == space else { return nil }
@@ -292,13 +292,13 @@ public final class ServerAuthenticator: Sendable {
         guard let decoded = Data(base64Encoded: Data(UnsafeBufferPointer(rebasing: header[start..<end]))) else {
             return nil
         }
-        return decoded.withUnsafeBytes { raw -> (uuid: String, key: String)? in
+        return decoded.withUnsafeBytes { raw -> (uuid: ServerID, key: String)? in
             guard let colon = raw.firstIndex(of: UInt8(ascii: ":")),
                 let uuid = Syntax.canonicalUUID(Array(raw[..<colon]))
             else { return nil }
             let key = raw[(colon + 1)...]
             guard !key.isEmpty, key.count <= 256, key.allSatisfy({ (0x21...0x7e).contains($0) }) else { return nil }
-            return (uuid, String(decoding: key, as: UTF8.self))
+            return (ServerID(uuid), String(decoding: key, as: UTF8.self))
         }
     }
 
@@ -332,7 +332,7 @@ public final class ServerAuthenticator: Sendable {
 /// bounded however many servers there are.
 final class TenantLabels: Sendable {
     static let other = "other"
-    private let named = Mutex<Set<String>>([])
+    private let named = Mutex<Set<ServerID>>([])
     /// `pushrelay_tenant_requests_total` by label and API, made once each (making a
     /// counter looks it up in the registry: ~6,500 instructions a request).
     private let counters = Mutex<[String: [ServerAuthenticator.API: Counter]]>([:])
@@ -342,17 +342,17 @@ final class TenantLabels: Sendable {
         self.capacity = max(0, capacity)
     }
 
-    func label(_ server: String) -> String {
+    func label(_ server: ServerID) -> String {
         named.withLock { named in
-            if named.contains(server) { return server }
+            if named.contains(server) { return server.rawValue }
             guard named.count < capacity else { return Self.other }
             named.insert(server)
-            return server
+            return server.rawValue
         }
     }
 
     /// The request counter of `server`'s label and `api`.
-    func requests(_ server: String, api: ServerAuthenticator.API) -> Counter {
+    func requests(_ server: ServerID, api: ServerAuthenticator.API) -> Counter {
         let label = label(server)
         if let counter = counters.withLock({ $0[label]?[api] }) { return counter }
         let counter = RelayMetrics.tenantRequests(tenant: label, api: api.rawValue)

@@ -44,7 +44,7 @@ struct IdempotencyKey: Sendable {
     /// used before with the same body; nil when this request is the first. A claim
     /// outlives the longest the request can take (`publishTimeout` plus margin), and
     /// expires if its ingest dies mid-request.
-    func claim(server: String, fingerprint: String, store: any IdempotencyStore, publishTimeout: Duration)
+    func claim(server: ServerID, fingerprint: String, store: any IdempotencyStore, publishTimeout: Duration)
         async throws -> Response?
     {
         let pendingSeconds = publishTimeout.components.seconds.saturatingAdd(60)
@@ -71,7 +71,7 @@ struct IdempotencyKey: Sendable {
     }
 
     /// Keeps the answer for `ttlSeconds` (only while this request still holds the claim).
-    func complete(server: String, response: StoredAnswer, store: any IdempotencyStore, ttlSeconds: Int)
+    func complete(server: ServerID, response: StoredAnswer, store: any IdempotencyStore, ttlSeconds: Int)
         async throws
     {
         var fields = response.fields
@@ -84,7 +84,7 @@ struct IdempotencyKey: Sendable {
     }
 
     /// Releases this request's claim after it failed, so a retry is handled afresh.
-    func abandon(server: String, store: any IdempotencyStore) async throws {
+    func abandon(server: ServerID, store: any IdempotencyStore) async throws {
         try await store.abandon(server: server, key: key, claimID: claimID)
     }
 }

@@ -54,7 +54,7 @@ struct ZulipLegacyController: Sendable {
         return router
     }
 
-    func legacyRequest(_ request: Request, context: IngestContext) async throws -> (String, RequestFields) {
+    func legacyRequest(_ request: Request, context: IngestContext) async throws -> (ServerID, RequestFields) {
         let server = try await authenticator.authenticate(request, context: context, api: .zulip)
         return (server, try await RequestFields.read(request, limit: limits.maxBodyBytes))
     }
@@ -77,11 +77,11 @@ struct ZulipLegacyController: Sendable {
 
     /// The realm named by `realm_uuid` when the caller uploaded it (legacy calls go ahead
     /// without one, as in Zulip's bouncer); another server's realm is refused.
-    func legacyRealm(_ body: RequestFields, server: String) async throws -> String? {
+    func legacyRealm(_ body: RequestFields, server: ServerID) async throws -> RealmID? {
         switch body.json["realm_uuid"] {
         case nil, .null?: return nil
         default:
-            let realm = try body.uuid("realm_uuid")
+            let realm = RealmID(try body.uuid("realm_uuid"))
             return try await ownership.isZulipRealm(realm, server: server) ? realm : nil
         }
     }
@@ -127,7 +127,7 @@ struct ZulipLegacyController: Sendable {
             throw APIError.deviceQuotaExceeded(limit: limits.maxDevicesPerServer)
         }
         let (_, delta) = try await legacyDevices.register(
-            server: server, user: user, token: token, appID: appID, realm: realm.map { RealmID($0) },
+            server: server, user: user, token: token, appID: appID, realm: realm,
             nowMs: Wire.nowMillis())
         if delta != 0 { try await realms.countDevice(server: server, by: delta) }
         return success()
@@ -208,7 +208,7 @@ struct ZulipLegacyController: Sendable {
     }
 
     /// The user's legacy devices; duplicates folded on the way come off the server's count.
-    func legacyDevicesOf(server: String, user: ZulipLegacyUser) async throws -> (
+    func legacyDevicesOf(server: ServerID, user: ZulipLegacyUser) async throws -> (
         entries: [ZulipLegacyEntry], fields: Set<String>
     ) {
         let (entries, fields, folded) = try await legacyDevices.devices(server: server, user: user)
@@ -229,13 +229,13 @@ struct ZulipLegacyController: Sendable {
 
     /// Seals the payloads with the pipeline key and publishes one legacy request.
     func publishLegacy(
-        server: String, realm: String?, user: ZulipLegacyUser, deviceIDs: [DeviceID], plaintext: [UInt8]
+        server: ServerID, realm: RealmID?, user: ZulipLegacyUser, deviceIDs: [DeviceID], plaintext: [UInt8]
     ) async throws {
         let notificationID = NotificationID.random()
-        let realmUUID = RealmID(realm ?? "")
+        let realmUUID = realm ?? RealmID("")
         let sealed = try sealer.seal(plaintext, notificationID: notificationID, realm: realmUUID, userID: nil)
         let record = PushRequestRecord(
-            notificationID: notificationID, serverUUID: ServerID(server), realmUUID: realmUUID,
+            notificationID: notificationID, serverUUID: server, realmUUID: realmUUID,
             acceptedAtMs: Wire.nowMillis(),
             request: .legacy(user: user.key, deviceIDs: deviceIDs, sealedPayload: sealed))
         try await acceptor.publish(record)

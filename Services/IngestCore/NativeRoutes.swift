@@ -40,10 +40,10 @@ struct NativeController: Sendable {
     func registerRealm(_ request: Request, context: IngestContext) async throws -> Response {
         let server = try await authenticator.authenticate(request, context: context, api: .native)
         let body = try await RequestFields.read(request, limit: limits.maxBodyBytes)
-        let realm = try body.uuid("realm_uuid")
+        let realm = RealmID(try body.uuid("realm_uuid"))
         switch try await realms.register(realm, to: server, maxRealms: limits.maxRealmsPerServer) {
-        case .registered: return success(["realm_uuid": .string(realm), "created": true], status: .created)
-        case .alreadyYours: return success(["realm_uuid": .string(realm), "created": false])
+        case .registered: return success(["realm_uuid": .string(realm.rawValue), "created": true], status: .created)
+        case .alreadyYours: return success(["realm_uuid": .string(realm.rawValue), "created": false])
         case .taken:
             throw APIError(
                 status: .conflict, code: "REALM_UNAVAILABLE", message: "This realm uuid cannot be registered",
@@ -56,7 +56,7 @@ struct NativeController: Sendable {
     func registerDevice(_ request: Request, context: IngestContext) async throws -> Response {
         let server = try await authenticator.authenticate(request, context: context, api: .native)
         let body = try await RequestFields.read(request, limit: limits.maxBodyBytes)
-        let realm = try body.uuid("realm_uuid")
+        let realm = RealmID(try body.uuid("realm_uuid"))
         let userID = try body.int("user_id")
         let registration: OpenedRegistration
         if body.has("encrypted_push_registration") {
@@ -73,7 +73,7 @@ struct NativeController: Sendable {
         try await ownership.requireOwn(realm, server: server)
         let (id, created) = try await registrar.registerWithinQuota(
             DeviceRegistration(
-                realmUUID: RealmID(realm), userID: userID, token: registration.token, appID: registration.appID,
+                realmUUID: realm, userID: userID, token: registration.token, appID: registration.appID,
                 pushAccountID: account, pushKey: pushKey, api: .native),
             server: server)
         return success(["device_id": .int(id.rawValue), "created": .bool(created)], status: created ? .created : .ok)
@@ -148,7 +148,7 @@ struct NativeController: Sendable {
         // Another server's device answers 404 too: its existence is not disclosed.
         // Zulip legacy-API devices are removed through that API (remotes/push/unregister).
         guard let device = try await devices.device(id), device.zulipLegacyOwner == nil,
-            try await ownership.owner(of: device.realmUUID.rawValue) == server
+            try await ownership.owner(of: device.realmUUID) == server
         else { throw APIError.deviceNotFound }
         // Only the call that removed it takes it off the quota (two deletes race).
         if try await devices.delete(device) { try await realms.countDevice(server: server, by: -1) }
@@ -158,13 +158,14 @@ struct NativeController: Sendable {
     func listDevices(_ request: Request, context: IngestContext) async throws -> Response {
         let server = try await authenticator.authenticate(request, context: context, api: .native)
         let query = request.uri.queryParameters
-        guard let realmText = query.get("realm_uuid"), let realm = Syntax.canonicalUUID(String(realmText))
+        guard let realmText = query.get("realm_uuid"),
+            let realm = Syntax.canonicalUUID(String(realmText)).map(RealmID.init)
         else { throw APIError.badRequest("realm_uuid: must be a UUID", field: "realm_uuid") }
         guard let userID = query.get("user_id").flatMap({ Syntax.canonicalInt64(Substring($0)) }) else {
             throw APIError.badRequest("user_id: must be an integer", field: "user_id")
         }
         try await ownership.requireOwn(realm, server: server)
-        let found = try await devices.devices(try await devices.deviceIDs(realm: RealmID(realm), userID: userID))
+        let found = try await devices.devices(try await devices.deviceIDs(realm: realm, userID: userID))
         let list: [JSONValue] = found.values.sorted { $0.id < $1.id }.map { d in
             var entry: [String: JSONValue] = [
                 "device_id": .int(d.id.rawValue), "token_kind": .string(d.provider.rawValue),
@@ -198,7 +199,7 @@ struct NativeController: Sendable {
         let server = try await authenticator.authenticate(request, context: context, api: .native)
         let key = try IdempotencyKey(request)
         let body = try await RequestFields.read(request, limit: limits.maxBodyBytes)
-        let realm = try body.uuid("realm_uuid")
+        let realm = RealmID(try body.uuid("realm_uuid"))
         let userID = try body.int("user_id")
         let (type, payload) = try notificationPayload(body, userID: userID)
         let requestedIDs = try deviceIDs(body)
@@ -207,7 +208,7 @@ struct NativeController: Sendable {
             // Without a key nothing is written before the owner check: it runs alongside the
             // first read of the targets (see `targets`).
             let targets = try await targets(
-                realm: RealmID(realm), userID: userID, requestedIDs: requestedIDs,
+                realm: realm, userID: userID, requestedIDs: requestedIDs,
                 ownerCheck: { try await ownership.requireOwn(realm, server: server) })
             return try await acceptNotification(
                 server: server, realm: realm, userID: userID, targets: targets, type: type, plaintext: plaintext
@@ -225,7 +226,7 @@ struct NativeController: Sendable {
             response = try await acceptNotification(
                 server: server, realm: realm, userID: userID,
                 targets: try await targets(
-                    realm: RealmID(realm), userID: userID, requestedIDs: requestedIDs, ownerCheck: {}),
+                    realm: realm, userID: userID, requestedIDs: requestedIDs, ownerCheck: {}),
                 type: type, plaintext: plaintext)
         } catch {
             try? await key.abandon(server: server, store: idempotency)
@@ -329,10 +330,9 @@ struct NativeController: Sendable {
 
     /// Counts the targets, seals and publishes one notification; the answer it gives.
     func acceptNotification(
-        server: String, realm realmText: String, userID: Int64, targets: Targets,
+        server: ServerID, realm: RealmID, userID: Int64, targets: Targets,
         type: NotificationType, plaintext: [UInt8]
     ) async throws -> StoredAnswer {
-        let realm = RealmID(realmText)
         var deleteIDs: [DeviceID] = []
         var deliverable = 0
         for id in targets.ids {
@@ -347,7 +347,7 @@ struct NativeController: Sendable {
             let sealed = try sealer.seal(plaintext, notificationID: notificationID, realm: realm, userID: userID)
             try await acceptor.publish(
                 PushRequestRecord(
-                    notificationID: notificationID, serverUUID: ServerID(server), realmUUID: realm,
+                    notificationID: notificationID, serverUUID: server, realmUUID: realm,
                     acceptedAtMs: Wire.nowMillis(),
                     request: .native(userID: userID, deviceIDs: targets.ids, type: type, sealedPayload: sealed)))
         }
@@ -362,7 +362,8 @@ struct NativeController: Sendable {
     func feedback(_ request: Request, context: IngestContext) async throws -> Response {
         let server = try await authenticator.authenticate(request, context: context, api: .native)
         let query = request.uri.queryParameters
-        guard let realmText = query.get("realm_uuid"), let realm = Syntax.canonicalUUID(String(realmText))
+        guard let realmText = query.get("realm_uuid"),
+            let realm = Syntax.canonicalUUID(String(realmText)).map(RealmID.init)
         else { throw APIError.badRequest("realm_uuid: must be a UUID", field: "realm_uuid") }
         let after: String? = query.get("after").map { String($0) }
         if let after, !Self.isCursor(after) {
@@ -376,7 +377,7 @@ struct NativeController: Sendable {
             limit = Int(n)
         }
         try await ownership.requireOwn(realm, server: server)
-        let entries = try await devices.feedback(realm: RealmID(realm), after: after, limit: limit)
+        let entries = try await devices.feedback(realm: realm, after: after, limit: limit)
         let invalidated: [JSONValue] = entries.map { entry in
             let fields: [String: JSONValue] = [
                 "device_id": .int(entry.deviceID.rawValue), "reason": .string(entry.reason), "at_ms": .int(entry.atMs),

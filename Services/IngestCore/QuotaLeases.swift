@@ -43,7 +43,7 @@ struct QuotaLeases: Sendable {
 
     let maxLease: Int
     let validity: Duration
-    private(set) var leases: [String: Lease] = [:]
+    private(set) var leases: [ServerID: Lease] = [:]
 
     init(limit: Int, validity: Duration = .seconds(1)) {
         // A window's limit spread over up to 32 instances before any of them holds a share
@@ -55,7 +55,7 @@ struct QuotaLeases: Sendable {
     /// Takes one request of `server`'s lease for a key verified at `verifiedAt` against
     /// the stored `credential`.
     mutating func take(
-        server: String, credential: String, verifiedAt: ContinuousClock.Instant, window: Int64,
+        server: ServerID, credential: String, verifiedAt: ContinuousClock.Instant, window: Int64,
         now: ContinuousClock.Instant
     ) -> Take {
         guard var lease = leases[server], lease.window == window, lease.validUntil > now else { return .renew }
@@ -75,7 +75,7 @@ struct QuotaLeases: Sendable {
     /// What to ask Redis for when renewing `server`'s lease in `window`: twice what the
     /// last lease served, and its unused requests back when it is of the same window.
     /// The lease is emptied, so nothing is both given back and used.
-    mutating func renewal(server: String, window: Int64) -> (want: Int, returning: Int) {
+    mutating func renewal(server: ServerID, window: Int64) -> (want: Int, returning: Int) {
         guard var lease = leases[server] else { return (1, 0) }
         let served = max(0, lease.size - lease.left)
         let returning = lease.window == window ? lease.left : 0
@@ -86,7 +86,7 @@ struct QuotaLeases: Sendable {
 
     /// Keeps what Redis granted.
     mutating func install(
-        server: String, _ granted: ServerStore.QuotaLease, takenAt: ContinuousClock.Instant,
+        server: ServerID, _ granted: ServerStore.QuotaLease, takenAt: ContinuousClock.Instant,
         now: ContinuousClock.Instant
     ) {
         if leases.count >= 10_000 && leases[server] == nil {

@@ -10,13 +10,13 @@ struct RealmOwnership: Sendable {
     let realms: any RealmRegistry
 
     /// The server a realm belongs to, if any.
-    func owner(of realm: String) async throws -> String? {
+    func owner(of realm: RealmID) async throws -> ServerID? {
         try await realms.owners([realm]).first ?? nil
     }
 
     /// Checks that `realm` belongs to `server` (the native API). An unknown realm and
     /// another server's realm get the same 404, so a caller learns nothing of realms not its own.
-    func requireOwn(_ realm: String, server: String) async throws {
+    func requireOwn(_ realm: RealmID, server: ServerID) async throws {
         guard try await owner(of: realm) == server else {
             throw APIError(status: .notFound, code: "REALM_NOT_FOUND", message: "No such realm on this server")
         }
@@ -24,7 +24,7 @@ struct RealmOwnership: Sendable {
 
     /// Whose a realm is, as Zulip's bouncer tells it: the caller's (true), never uploaded
     /// (false: each endpoint decides), or another server's (403).
-    func isZulipRealm(_ realm: String, server: String) async throws -> Bool {
+    func isZulipRealm(_ realm: RealmID, server: ServerID) async throws -> Bool {
         switch try await owner(of: realm) {
         case server?: return true
         case nil: return false
@@ -38,7 +38,7 @@ struct RealmOwnership: Sendable {
     }
 
     /// The E2EE endpoints need the realm uploaded first.
-    func requireZulipRealm(_ realm: String, server: String) async throws {
+    func requireZulipRealm(_ realm: RealmID, server: ServerID) async throws {
         guard try await isZulipRealm(realm, server: server) else {
             throw APIError(status: .forbidden, code: "MISSING_REMOTE_REALM", message: "Organization not registered")
         }

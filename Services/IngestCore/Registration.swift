@@ -19,7 +19,7 @@ struct DeviceRegistrar: Sendable {
     let limits: Limits
 
     /// Registers a device unless the server is at its device quota (counted per new device).
-    func registerWithinQuota(_ registration: DeviceRegistration, server: String) async throws -> (
+    func registerWithinQuota(_ registration: DeviceRegistration, server: ServerID) async throws -> (
         id: DeviceID, created: Bool
     ) {
         // A device already registered renews, whatever the quota.

@@ -14,7 +14,7 @@ public struct StatusSettings: Sendable {
     /// The server identity: a secp256k1 private key, 64 hex digits, in this file.
     public var keyFile: String
     /// The realm Status devices are stored under.
-    public var realmUUID: String
+    public var realmUUID: RealmID
     /// Most targets in one notification request.
     public var maxTargets: Int
     /// Requests per client address per window: the endpoints take no credentials, and each
@@ -30,7 +30,7 @@ public struct StatusSettings: Sendable {
     public init(reader: SettingsReader) throws {
         enabled = try reader.bool("pushrelay.status.enabled", default: false)
         keyFile = try reader.string("pushrelay.status.key.file", default: "")
-        realmUUID = try reader.string("pushrelay.status.realm.uuid", default: Self.defaultRealm)
+        realmUUID = RealmID(try reader.string("pushrelay.status.realm.uuid", default: Self.defaultRealm))
         maxTargets = try reader.int("pushrelay.status.max.targets", default: 100)
         maxRequests = try reader.int("pushrelay.status.requests.max", default: 600)
         windowSeconds = try reader.int("pushrelay.status.requests.window.seconds", default: 60)
@@ -48,7 +48,7 @@ public struct StatusSettings: Sendable {
                 "PUSHRELAY_STATUS_APNS_TOPICS (the bundle ids Status registrations may name) is required when PUSHRELAY_STATUS_ENABLED is true"
             )
         }
-        guard let realm = UUID(uuidString: realmUUID) else {
+        guard let realm = UUID(uuidString: realmUUID.rawValue) else {
             throw SettingsError("PUSHRELAY_STATUS_REALM_UUID must be a UUID")
         }
         let text = (try? String(contentsOfFile: keyFile, encoding: .utf8)) ?? ""
@@ -77,7 +77,7 @@ struct StatusServer: Sendable {
     /// Installations kept per public key at most.
     static let maxInstallations = 16
     /// The owner the Status realm is registered to: not a server uuid, so no API key logs in as it.
-    static let realmOwner = "status-push-server"
+    static let realmOwner: ServerID = "status-push-server"
     /// Largest query answer; past it the remaining installations are left out.
     static let maxAnswerBytes = 1 << 20
 
@@ -111,7 +111,7 @@ struct StatusServer: Sendable {
 
     /// Registers the Status realm to its reserved owner; false when another server holds it.
     func reserveRealm(_ realms: any RealmRegistry) async throws -> Bool {
-        switch try await realms.register(realm.rawValue, to: Self.realmOwner, maxRealms: Int.max) {
+        switch try await realms.register(realm, to: Self.realmOwner, maxRealms: Int.max) {
         case .registered, .alreadyYours: true
         case .taken, .quotaExceeded: false
         }

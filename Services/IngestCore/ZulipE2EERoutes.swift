@@ -30,7 +30,7 @@ struct ZulipE2EEController: Sendable {
     func registerE2EEDevice(_ request: Request, context: IngestContext) async throws -> Response {
         let server = try await authenticator.authenticate(request, context: context, api: .zulip)
         let body = try await RequestFields.read(request, limit: limits.maxBodyBytes)
-        let realm = try body.uuid("realm_uuid")
+        let realm = RealmID(try body.uuid("realm_uuid"))
         let tokenID = try body.optionalString("token_id")
         let account = tokenID == nil ? try body.int("push_account_id") : nil
         let sealed = try body.string("encrypted_push_registration")
@@ -40,12 +40,12 @@ struct ZulipE2EEController: Sendable {
             sealed: sealed, bouncerPublicKey: publicKey, rules: .zulip, tokenID: tokenID)
         let id = try await registrar.registerWithinQuota(
             DeviceRegistration(
-                realmUUID: RealmID(realm), userID: nil, token: registration.token, appID: registration.appID,
+                realmUUID: realm, userID: nil, token: registration.token, appID: registration.appID,
                 pushAccountID: account, pushKey: nil, api: .zulipE2EE),
             server: server
         ).id
         guard let tokenID else { return success(["device_id": .int(id.rawValue)]) }
-        try await devices.bindZulipTokenID(tokenID, realm: RealmID(realm), to: id)
+        try await devices.bindZulipTokenID(tokenID, realm: realm, to: id)
         return success()
     }
 
@@ -54,14 +54,14 @@ struct ZulipE2EEController: Sendable {
     func bouncerNotify(_ request: Request, context: IngestContext) async throws -> Response {
         let server = try await authenticator.authenticate(request, context: context, api: .zulip)
         let body = try await RequestFields.read(request, limit: limits.maxBodyBytes)
-        let realm = try body.uuid("realm_uuid")
+        let realm = RealmID(try body.uuid("realm_uuid"))
         var parsed = try pushRequests(body)
         try await ownership.requireZulipRealm(realm, server: server)
         let byTokenID = parsed.first?.tokenID != nil
         if byTokenID {
             // 12.x: the realm's token ids name the devices.
             let found = try await devices.devices(
-                zulipTokenIDs: parsed.map { $0.tokenID ?? "" }, realm: RealmID(realm))
+                zulipTokenIDs: parsed.map { $0.tokenID ?? "" }, realm: realm)
             for i in parsed.indices {
                 let device: DeviceID? = i < found.count ? found[i] : nil
                 parsed[i].item.deviceID = device ?? DeviceID(-1)
@@ -73,7 +73,7 @@ struct ZulipE2EEController: Sendable {
         var counts: [Provider: Int] = [:]
         for (item, tokenID) in parsed {
             // A legacy-API device is not an E2EE one, even in the caller's realm.
-            guard let device = known[item.deviceID], device.realmUUID.rawValue == realm, device.status == .active,
+            guard let device = known[item.deviceID], device.realmUUID == realm, device.status == .active,
                 device.zulipLegacyOwner == nil
             else {
                 deleted.append(tokenID.map { .string($0) } ?? .int(item.deviceID.rawValue))
@@ -84,8 +84,8 @@ struct ZulipE2EEController: Sendable {
         }
         if !items.isEmpty {
             let record = PushRequestRecord(
-                notificationID: NotificationID.random(), serverUUID: ServerID(server),
-                realmUUID: RealmID(realm),
+                notificationID: NotificationID.random(), serverUUID: server,
+                realmUUID: realm,
                 acceptedAtMs: Wire.nowMillis(), request: .passThrough(items: items))
             try await acceptor.publish(record)
         }

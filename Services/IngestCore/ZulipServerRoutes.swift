@@ -55,7 +55,7 @@ struct ZulipServerController: Sendable {
     func registerServer(_ request: Request, context: IngestContext) async throws -> Response {
         try await authenticator.countRegistration(request, context: context)
         let body = try await RequestFields.read(request, limit: limits.maxBodyBytes)
-        let uuid = try body.uuid("zulip_org_id")
+        let uuid = ServerID(try body.uuid("zulip_org_id"))
         let key = try body.string("zulip_org_key")
         guard Syntax.isAPIKey(key) else {
             throw APIError.badRequest("zulip_org_key: must be 64 ASCII letters and digits", field: "zulip_org_key")
@@ -86,7 +86,8 @@ struct ZulipServerController: Sendable {
             // Zulip's bouncer answers this one with its internal code (the endpoint is not wrapped).
             throw APIError(
                 status: .badRequest, code: "INVALID_ZULIP_SERVER",
-                message: "Zulip server auth failure: key does not match role \(uuid)", data: ["role": .string(uuid)])
+                message: "Zulip server auth failure: key does not match role \(uuid)",
+                data: ["role": .string(uuid.rawValue)])
         } catch ServerRegistrationError.deactivated {
             throw APIError(
                 status: .unauthorized, code: "REALM_DEACTIVATED",
@@ -124,7 +125,7 @@ struct ZulipServerController: Sendable {
         for (index, item) in realmList.enumerated() {
             infos.append(try Self.realmInfo(item, path: "realms[\(index)]"))
         }
-        var seen = Set<String>()
+        var seen = Set<RealmID>()
         infos = infos.filter { seen.insert($0.uuid).inserted }
         // A realm another server uploaded fails the whole upload, before anything is stored.
         let owners = try await realms.owners(infos.map(\.uuid))
@@ -137,7 +138,7 @@ struct ZulipServerController: Sendable {
         for (info, outcome) in zip(infos, outcomes) {
             switch outcome {
             case .registered, .alreadyYours:
-                statuses[info.uuid] = RealmOwnership.zulipPushStatus
+                statuses[info.uuid.rawValue] = RealmOwnership.zulipPushStatus
             case .taken:
                 throw APIError.badRequest("Duplicate registration detected.")
             case .quotaExceeded:
@@ -222,7 +223,7 @@ struct ZulipServerController: Sendable {
         default: throw APIError.badRequest("\(path).org_type: must be an integer", field: "\(path).org_type")
         }
         return ZulipRealmInfo(
-            uuid: uuid, host: try text("host"), url: try text("url"), name: try text("name"), orgType: orgType,
+            uuid: RealmID(uuid), host: try text("host"), url: try text("url"), name: try text("name"), orgType: orgType,
             deactivated: try flag("deactivated"), isSystemBotRealm: try flag("is_system_bot_realm"),
             ownerSecret: try text("uuid_owner_secret"))
     }

@@ -189,7 +189,7 @@ struct RegistrationTransfers: Sendable {
         try check(secret, hostname: hostname, nowSeconds: Self.now())
         let key = Self.newAPIKey()
         try await servers.replaceKey(uuid: uuid, newAPIKey: key, nowMs: Wire.nowMillis())
-        return success(["zulip_org_id": .string(uuid), "zulip_org_key": .string(key)])
+        return success(["zulip_org_id": .string(uuid.rawValue), "zulip_org_key": .string(key)])
     }
 
     /// Zulip's hostname rule: a host, with an optional port, and nothing after it.

@@ -9,11 +9,11 @@ extension RedisKeys {
     /// Server registrations from one client address in one window (string counter, expires).
     public func serverRegistrations(client: String, window: Int64) -> String { "\(prefix)sr:\(client):\(window)" }
     /// The realms a server registered (set of realm uuids), for the per-server realm quota.
-    public func serverRealms(_ server: String) -> String { "\(prefix)server:\(tag(server)):realms" }
+    public func serverRealms(_ server: ServerID) -> String { "\(prefix)server:\(tag(server)):realms" }
     /// Devices registered by a server (string counter), for the per-server device quota.
-    public func serverDevices(_ server: String) -> String { "\(prefix)server:\(tag(server)):devices" }
+    public func serverDevices(_ server: ServerID) -> String { "\(prefix)server:\(tag(server)):devices" }
     /// A notify request's first answer under its `Idempotency-Key` (hash, expires).
-    public func idempotency(server: String, key: String) -> String {
+    public func idempotency(server: ServerID, key: String) -> String {
         "\(prefix)idem:\(tag(server)):\(Fingerprint.sha256Hex(key))"
     }
 }
@@ -82,7 +82,7 @@ public struct RealmDirectory: Sendable {
     /// taken first, then the realm is claimed (a place taken for a realm that turns out to
     /// be another server's is given back). With no place left, the realm is only looked at.
     public func register(
-        _ realms: [String], to server: String, maxRealms: Int, nowMs: Int64 = Wire.nowMillis()
+        _ realms: [RealmID], to server: ServerID, maxRealms: Int, nowMs: Int64 = Wire.nowMillis()
     ) async throws -> [RealmRegistration] {
         guard !realms.isEmpty else { return [] }
         let set = RedisArgument(keys.serverRealms(server))
@@ -105,7 +105,7 @@ public struct RealmDirectory: Sendable {
         var givenBack = 0
         for (index, realm) in realms.enumerated() {
             if full[index] {
-                switch owners[index].string {
+                switch owners[index].string.map(ServerID.init) {
                 case nil:
                     outcomes.append(.quotaExceeded)
                 case server?:
@@ -159,13 +159,13 @@ public struct RealmDirectory: Sendable {
         """
 
     /// Devices the server has registered (as counted at registration and deletion).
-    public func deviceCount(server: String) async throws -> Int64 {
+    public func deviceCount(server: ServerID) async throws -> Int64 {
         try await redis.command("GET", RedisArgument(keys.serverDevices(server))).int ?? 0
     }
 
     /// Counts a device in or out of the server's quota. Never below zero: devices
     /// registered before the quota existed were never counted in.
-    public func countDevice(server: String, by delta: Int64) async throws {
+    public func countDevice(server: ServerID, by delta: Int64) async throws {
         try await redis.command(
             "EVAL", RedisArgument(Self.countScript), "1", RedisArgument(keys.serverDevices(server)),
             RedisArgument(delta))

@@ -365,7 +365,7 @@ public struct DeviceStore: Sendable {
             if let key { keys[pushKeyID] = key }
         }
         return DeviceRecord(
-            id: id, realmUUID: RealmID(realm), userID: fields.userID.flatMap { Int64($0) }, provider: provider,
+            id: id, realmUUID: realm, userID: fields.userID, provider: provider,
             token: token, appID: fields.appID.flatMap { $0.isEmpty ? nil : $0 },
             pushAccountID: fields.pushAccountID.flatMap { Int64($0) },
             currentKeyID: fields.keyID.flatMap { UInt32($0) }, keys: keys,
@@ -526,10 +526,10 @@ public struct DeviceStore: Sendable {
 /// again, cost the encryptor ~15,000 instructions a notification, of 798k). Other fields
 /// are skipped.
 struct DeviceHashFields {
-    var realm: String?
+    var realm: RealmID?
     var provider: String?
     var token: String?
-    var userID: String?
+    var userID: Int64?
     var appID: String?
     var pushAccountID: String?
     var keyID: String?
@@ -549,10 +549,10 @@ struct DeviceHashFields {
             guard case .bytes(let name) = items[index], let value = items[index + 1].string else { continue }
             // Names are short ASCII: a small string, compared without an allocation.
             switch String(decoding: name, as: UTF8.self) {
-            case "realm": realm = value
+            case "realm": realm = RealmID(value)
             case "provider": provider = value
             case "token": token = value
-            case "user_id": userID = value
+            case "user_id": userID = Int64(value)
             case "app_id": appID = value
             case "push_account_id": pushAccountID = value
             case "key_id": keyID = value

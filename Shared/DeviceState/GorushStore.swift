@@ -48,18 +48,18 @@ public struct CountedOutcome: Sendable, Equatable {
 /// callers' `notif_id`s, and the counters of `/api/stat/app`.
 public protocol GorushStore: Sendable {
     /// The server's hook (url and sealed secret), when both are set.
-    func hook(server: String) async throws -> GorushHook?
+    func hook(server: ServerID) async throws -> GorushHook?
     /// The server's hook URL, when set.
-    func hookURL(server: String) async throws -> String?
-    func setHook(server: String, _ hook: GorushHook) async throws
-    func deleteHook(server: String) async throws
+    func hookURL(server: ServerID) async throws -> String?
+    func setHook(server: ServerID, _ hook: GorushHook) async throws
+    func deleteHook(server: ServerID) async throws
     /// Keeps the caller's `notif_id` of each accepted notification for `ttlSeconds`, all or none.
     func rememberCallerIDs(_ ids: [(NotificationID, String)], ttlSeconds: Int) async throws
     /// The caller's `notif_id` of an accepted notification, if it gave one.
     func callerID(of notification: NotificationID) async throws -> String?
     /// Adds one call's tokens and notifications to the server's counters.
-    func countSubmitted(server: String, tokens: Int, notifications: Int) async throws
-    func counters(server: String, realm: RealmID) async throws -> GorushCounters
+    func countSubmitted(server: ServerID, tokens: Int, notifications: Int) async throws
+    func counters(server: ServerID, realm: RealmID) async throws -> GorushCounters
     /// Adds outcomes to their realms' counters (`{provider}:{outcome}` fields), each
     /// topic record once: a record counted before (a re-run after a Redis fault, a
     /// batch read again after a crash) is not counted again.
@@ -76,24 +76,24 @@ public struct RedisGorushStore: GorushStore {
         self.keys = keys
     }
 
-    public func hook(server: String) async throws -> GorushHook? {
+    public func hook(server: ServerID) async throws -> GorushHook? {
         let fields = try await redis.command("HMGET", RedisArgument(keys.gorushHook(server: server)), "url", "secret")
             .array
         guard fields.count == 2, let url = fields[0].string, let secret = fields[1].string else { return nil }
         return GorushHook(url: url, sealedSecret: secret)
     }
 
-    public func hookURL(server: String) async throws -> String? {
+    public func hookURL(server: ServerID) async throws -> String? {
         try await redis.command("HGET", RedisArgument(keys.gorushHook(server: server)), "url").string
     }
 
-    public func setHook(server: String, _ hook: GorushHook) async throws {
+    public func setHook(server: ServerID, _ hook: GorushHook) async throws {
         try await redis.command(
             "HSET", RedisArgument(keys.gorushHook(server: server)), "url", RedisArgument(hook.url), "secret",
             RedisArgument(hook.sealedSecret))
     }
 
-    public func deleteHook(server: String) async throws {
+    public func deleteHook(server: ServerID) async throws {
         try await redis.command("DEL", RedisArgument(keys.gorushHook(server: server)))
     }
 
@@ -112,7 +112,7 @@ public struct RedisGorushStore: GorushStore {
         try await redis.command("GET", RedisArgument(keys.gorushNotificationID(notification))).string
     }
 
-    public func countSubmitted(server: String, tokens: Int, notifications: Int) async throws {
+    public func countSubmitted(server: ServerID, tokens: Int, notifications: Int) async throws {
         let key = RedisArgument(keys.gorushStats(server: server))
         _ = try await redis.checkedPipeline([
             ["HINCRBY", key, "total_count", RedisArgument(Int64(tokens))],
@@ -120,7 +120,7 @@ public struct RedisGorushStore: GorushStore {
         ])
     }
 
-    public func counters(server: String, realm: RealmID) async throws -> GorushCounters {
+    public func counters(server: ServerID, realm: RealmID) async throws -> GorushCounters {
         // Counters read best effort: an error reply reads as no counts.
         let shards = try await redis.command("SMEMBERS", RedisArgument(keys.realmStatsShards(realm))).array
             .compactMap(\.string)

@@ -27,13 +27,13 @@ public struct IdempotentAnswer: Sendable, Equatable {
 public protocol IdempotencyStore: Sendable {
     /// Claims `key` for the request `claimID`; a claim expires after `pendingSeconds`
     /// so a request whose ingest died frees its key.
-    func claim(server: String, key: String, fingerprint: String, claimID: String, pendingSeconds: Int64)
+    func claim(server: ServerID, key: String, fingerprint: String, claimID: String, pendingSeconds: Int64)
         async throws -> IdempotencyClaim
     /// Keeps `answer` for `ttlSeconds`, while `claimID` still holds the key.
-    func complete(server: String, key: String, claimID: String, answer: IdempotentAnswer, ttlSeconds: Int)
+    func complete(server: ServerID, key: String, claimID: String, answer: IdempotentAnswer, ttlSeconds: Int)
         async throws
     /// Releases `claimID`'s claim (nothing when another request holds the key).
-    func abandon(server: String, key: String, claimID: String) async throws
+    func abandon(server: ServerID, key: String, claimID: String) async throws
 }
 
 /// Idempotency records in Redis: one hash per key (`RedisKeys.idempotency`), each change
@@ -47,7 +47,7 @@ public struct RedisIdempotencyStore: IdempotencyStore {
         self.keys = keys
     }
 
-    public func claim(server: String, key: String, fingerprint: String, claimID: String, pendingSeconds: Int64)
+    public func claim(server: ServerID, key: String, fingerprint: String, claimID: String, pendingSeconds: Int64)
         async throws -> IdempotencyClaim
     {
         let reply = try await redis.command(
@@ -62,7 +62,7 @@ public struct RedisIdempotencyStore: IdempotencyStore {
         return .held(fingerprint: parts[1], answer: answer)
     }
 
-    public func complete(server: String, key: String, claimID: String, answer: IdempotentAnswer, ttlSeconds: Int)
+    public func complete(server: ServerID, key: String, claimID: String, answer: IdempotentAnswer, ttlSeconds: Int)
         async throws
     {
         let reply = try await redis.command(
@@ -73,7 +73,7 @@ public struct RedisIdempotencyStore: IdempotencyStore {
         if case .error(let message) = reply { throw RedisError(code: .replyError, message: message) }
     }
 
-    public func abandon(server: String, key: String, claimID: String) async throws {
+    public func abandon(server: ServerID, key: String, claimID: String) async throws {
         _ = try await redis.command(
             "EVAL", RedisArgument(Self.abandonScript), "1", RedisArgument(keys.idempotency(server: server, key: key)),
             RedisArgument(claimID))

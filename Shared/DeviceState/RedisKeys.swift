@@ -51,8 +51,8 @@ public struct RedisKeys: Sendable {
         hashTags ? "{\(value)}" : value.description
     }
 
-    public func server(_ uuid: String) -> String { "\(prefix)server:\(tag(uuid))" }
-    public func realm(_ uuid: String) -> String { "\(prefix)realm:\(uuid)" }
+    public func server(_ uuid: ServerID) -> String { "\(prefix)server:\(tag(uuid))" }
+    public func realm(_ uuid: RealmID) -> String { "\(prefix)realm:\(uuid)" }
     public var deviceSequence: String { "\(prefix)seq:device" }
     public func device(_ id: DeviceID) -> String { "\(prefix)dev:\(tag(id))" }
     public func deviceKeys(_ id: DeviceID) -> String { "\(prefix)dev:\(tag(id)):keys" }
@@ -69,8 +69,8 @@ public struct RedisKeys: Sendable {
     }
     public func feedback(realm: RealmID) -> String { "\(prefix)fb:\(realm)" }
     /// gorush's API: a server's counters (`/api/stat/app`) and feedback hook.
-    public func gorushStats(server: String) -> String { "\(prefix)gs:\(tag(server))" }
-    public func gorushHook(server: String) -> String { "\(prefix)gh:\(tag(server))" }
+    public func gorushStats(server: ServerID) -> String { "\(prefix)gs:\(tag(server))" }
+    public func gorushHook(server: ServerID) -> String { "\(prefix)gh:\(tag(server))" }
     /// The caller's `notif_id` of one accepted notification, for the feedback hook.
     public func gorushNotificationID(_ id: NotificationID) -> String { "\(prefix)gn:\(id)" }
     /// Outcome counters of one realm (`{provider}:{outcome}` fields), as first kept: read, no longer written.
@@ -93,8 +93,8 @@ public struct RedisKeys: Sendable {
     /// Status requests from one client address in one window (they carry no credentials).
     public func statusClient(_ client: String, window: Int64) -> String { "\(prefix)sc:\(client):\(window)" }
     public func zulipTokenID(realm: RealmID, tokenID: String) -> String { "\(prefix)tid:\(realm):\(tokenID)" }
-    public func zulipLegacyUser(server: String, user: String) -> String { "\(prefix)zl:\(server):\(user)" }
-    public func rateLimit(server: String, window: Int64) -> String { "\(prefix)rl:\(tag(server)):\(window)" }
+    public func zulipLegacyUser(server: ServerID, user: ZulipUserKey) -> String { "\(prefix)zl:\(server):\(user)" }
+    public func rateLimit(server: ServerID, window: Int64) -> String { "\(prefix)rl:\(tag(server)):\(window)" }
     public var providers: String { "\(prefix)providers" }
     public func transferVerifications(window: Int64) -> String { "\(prefix)tv:\(window)" }
     public func serverHostname(_ hostname: String) -> String { "\(prefix)hostname:\(hostname)" }

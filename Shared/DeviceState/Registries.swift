@@ -11,24 +11,24 @@ public protocol ServerRegistry: Sendable {
     /// Registers a server, or updates it when `apiKey` is its key; true when created.
     /// Throws `ServerRegistrationError`.
     func register(
-        uuid: String, apiKey: String, hostname: String, contactEmail: String, newAPIKey: String?, allowCreate: Bool,
+        uuid: ServerID, apiKey: String, hostname: String, contactEmail: String, newAPIKey: String?, allowCreate: Bool,
         nowMs: Int64
     ) async throws -> Bool
     /// The key check, and the stored credential it passed against (`leaseQuota` reads it back).
-    func verify(uuid: String, apiKey: String) async throws -> (check: ServerCredentialCheck, credential: String)
-    func deactivate(uuid: String, nowMs: Int64) async throws
+    func verify(uuid: ServerID, apiKey: String) async throws -> (check: ServerCredentialCheck, credential: String)
+    func deactivate(uuid: ServerID, nowMs: Int64) async throws
     func recordAnalytics(
-        uuid: String, version: String?, mergeBase: String?, apiFeatureLevel: Int64?, lastIDs: ZulipAnalyticsIDs,
+        uuid: ServerID, version: String?, mergeBase: String?, apiFeatureLevel: Int64?, lastIDs: ZulipAnalyticsIDs,
         nowMs: Int64
     ) async throws
-    func analyticsIDs(uuid: String) async throws -> ZulipAnalyticsIDs
+    func analyticsIDs(uuid: ServerID) async throws -> ZulipAnalyticsIDs
     /// The server registered with `hostname` (Zulip's registration transfer), if any.
-    func server(hostname: String) async throws -> String?
+    func server(hostname: String) async throws -> ServerID?
     /// Gives the server a new API key; the old one stops working.
-    func replaceKey(uuid: String, newAPIKey: String, nowMs: Int64) async throws
+    func replaceKey(uuid: ServerID, newAPIKey: String, nowMs: Int64) async throws
     /// Up to `want` requests of the server's window, after giving back `returning`; never
     /// more than `limit` granted per window, with the server's credential and deactivation.
-    func leaseQuota(server: String, want: Int, returning: Int, limit: Int, windowSeconds: Int, nowMs: Int64)
+    func leaseQuota(server: ServerID, want: Int, returning: Int, limit: Int, windowSeconds: Int, nowMs: Int64)
         async throws -> ServerStore.QuotaLease
 }
 
@@ -36,20 +36,20 @@ public protocol ServerRegistry: Sendable {
 /// (`RealmDirectory`).
 public protocol RealmRegistry: Sendable {
     /// Registers each realm to `server` (all or none over `maxRealms`), in order.
-    func register(_ realms: [String], to server: String, maxRealms: Int, nowMs: Int64) async throws
+    func register(_ realms: [RealmID], to server: ServerID, maxRealms: Int, nowMs: Int64) async throws
         -> [RealmRegistration]
     /// The owning server of each realm (nil: never registered), in order.
-    func owners(_ realms: [String]) async throws -> [String?]
+    func owners(_ realms: [RealmID]) async throws -> [ServerID?]
     /// Stores what a server uploaded about its realms (all registered to it already).
-    func describe(_ realms: [ZulipRealmInfo], of server: String, storage: StorageKeyring, nowMs: Int64) async throws
-    func deviceCount(server: String) async throws -> Int64
+    func describe(_ realms: [ZulipRealmInfo], of server: ServerID, storage: StorageKeyring, nowMs: Int64) async throws
+    func deviceCount(server: ServerID) async throws -> Int64
     /// Counts devices in or out of the server's device quota (never below 0).
-    func countDevice(server: String, by delta: Int64) async throws
+    func countDevice(server: ServerID, by delta: Int64) async throws
 }
 
 extension RealmRegistry {
     /// Registers one realm to `server`: a realm has one owner, for good.
-    public func register(_ realm: String, to server: String, maxRealms: Int) async throws -> RealmRegistration {
+    public func register(_ realm: RealmID, to server: ServerID, maxRealms: Int) async throws -> RealmRegistration {
         try await register([realm], to: server, maxRealms: maxRealms, nowMs: Wire.nowMillis())[0]
     }
 }
@@ -109,16 +109,16 @@ public protocol LegacyDeviceRegistry: Sendable {
     func fields(_ token: DeviceToken) -> [String]
     /// Registers or renews the user's device; its id and how the server's device count changed.
     func register(
-        server: String, user: ZulipLegacyUser, token: DeviceToken, appID: String?, realm: RealmID?, nowMs: Int64
+        server: ServerID, user: ZulipLegacyUser, token: DeviceToken, appID: String?, realm: RealmID?, nowMs: Int64
     )
         async throws -> (id: DeviceID, countDelta: Int64)
-    func isRegistered(server: String, user: ZulipLegacyUser, token: DeviceToken) async throws -> Bool
+    func isRegistered(server: ServerID, user: ZulipLegacyUser, token: DeviceToken) async throws -> Bool
     /// Removes the user's registrations of `token`; how many.
-    func unregister(server: String, user: ZulipLegacyUser, token: DeviceToken) async throws -> Int
+    func unregister(server: ServerID, user: ZulipLegacyUser, token: DeviceToken) async throws -> Int
     /// Removes every registration of the user; how many.
-    func unregisterAll(server: String, user: ZulipLegacyUser) async throws -> Int
+    func unregisterAll(server: ServerID, user: ZulipLegacyUser) async throws -> Int
     /// The user's devices by id, every index field the user has, and duplicates folded.
-    func devices(server: String, user: ZulipLegacyUser) async throws -> (
+    func devices(server: ServerID, user: ZulipLegacyUser) async throws -> (
         entries: [ZulipLegacyEntry], fields: Set<String>, folded: Int
     )
 }

@@ -54,7 +54,7 @@ public struct ServerStore: Sendable {
     /// Returns true when the server was created. With `allowCreate` false (registration
     /// closed by the operator) only existing servers may update themselves.
     public func register(
-        uuid: String, apiKey: String, hostname: String, contactEmail: String, newAPIKey: String?,
+        uuid: ServerID, apiKey: String, hostname: String, contactEmail: String, newAPIKey: String?,
         allowCreate: Bool = true, nowMs: Int64 = Wire.nowMillis()
     ) async throws -> Bool {
         let key = keys.server(uuid)
@@ -97,10 +97,10 @@ public struct ServerStore: Sendable {
     /// one a registration transfer moves); a second server with it is still taken, as the
     /// relay always has. Taken over only from a holder whose record no longer has it.
     /// Each step touches one key, so it holds on a Redis Cluster.
-    func claim(hostname: String, uuid: String) async throws {
+    func claim(hostname: String, uuid: ServerID) async throws {
         let key = RedisArgument(keys.serverHostname(hostname))
         guard try await redis.command("SET", key, RedisArgument(uuid), "NX") == .null,
-            let holder = try await redis.command("GET", key).string, holder != uuid,
+            let holder = try await redis.command("GET", key).string.map(ServerID.init), holder != uuid,
             try await redis.command("HGET", RedisArgument(keys.server(holder)), "hostname").string != hostname
         else { return }
         try await redis.command(
@@ -133,7 +133,9 @@ public struct ServerStore: Sendable {
                     // `{p}server:{uuid}` only, not `…:realms` or `…:devices`.
                     var uuid = String(name.dropFirst(prefix.count))
                     if uuid.hasPrefix("{"), uuid.hasSuffix("}") { uuid = String(uuid.dropFirst().dropLast()) }
-                    guard let canonical = Syntax.canonicalUUID(uuid), keys.server(canonical) == name else { continue }
+                    guard let canonical = Syntax.canonicalUUID(uuid), keys.server(ServerID(canonical)) == name else {
+                        continue
+                    }
                     let fields = try await redis.command(
                         "HMGET", RedisArgument(name), "hostname", "created_ms"
                     ).array
@@ -158,8 +160,10 @@ public struct ServerStore: Sendable {
 
     /// The server registered with `hostname`: the index's, while that server's record
     /// still says so. Servers registered before the index are found once they register again.
-    public func server(hostname: String) async throws -> String? {
-        guard let uuid = try await redis.command("GET", RedisArgument(keys.serverHostname(hostname))).string,
+    public func server(hostname: String) async throws -> ServerID? {
+        guard
+            let uuid = try await redis.command("GET", RedisArgument(keys.serverHostname(hostname))).string.map(
+                ServerID.init),
             try await redis.command("HGET", RedisArgument(keys.server(uuid)), "hostname").string == hostname
         else { return nil }
         return uuid
@@ -167,7 +171,7 @@ public struct ServerStore: Sendable {
 
     /// Gives the server a new API key (Zulip's registration transfer); the old one, and
     /// an unsalted hash from before the pepper, stop working.
-    public func replaceKey(uuid: String, newAPIKey: String, nowMs: Int64 = Wire.nowMillis()) async throws {
+    public func replaceKey(uuid: ServerID, newAPIKey: String, nowMs: Int64 = Wire.nowMillis()) async throws {
         let key = keys.server(uuid)
         try await redis.checkedPipeline([
             [
@@ -181,20 +185,21 @@ public struct ServerStore: Sendable {
     /// Constant-time check of a server's API key against its stored HMAC, or against the
     /// old unsalted SHA-256 of a server registered before the pepper, which is then
     /// upgraded to the HMAC form.
-    public func authenticate(uuid: String, apiKey: String) async throws -> Bool {
+    public func authenticate(uuid: ServerID, apiKey: String) async throws -> Bool {
         try await check(uuid: uuid, apiKey: apiKey) != .invalid
     }
 
     /// The key check of `authenticate`, telling a deactivated server apart (only to the
     /// holder of its key).
-    public func check(uuid: String, apiKey: String) async throws -> ServerCredentialCheck {
+    public func check(uuid: ServerID, apiKey: String) async throws -> ServerCredentialCheck {
         try await verify(uuid: uuid, apiKey: apiKey).check
     }
 
     /// The key check, and the stored `api_key_hmac` it passed against, which
     /// `leaseQuota` reads back so a key cached as verified stops working once it changes.
-    public func verify(uuid: String, apiKey: String) async throws -> (check: ServerCredentialCheck, credential: String)
-    {
+    public func verify(uuid: ServerID, apiKey: String) async throws -> (
+        check: ServerCredentialCheck, credential: String
+    ) {
         let key = keys.server(uuid)
         let stored = try await redis.command(
             "HMGET", RedisArgument(key), "api_key_hmac", "api_key_sha256", "deactivated_ms"
@@ -219,14 +224,14 @@ public struct ServerStore: Sendable {
 
     /// Deactivates a server (Zulip's `remotes/server/deactivate`): its requests are
     /// refused from now on; nothing it owns is deleted.
-    public func deactivate(uuid: String, nowMs: Int64 = Wire.nowMillis()) async throws {
+    public func deactivate(uuid: ServerID, nowMs: Int64 = Wire.nowMillis()) async throws {
         try await redis.command("HSET", RedisArgument(keys.server(uuid)), "deactivated_ms", RedisArgument(nowMs))
     }
 
     /// Records a Zulip analytics upload: the server's version facts, and the largest row
     /// ids uploaded so far (never lowered), which `analytics/status` answers.
     public func recordAnalytics(
-        uuid: String, version: String?, mergeBase: String?, apiFeatureLevel: Int64?, lastIDs: ZulipAnalyticsIDs,
+        uuid: ServerID, version: String?, mergeBase: String?, apiFeatureLevel: Int64?, lastIDs: ZulipAnalyticsIDs,
         nowMs: Int64 = Wire.nowMillis()
     ) async throws {
         try await redis.command(
@@ -237,7 +242,7 @@ public struct ServerStore: Sendable {
     }
 
     /// The largest row ids the server uploaded (0 when none).
-    public func analyticsIDs(uuid: String) async throws -> ZulipAnalyticsIDs {
+    public func analyticsIDs(uuid: ServerID) async throws -> ZulipAnalyticsIDs {
         let values = try await redis.command(
             "HMGET", RedisArgument(keys.server(uuid)), "last_realm_count_id", "last_installation_count_id",
             "last_realmauditlog_id"
@@ -303,7 +308,7 @@ public struct ServerStore: Sendable {
     /// cached as verified on one instance stops working once it is rotated or the server
     /// deactivated through another.
     public func leaseQuota(
-        server: String, want: Int, returning: Int, limit: Int, windowSeconds: Int, nowMs: Int64 = Wire.nowMillis()
+        server: ServerID, want: Int, returning: Int, limit: Int, windowSeconds: Int, nowMs: Int64 = Wire.nowMillis()
     ) async throws -> QuotaLease {
         let window = WindowCounter.window(nowMs: nowMs, seconds: windowSeconds)
         let reply = try await redis.command(

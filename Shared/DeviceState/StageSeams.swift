@@ -76,7 +76,6 @@ public struct RedisDeviceInvalidations: DeviceInvalidations {
     }
 
     public func countDevice(server: ServerID, by delta: Int64) async throws {
-        try await RealmDirectory(redis: devices.redis, keys: devices.keys).countDevice(
-            server: server.rawValue, by: delta)
+        try await RealmDirectory(redis: devices.redis, keys: devices.keys).countDevice(server: server, by: delta)
     }
 }

@@ -14,22 +14,24 @@ public struct ZulipLegacyUser: Sendable, Hashable {
     }
 
     /// The user's key (`uuid:{user_uuid}`, else `id:{user_id}`), empty when neither is given.
-    public var key: String { primary ?? "" }
+    public var key: ZulipUserKey { primary ?? "" }
 
     /// The user's key under the uuid when there is one, else under the id.
-    var primary: String? { userUUID.map { "uuid:\($0)" } ?? userID.map { "id:\($0)" } }
+    var primary: ZulipUserKey? {
+        userUUID.map { ZulipUserKey("uuid:\($0)") } ?? userID.map { ZulipUserKey("id:\($0)") }
+    }
     /// The id key, when both are given: registrations under it are folded into the uuid.
-    var secondary: String? { userUUID == nil ? nil : userID.map { "id:\($0)" } }
-    var all: [String] { [primary, secondary].compactMap { $0 } }
+    var secondary: ZulipUserKey? { userUUID == nil ? nil : userID.map { ZulipUserKey("id:\($0)") } }
+    var all: [ZulipUserKey] { [primary, secondary].compactMap { $0 } }
 }
 
 /// The server and user a legacy-API device belongs to, stored as `{server}|{user}`.
 public struct ZulipLegacyOwner: Sendable, Equatable {
-    public var server: String
+    public var server: ServerID
     /// The user's key: `uuid:{user_uuid}` or `id:{user_id}`.
-    public var user: String
+    public var user: ZulipUserKey
 
-    public init(server: String, user: String) {
+    public init(server: ServerID, user: ZulipUserKey) {
         self.server = server
         self.user = user
     }
@@ -40,13 +42,13 @@ public struct ZulipLegacyOwner: Sendable, Equatable {
     public init?(stored: String) {
         guard !stored.isEmpty else { return nil }
         guard let bar = stored.firstIndex(of: "|") else {
-            server = stored
-            user = ""
+            server = ServerID(stored)
+            user = ZulipUserKey("")
             isComplete = false
             return
         }
-        server = String(stored[..<bar])
-        user = String(stored[stored.index(after: bar)...])
+        server = ServerID(String(stored[..<bar]))
+        user = ZulipUserKey(String(stored[stored.index(after: bar)...]))
         isComplete = true
     }
 
@@ -54,7 +56,7 @@ public struct ZulipLegacyOwner: Sendable, Equatable {
     public private(set) var isComplete = true
 
     /// Whether the device is one of `server`'s.
-    public func belongs(to server: String) -> Bool { isComplete && self.server == server }
+    public func belongs(to server: ServerID) -> Bool { isComplete && self.server == server }
 
     /// The stored form.
     public var stored: String { "\(server)|\(user)" }
@@ -100,7 +102,7 @@ public struct ZulipLegacyDevices: Sendable {
     /// kept under the uuid, and one of the same token under the id alone is removed.
     /// Returns the device id and how the server's device count changed.
     public func register(
-        server: String, user: ZulipLegacyUser, token: DeviceToken, appID: String?, realm: RealmID?,
+        server: ServerID, user: ZulipLegacyUser, token: DeviceToken, appID: String?, realm: RealmID?,
         nowMs: Int64 = Wire.nowMillis()
     ) async throws -> (id: DeviceID, countDelta: Int64) {
         guard let primary = user.primary else { throw RedisError(code: .protocolError, message: "no user") }
@@ -138,7 +140,7 @@ public struct ZulipLegacyDevices: Sendable {
     }
 
     /// Whether the user already has `token` registered (a registration would renew it).
-    public func isRegistered(server: String, user: ZulipLegacyUser, token: DeviceToken) async throws -> Bool {
+    public func isRegistered(server: ServerID, user: ZulipLegacyUser, token: DeviceToken) async throws -> Bool {
         guard let primary = user.primary else { return false }
         return try await redis.command(
             ["HMGET", RedisArgument(keys.zulipLegacyUser(server: server, user: primary))]
@@ -147,12 +149,12 @@ public struct ZulipLegacyDevices: Sendable {
     }
 
     /// Removes the user's registrations of `token` (under either id); returns how many.
-    public func unregister(server: String, user: ZulipLegacyUser, token: DeviceToken) async throws -> Int {
+    public func unregister(server: ServerID, user: ZulipLegacyUser, token: DeviceToken) async throws -> Int {
         try await remove(server: server, userKeys: user.all, forms: fields(token))
     }
 
     /// Removes every legacy registration of the user; returns how many.
-    public func unregisterAll(server: String, user: ZulipLegacyUser) async throws -> Int {
+    public func unregisterAll(server: ServerID, user: ZulipLegacyUser) async throws -> Int {
         var removed = 0
         for userKey in user.all {
             // Read and emptied in one step: a registration in between is not lost.
@@ -169,7 +171,7 @@ public struct ZulipLegacyDevices: Sendable {
     /// the uuid and the id counts once: the id's registration is removed (as Zulip does).
     /// Also returns every index field the user has, to tell which tokens are known.
     /// `folded` counts the duplicates removed (the server's device count goes down by it).
-    public func devices(server: String, user: ZulipLegacyUser) async throws -> (
+    public func devices(server: ServerID, user: ZulipLegacyUser) async throws -> (
         entries: [ZulipLegacyEntry], fields: Set<String>, folded: Int
     ) {
         let userKeys = user.all
@@ -178,7 +180,7 @@ public struct ZulipLegacyDevices: Sendable {
             userKeys.map { ["HGETALL", RedisArgument(keys.zulipLegacyUser(server: server, user: $0))] })
         var seen: Set<String> = []
         var entries: [ZulipLegacyEntry] = []
-        var duplicates: [(userKey: String, field: String, id: DeviceID)] = []
+        var duplicates: [(userKey: ZulipUserKey, field: String, id: DeviceID)] = []
         for (userKey, reply) in zip(userKeys, replies) {
             for (field, value) in reply.hash.sorted(by: { $0.key < $1.key }) {
                 guard let id = Int64(value).map({ DeviceID($0) }),
@@ -216,7 +218,7 @@ public struct ZulipLegacyDevices: Sendable {
     }
 
     /// Removes the devices under `forms` in the given user indexes; returns how many.
-    private func remove(server: String, userKeys: [String], forms: [String]) async throws -> Int {
+    private func remove(server: ServerID, userKeys: [ZulipUserKey], forms: [String]) async throws -> Int {
         var ids: [DeviceID] = []
         for userKey in userKeys {
             // Read and removed in one step: a registration in between is not lost.

@@ -4,7 +4,7 @@ import RedisClient
 
 /// A realm as a Zulip server describes it in its analytics upload.
 public struct ZulipRealmInfo: Sendable, Equatable {
-    public var uuid: String
+    public var uuid: RealmID
     public var host: String
     public var url: String
     public var name: String
@@ -16,7 +16,7 @@ public struct ZulipRealmInfo: Sendable, Equatable {
     public var ownerSecret: String
 
     public init(
-        uuid: String, host: String, url: String, name: String, orgType: Int64, deactivated: Bool,
+        uuid: RealmID, host: String, url: String, name: String, orgType: Int64, deactivated: Bool,
         isSystemBotRealm: Bool, ownerSecret: String
     ) {
         self.uuid = uuid
@@ -32,7 +32,7 @@ public struct ZulipRealmInfo: Sendable, Equatable {
 
 extension StorageSlot {
     /// A realm's `uuid_owner_secret`.
-    public static func realmOwnerSecret(_ realm: String) -> StorageSlot {
+    public static func realmOwnerSecret(_ realm: RealmID) -> StorageSlot {
         StorageSlot(record: "realm:\(realm)", field: "owner_secret")
     }
 }
@@ -40,11 +40,11 @@ extension StorageSlot {
 extension RealmDirectory {
     /// The owning server of each realm (nil: never registered), in one round trip. An error
     /// reply throws: a realm is never taken as unowned because Redis could not say.
-    public func owners(_ realms: [String]) async throws -> [String?] {
+    public func owners(_ realms: [RealmID]) async throws -> [ServerID?] {
         guard !realms.isEmpty else { return [] }
         let replies = try await redis.checkedPipeline(
             realms.map { ["HGET", RedisArgument(keys.realm($0)), "server_uuid"] })
-        return realms.indices.map { $0 < replies.count ? replies[$0].string : nil }
+        return realms.indices.map { $0 < replies.count ? replies[$0].string.map(ServerID.init) : nil }
     }
 
     /// The plan every realm is on: the relay has no plans, every realm may push.
@@ -54,7 +54,7 @@ extension RealmDirectory {
     /// and marks the server's realms missing from the upload as locally deleted (kept,
     /// as Zulip's bouncer keeps them).
     public func describe(
-        _ realms: [ZulipRealmInfo], of server: String, storage: StorageKeyring, nowMs: Int64 = Wire.nowMillis()
+        _ realms: [ZulipRealmInfo], of server: ServerID, storage: StorageKeyring, nowMs: Int64 = Wire.nowMillis()
     ) async throws {
         var commands: [[RedisArgument]] = []
         for realm in realms {
@@ -70,8 +70,9 @@ extension RealmDirectory {
             ])
         }
         let uploaded = Set(realms.map(\.uuid))
-        let owned = try await redis.command("SMEMBERS", RedisArgument(keys.serverRealms(server))).array.compactMap(
-            \.string)
+        let owned = try await redis.command("SMEMBERS", RedisArgument(keys.serverRealms(server))).array.compactMap {
+            $0.string.map(RealmID.init)
+        }
         for realm in owned where !uploaded.contains(realm) {
             commands.append([
                 "HSET", RedisArgument(keys.realm(realm)), "locally_deleted", "1", "updated_ms", RedisArgument(nowMs),

@@ -25,7 +25,7 @@ public struct StorageSlot: Sendable, Equatable {
     }
 
     /// A server's feedback-hook signing secret (gorush's API).
-    public static func hookSecret(server: String) -> StorageSlot {
+    public static func hookSecret(server: ServerID) -> StorageSlot {
         StorageSlot(record: "server:\(server)", field: "hook_secret")
     }
 

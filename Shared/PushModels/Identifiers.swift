@@ -45,6 +45,13 @@ public struct ServerID: Identifier, ExpressibleByStringLiteral {
     public init(rawValue: String) { self.rawValue = rawValue }
 }
 
+/// A user of Zulip's legacy (non-E2EE) API as their devices are filed: `uuid:{user_uuid}`
+/// or `id:{user_id}` (`ZulipLegacyUser` makes it from the ids a request gives).
+public struct ZulipUserKey: Identifier, ExpressibleByStringLiteral {
+    public var rawValue: String
+    public init(rawValue: String) { self.rawValue = rawValue }
+}
+
 extension UUID {
     /// A random (version 4) UUID from the kernel's generator, through `RandomBytes` (a
     /// system call per 256 UUIDs). Foundation's `UUID()` opens `/dev/urandom` on every call

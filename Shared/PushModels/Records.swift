@@ -55,7 +55,7 @@ public enum PushRequest: Sendable, Equatable {
     /// Zulip's legacy (non-E2EE) bouncer API: the server's APNs and FCM payloads, sealed
     /// as `ZulipLegacyPayload` (bound to no user id), for the user's legacy devices when
     /// ingest accepted the request. `user` is `uuid:{user_uuid}` or `id:{user_id}`.
-    case legacy(user: String, deviceIDs: [DeviceID], sealedPayload: SealedBlob)
+    case legacy(user: ZulipUserKey, deviceIDs: [DeviceID], sealedPayload: SealedBlob)
     /// gorush's API (`POST /api/push`) and the Status push server: one notification in
     /// gorush's form (`GorushContent`), readable by the relay like legacy content, for
     /// devices the request registered under the calling server. Sealed bound to no user.

@@ -112,7 +112,7 @@ extension StackTests {
             let keys = RedisKeys(prefix: "t\(UUID().uuidString.prefix(8)):")
             let pepper = try APIKeyPepper(fileContents: APIKeyPepper.generateLine())
             let servers = ServerStore(redis: redis, keys: keys, pepper: pepper)
-            let (a, b) = (UUID().uuidString.lowercased(), UUID().uuidString.lowercased())
+            let (a, b) = (ServerID(UUID().uuidString.lowercased()), ServerID(UUID().uuidString.lowercased()))
             let key = String(repeating: "k", count: 64)
             _ = try await servers.register(
                 uuid: a, apiKey: key, hostname: "chat.example.org", contactEmail: "a@example.org", newAPIKey: nil)
@@ -129,7 +129,7 @@ extension StackTests {
             #expect(try await servers.server(hostname: "chat.example.org") == b)
 
             // Servers stored before the index: the older one gets the name.
-            let (old, older) = (UUID().uuidString.lowercased(), UUID().uuidString.lowercased())
+            let (old, older) = (ServerID(UUID().uuidString.lowercased()), ServerID(UUID().uuidString.lowercased()))
             try await redis.command(
                 "HSET", RedisArgument(keys.server(old)), "hostname", "legacy.example.org", "created_ms", "2000")
             try await redis.command(
@@ -430,7 +430,7 @@ extension StackTests {
             let devices = try await store()
             let pepper = try APIKeyPepper(fileContents: APIKeyPepper.generateLine())
             let servers = ServerStore(redis: devices.redis, keys: devices.keys, pepper: pepper)
-            let uuid = UUID().uuidString
+            let uuid = ServerID(UUID().uuidString)
             let apiKey = String(repeating: "a", count: 64)
             let server = RedisArgument(devices.keys.server(uuid))
             try await devices.redis.command(
@@ -445,7 +445,7 @@ extension StackTests {
             #expect(try await servers.authenticate(uuid: uuid, apiKey: apiKey))
 
             // An old server is not "new": re-registering needs its key.
-            let legacy = UUID().uuidString
+            let legacy = ServerID(UUID().uuidString)
             try await devices.redis.command(
                 "HSET", RedisArgument(devices.keys.server(legacy)), "api_key_sha256",
                 RedisArgument(Fingerprint.sha256Hex(apiKey)))
@@ -463,7 +463,7 @@ extension StackTests {
             let devices = try await store()
             let pepper = try APIKeyPepper(fileContents: APIKeyPepper.generateLine())
             let servers = ServerStore(redis: devices.redis, keys: devices.keys, pepper: pepper)
-            let uuid = UUID().uuidString
+            let uuid = ServerID(UUID().uuidString)
             let first = String(repeating: "1", count: 64)
             let second = String(repeating: "2", count: 64)
             #expect(

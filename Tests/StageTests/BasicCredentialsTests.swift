@@ -1,5 +1,6 @@
 import Foundation
 @testable import IngestCore
+import PushModels
 import Testing
 
 /// HTTP Basic credentials as ingest reads them (RFC 7617): the scheme in any case, one
@@ -8,7 +9,7 @@ import Testing
 @Suite struct BasicCredentialsTests {
     static let uuid = "6DBCDD60-06DA-45B6-8F37-867CF905469A"
 
-    static func read(_ header: String) -> (uuid: String, key: String)? {
+    static func read(_ header: String) -> (uuid: ServerID, key: String)? {
         var header = header
         return header.withUTF8 { ServerAuthenticator.credentials(basic: $0) }
     }
@@ -19,7 +20,7 @@ import Testing
         let token = Self.token("\(Self.uuid):s3cret-KEY_~!")
         for header in ["Basic \(token)", "basic \(token)", "BASIC \(token)", "Basic  \t\(token) \t"] {
             let credentials = try #require(Self.read(header), "\(header)")
-            #expect(credentials.uuid == Self.uuid.lowercased())
+            #expect(credentials.uuid == ServerID(Self.uuid.lowercased()))
             #expect(credentials.key == "s3cret-KEY_~!")
         }
         // The key may hold a colon: only the first one separates.

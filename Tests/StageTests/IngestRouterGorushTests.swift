@@ -163,7 +163,7 @@ import Testing
             #expect(set.status == 200 && set.json["url"] == "https://hooks.example.org/gorush", "\(set.text)")
             let secret = try #require(set.json["secret"]?.stringValue)
             #expect(Base64URL.decode(secret)?.count == 32, "a 32-byte signing secret, answered once")
-            let stored = try #require(try await fixture.memory?.gorush.hook(server: server.uuid))
+            let stored = try #require(try await fixture.memory?.gorush.hook(server: ServerID(server.uuid)))
             #expect(stored.url == "https://hooks.example.org/gorush" && !stored.sealedSecret.contains(secret))
             let read = try await client.send(.get, "/api/feedback-hook", auth: server.auth)
             #expect(read.json == ["url": "https://hooks.example.org/gorush"], "the secret is not shown again")

@@ -45,13 +45,13 @@ final class MemoryServerRegistry: ServerRegistry {
     }
 
     let pepper: APIKeyPepper
-    private let state = Mutex<(servers: [String: Server], leased: [String: Int], hostnames: [String: String])>(
+    private let state = Mutex<(servers: [ServerID: Server], leased: [String: Int], hostnames: [String: ServerID])>(
         ([:], [:], [:]))
 
     init(pepper: APIKeyPepper) { self.pepper = pepper }
 
     func register(
-        uuid: String, apiKey: String, hostname: String, contactEmail: String, newAPIKey: String?, allowCreate: Bool,
+        uuid: ServerID, apiKey: String, hostname: String, contactEmail: String, newAPIKey: String?, allowCreate: Bool,
         nowMs: Int64
     ) async throws -> Bool {
         let hmac = pepper.hmacHex(apiKey)
@@ -78,29 +78,29 @@ final class MemoryServerRegistry: ServerRegistry {
         }
     }
 
-    func verify(uuid: String, apiKey: String) async throws -> (check: ServerCredentialCheck, credential: String) {
+    func verify(uuid: ServerID, apiKey: String) async throws -> (check: ServerCredentialCheck, credential: String) {
         guard let server = state.withLock({ $0.servers[uuid] }), pepper.verify(apiKey, hmacHex: server.credential)
         else { return (.invalid, "") }
         return (server.deactivated ? .deactivated : .valid, server.credential)
     }
 
-    func deactivate(uuid: String, nowMs: Int64) async throws {
+    func deactivate(uuid: ServerID, nowMs: Int64) async throws {
         state.withLock { $0.servers[uuid]?.deactivated = true }
     }
 
     func recordAnalytics(
-        uuid: String, version: String?, mergeBase: String?, apiFeatureLevel: Int64?, lastIDs: ZulipAnalyticsIDs,
+        uuid: ServerID, version: String?, mergeBase: String?, apiFeatureLevel: Int64?, lastIDs: ZulipAnalyticsIDs,
         nowMs: Int64
     ) async throws {
         state.withLock { $0.servers[uuid]?.analytics = lastIDs }
     }
 
-    func analyticsIDs(uuid: String) async throws -> ZulipAnalyticsIDs {
+    func analyticsIDs(uuid: ServerID) async throws -> ZulipAnalyticsIDs {
         state.withLock { $0.servers[uuid]?.analytics }
             ?? ZulipAnalyticsIDs(realmCount: 0, installationCount: 0, realmAuditLog: 0)
     }
 
-    func leaseQuota(server: String, want: Int, returning: Int, limit: Int, windowSeconds: Int, nowMs: Int64)
+    func leaseQuota(server: ServerID, want: Int, returning: Int, limit: Int, windowSeconds: Int, nowMs: Int64)
         async throws -> ServerStore.QuotaLease
     {
         let window = WindowCounter.window(nowMs: nowMs, seconds: windowSeconds)
@@ -117,30 +117,30 @@ final class MemoryServerRegistry: ServerRegistry {
     }
 
     /// The first server registered with `hostname` (as the Redis store's index keeps it).
-    func server(hostname: String) async throws -> String? {
+    func server(hostname: String) async throws -> ServerID? {
         state.withLock { state in
             state.hostnames[hostname].flatMap { state.servers[$0]?.hostname == hostname ? $0 : nil }
         }
     }
 
-    func replaceKey(uuid: String, newAPIKey: String, nowMs: Int64) async throws {
+    func replaceKey(uuid: ServerID, newAPIKey: String, nowMs: Int64) async throws {
         state.withLock { $0.servers[uuid]?.credential = pepper.hmacHex(newAPIKey) }
     }
 
     /// The server's record as stored (for checks a route cannot show).
-    func server(_ uuid: String) -> Server? { state.withLock { $0.servers[uuid] } }
+    func server(_ uuid: ServerID) -> Server? { state.withLock { $0.servers[uuid] } }
 }
 
 /// Realms by uuid with their owners, each server's realms and device count.
 final class MemoryRealmRegistry: RealmRegistry {
     private let state = Mutex<
         (
-            owners: [String: String], realmsOf: [String: Set<String>], devices: [String: Int64],
-            infos: [String: ZulipRealmInfo]
+            owners: [RealmID: ServerID], realmsOf: [ServerID: Set<RealmID>], devices: [ServerID: Int64],
+            infos: [RealmID: ZulipRealmInfo]
         )
     >(([:], [:], [:], [:]))
 
-    func register(_ realms: [String], to server: String, maxRealms: Int, nowMs: Int64) async throws
+    func register(_ realms: [RealmID], to server: ServerID, maxRealms: Int, nowMs: Int64) async throws
         -> [RealmRegistration]
     {
         state.withLock { state in
@@ -158,24 +158,24 @@ final class MemoryRealmRegistry: RealmRegistry {
         }
     }
 
-    func owners(_ realms: [String]) async throws -> [String?] {
+    func owners(_ realms: [RealmID]) async throws -> [ServerID?] {
         state.withLock { state in realms.map { state.owners[$0] } }
     }
 
-    func describe(_ realms: [ZulipRealmInfo], of server: String, storage: StorageKeyring, nowMs: Int64) async throws {
+    func describe(_ realms: [ZulipRealmInfo], of server: ServerID, storage: StorageKeyring, nowMs: Int64) async throws {
         state.withLock { state in
             for info in realms { state.infos[info.uuid] = info }
         }
     }
 
-    func deviceCount(server: String) async throws -> Int64 { state.withLock { $0.devices[server] ?? 0 } }
+    func deviceCount(server: ServerID) async throws -> Int64 { state.withLock { $0.devices[server] ?? 0 } }
 
-    func countDevice(server: String, by delta: Int64) async throws {
+    func countDevice(server: ServerID, by delta: Int64) async throws {
         state.withLock { $0.devices[server] = max(0, ($0.devices[server] ?? 0) + delta) }
     }
 
     /// What the server's last analytics upload said of a realm.
-    func info(_ realm: String) -> ZulipRealmInfo? { state.withLock { $0.infos[realm] } }
+    func info(_ realm: RealmID) -> ZulipRealmInfo? { state.withLock { $0.infos[realm] } }
 }
 
 /// Devices by id, found again by (realm, provider, token, push account), with their
@@ -330,12 +330,12 @@ final class MemoryLegacyDeviceRegistry: LegacyDeviceRegistry {
 
     init(devices: MemoryDeviceRegistry) { self.devices = devices }
 
-    private static func indexKey(_ server: String, _ userKey: String) -> String { "\(server)|\(userKey)" }
+    private static func indexKey(_ server: ServerID, _ userKey: ZulipUserKey) -> String { "\(server)|\(userKey)" }
 
     func fields(_ token: DeviceToken) -> [String] { ["\(token.provider.rawValue):\(token.value)"] }
 
     func register(
-        server: String, user: ZulipLegacyUser, token: DeviceToken, appID: String?, realm: RealmID?, nowMs: Int64
+        server: ServerID, user: ZulipLegacyUser, token: DeviceToken, appID: String?, realm: RealmID?, nowMs: Int64
     )
         async throws -> (id: DeviceID, countDelta: Int64)
     {
@@ -352,29 +352,29 @@ final class MemoryLegacyDeviceRegistry: LegacyDeviceRegistry {
         return (id, delta)
     }
 
-    func isRegistered(server: String, user: ZulipLegacyUser, token: DeviceToken) async throws -> Bool {
+    func isRegistered(server: ServerID, user: ZulipLegacyUser, token: DeviceToken) async throws -> Bool {
         guard let primary = user.primary else { return false }
         let field = fields(token)[0]
         return indexes.withLock { $0[Self.indexKey(server, primary)]?[field] != nil }
     }
 
-    func unregister(server: String, user: ZulipLegacyUser, token: DeviceToken) async throws -> Int {
+    func unregister(server: ServerID, user: ZulipLegacyUser, token: DeviceToken) async throws -> Int {
         try await remove(server: server, userKeys: user.all, fields: fields(token))
     }
 
-    func unregisterAll(server: String, user: ZulipLegacyUser) async throws -> Int {
+    func unregisterAll(server: ServerID, user: ZulipLegacyUser) async throws -> Int {
         let ids = indexes.withLock { indexes in
             user.all.flatMap { indexes.removeValue(forKey: Self.indexKey(server, $0))?.values.map { $0 } ?? [] }
         }
         return try await deleteDevices(ids)
     }
 
-    func devices(server: String, user: ZulipLegacyUser) async throws -> (
+    func devices(server: ServerID, user: ZulipLegacyUser) async throws -> (
         entries: [ZulipLegacyEntry], fields: Set<String>, folded: Int
     ) {
         var seen: Set<String> = []
         var entries: [ZulipLegacyEntry] = []
-        var duplicates: [(String, String)] = []
+        var duplicates: [(ZulipUserKey, String)] = []
         let snapshot = indexes.withLock { indexes in user.all.map { ($0, indexes[Self.indexKey(server, $0)] ?? [:]) } }
         for (userKey, index) in snapshot {
             for (field, id) in index.sorted(by: { $0.key < $1.key }) {
@@ -393,7 +393,7 @@ final class MemoryLegacyDeviceRegistry: LegacyDeviceRegistry {
         return (entries.sorted { $0.deviceID < $1.deviceID }, seen, folded)
     }
 
-    private func remove(server: String, userKeys: [String], fields: [String]) async throws -> Int {
+    private func remove(server: ServerID, userKeys: [ZulipUserKey], fields: [String]) async throws -> Int {
         let ids = indexes.withLock { indexes in
             userKeys.flatMap { userKey in
                 fields.compactMap { indexes[Self.indexKey(server, userKey)]?.removeValue(forKey: $0) }
@@ -445,7 +445,7 @@ final class MemoryIdempotencyStore: IdempotencyStore {
 
     private let records = Mutex<[String: Record]>([:])
 
-    func claim(server: String, key: String, fingerprint: String, claimID: String, pendingSeconds: Int64)
+    func claim(server: ServerID, key: String, fingerprint: String, claimID: String, pendingSeconds: Int64)
         async throws -> IdempotencyClaim
     {
         records.withLock { records in
@@ -457,7 +457,7 @@ final class MemoryIdempotencyStore: IdempotencyStore {
         }
     }
 
-    func complete(server: String, key: String, claimID: String, answer: IdempotentAnswer, ttlSeconds: Int)
+    func complete(server: ServerID, key: String, claimID: String, answer: IdempotentAnswer, ttlSeconds: Int)
         async throws
     {
         records.withLock { records in
@@ -466,7 +466,7 @@ final class MemoryIdempotencyStore: IdempotencyStore {
         }
     }
 
-    func abandon(server: String, key: String, claimID: String) async throws {
+    func abandon(server: ServerID, key: String, claimID: String) async throws {
         records.withLock { records in
             guard let record = records["\(server)|\(key)"], record.claim == claimID, record.answer == nil else {
                 return
@@ -479,19 +479,19 @@ final class MemoryIdempotencyStore: IdempotencyStore {
 /// gorush's hooks, callers' ids and counters.
 final class MemoryGorushStore: GorushStore {
     struct State {
-        var hooks: [String: GorushHook] = [:]
+        var hooks: [ServerID: GorushHook] = [:]
         var callerIDs: [NotificationID: String] = [:]
-        var submitted: [String: [String: Int64]] = [:]
+        var submitted: [ServerID: [String: Int64]] = [:]
         var outcomes: [RealmID: [String: Int64]] = [:]
         var counted: Set<String> = []
     }
 
     private let state = Mutex(State())
 
-    func hook(server: String) async throws -> GorushHook? { state.withLock { $0.hooks[server] } }
-    func hookURL(server: String) async throws -> String? { state.withLock { $0.hooks[server]?.url } }
-    func setHook(server: String, _ hook: GorushHook) async throws { state.withLock { $0.hooks[server] = hook } }
-    func deleteHook(server: String) async throws { state.withLock { $0.hooks[server] = nil } }
+    func hook(server: ServerID) async throws -> GorushHook? { state.withLock { $0.hooks[server] } }
+    func hookURL(server: ServerID) async throws -> String? { state.withLock { $0.hooks[server]?.url } }
+    func setHook(server: ServerID, _ hook: GorushHook) async throws { state.withLock { $0.hooks[server] = hook } }
+    func deleteHook(server: ServerID) async throws { state.withLock { $0.hooks[server] = nil } }
 
     func rememberCallerIDs(_ ids: [(NotificationID, String)], ttlSeconds: Int) async throws {
         state.withLock { state in for (id, caller) in ids { state.callerIDs[id] = caller } }
@@ -501,14 +501,14 @@ final class MemoryGorushStore: GorushStore {
         state.withLock { $0.callerIDs[notification] }
     }
 
-    func countSubmitted(server: String, tokens: Int, notifications: Int) async throws {
+    func countSubmitted(server: ServerID, tokens: Int, notifications: Int) async throws {
         state.withLock { state in
             state.submitted[server, default: [:]]["total_count", default: 0] += Int64(tokens)
             state.submitted[server, default: [:]]["submitted_tasks", default: 0] += Int64(notifications)
         }
     }
 
-    func counters(server: String, realm: RealmID) async throws -> GorushCounters {
+    func counters(server: ServerID, realm: RealmID) async throws -> GorushCounters {
         state.withLock { GorushCounters(submitted: $0.submitted[server] ?? [:], outcomes: $0.outcomes[realm] ?? [:]) }
     }
 

@@ -1,3 +1,4 @@
+import PushModels
 import Testing
 
 @testable import IngestCore

@@ -101,7 +101,7 @@ import Testing
         let servers = ServerStore(
             redis: try #require(fixture.redis), keys: RedisKeys(prefix: fixture.prefix),
             pepper: try APIKeyPepper(bytes: Array(repeating: 7, count: 32)))
-        let server = UUID().uuidString.lowercased()
+        let server = ServerID(UUID().uuidString.lowercased())
         let nowMs = Wire.nowMillis()
         func lease(_ want: Int, returning: Int = 0) async throws -> Int {
             try await servers.leaseQuota(

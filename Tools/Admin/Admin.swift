@@ -49,11 +49,11 @@ struct RegisterServer: AsyncParsableCommand {
     @Option(help: "An address to reach its operator.") var contactEmail: String
 
     func run() async throws {
-        let uuid =
+        let uuid = ServerID(
             try uuid.map { text in
                 guard let parsed = UUID(uuidString: text) else { throw ValidationError("--uuid: must be a UUID") }
                 return parsed.uuidString.lowercased()
-            } ?? UUID().uuidString.lowercased()
+            } ?? UUID().uuidString.lowercased())
         let key = apiKey ?? Self.randomKey()
         guard Syntax.isAPIKey(key) else { throw ValidationError("--api-key: must be 64 ASCII letters and digits") }
         guard Syntax.isHostname(hostname) else { throw ValidationError("--hostname: not a host name") }
@@ -87,10 +87,10 @@ struct RegisterRealm: AsyncParsableCommand {
     @Option(help: "The realm's uuid.") var realm: String
 
     func run() async throws {
-        guard let server = UUID(uuidString: server)?.uuidString.lowercased() else {
+        guard let server = UUID(uuidString: server).map({ ServerID($0.uuidString.lowercased()) }) else {
             throw ValidationError("--server: must be a UUID")
         }
-        guard let realm = UUID(uuidString: realm)?.uuidString.lowercased() else {
+        guard let realm = UUID(uuidString: realm).map({ RealmID($0.uuidString.lowercased()) }) else {
             throw ValidationError("--realm: must be a UUID")
         }
         let directory = try Directory.fromEnvironment()

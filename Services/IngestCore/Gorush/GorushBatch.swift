@@ -25,7 +25,7 @@ struct GorushBatch {
 
     /// Registers the notification's tokens under the server and seals it for its devices.
     mutating func add(
-        _ notification: GorushNotification, controller: GorushController, server: String, realm: RealmID
+        _ notification: GorushNotification, controller: GorushController, server: ServerID, realm: RealmID
     ) async throws {
         let appID = notification.platform == .ios ? notification.topic ?? controller.settings.apnsTopic : nil
         var tokens: [String] = []
@@ -68,7 +68,7 @@ struct GorushBatch {
             let end = min(start + GorushController.devicesPerRecord, order.count)
             records.append(
                 PushRequestRecord(
-                    notificationID: notificationID, serverUUID: ServerID(server), realmUUID: realm,
+                    notificationID: notificationID, serverUUID: server, realmUUID: realm,
                     acceptedAtMs: Wire.nowMillis(),
                     request: .gorush(deviceIDs: Array(order[start..<end]), sealedPayload: sealed)))
             start = end

@@ -153,7 +153,7 @@ struct GorushController: Sendable {
     /// The realm a server's gorush tokens live in: a UUID derived from the server's under
     /// the API-key pepper (so no other server can predict and claim it first), registered
     /// to it on first use.
-    func realm(server: String) -> RealmID {
+    func realm(server: ServerID) -> RealmID {
         let digest = Fingerprint.bytes(fromHex: pepper.hmacHex("pushrelay-gorush-realm:\(server)")) ?? []
         guard digest.count >= 16 else { return RealmID(UUID().uuidString.lowercased()) }
         var bytes = Array(digest.prefix(16))
@@ -162,9 +162,9 @@ struct GorushController: Sendable {
         return RealmID(bytes.withUnsafeBytes(UUID.lowercaseText))
     }
 
-    func ensureRealm(server: String) async throws -> RealmID {
+    func ensureRealm(server: ServerID) async throws -> RealmID {
         let realm = self.realm(server: server)
-        switch try await realms.register(realm.rawValue, to: server, maxRealms: limits.maxRealmsPerServer) {
+        switch try await realms.register(realm, to: server, maxRealms: limits.maxRealmsPerServer) {
         case .registered, .alreadyYours: return realm
         case .quotaExceeded: throw APIError.realmQuotaExceeded(limit: limits.maxRealmsPerServer)
         case .taken: throw APIError.internalError
@@ -195,7 +195,7 @@ struct GorushController: Sendable {
         }
     }
 
-    func push(_ bytes: [UInt8], request: Request, server: String) async throws -> Response {
+    func push(_ bytes: [UInt8], request: Request, server: ServerID) async throws -> Response {
         let notifications = try parseNotifications(bytes)
         let tokenCount = notifications.reduce(0) { $0 + $1.tokens.count }
         guard settings.maxTokens == 0 || tokenCount <= settings.maxTokens else {
@@ -386,7 +386,7 @@ struct GorushController: Sendable {
 
 extension GorushController {
     /// Registers the devices, `registrationConcurrency` at a time; their ids in order.
-    func register(_ registrations: [DeviceRegistration], server: String) async throws -> [DeviceID] {
+    func register(_ registrations: [DeviceRegistration], server: ServerID) async throws -> [DeviceID] {
         var ids = [DeviceID?](repeating: nil, count: registrations.count)
         let registrar = self.registrar
         try await withThrowingTaskGroup(of: (Int, DeviceID).self) { group in

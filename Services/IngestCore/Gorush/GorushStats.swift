@@ -154,7 +154,7 @@ extension GorushController {
               config_uri: /api/config
               health_uri: /healthz
             auth:
-              server_uuid: \(quoted(server))
+              server_uuid: \(quoted(server.rawValue))
               api_key: "[REDACTED]"
             pushrelay:
               gorush_realm_uuid: \(quoted(realm(server: server).rawValue))

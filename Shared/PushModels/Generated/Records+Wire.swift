@@ -100,7 +100,7 @@ public struct PushRequestRecord: WireObject, Equatable {
             request = .passThrough(items: try fields.objects("items"))
         case .legacy:
             request = .legacy(
-                user: try fields.string("legacy_user"),
+                user: ZulipUserKey(try fields.string("legacy_user")),
                 deviceIDs: try fields.int64s("device_ids").map { DeviceID($0) },
                 sealedPayload: try fields.object("sealed_payload"))
         case .gorush:
@@ -135,7 +135,7 @@ public struct PushRequestRecord: WireObject, Equatable {
             object.field("accepted_at_ms", acceptedAtMs)
             object.field("device_ids", deviceIDs.map { $0.rawValue })
             object.field("kind", Kind.legacy)
-            object.field("legacy_user", user)
+            object.field("legacy_user", user.rawValue)
             object.field("notification_id", notificationID.rawValue)
             object.field("realm_uuid", realmUUID.rawValue)
             object.field("schema", schema)
