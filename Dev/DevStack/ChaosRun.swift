@@ -360,7 +360,7 @@ public struct ChaosRun: Sendable {
         report = try await account(
             realms: Set(realms.map(\.realmUUID)), devices: devices, accepted: acceptedNow,
             refused: state.refused.withLock { $0 }, gorush: gorush)
-        report.notificationsOffered = state.sent.load(ordering: .relaxed)
+        report.notificationsOffered = state.sent.load(ordering: .relaxed) - report.gorush.offered
         report.faults = state.faultLog.withLock { $0 }
         report.loadSeconds = loadSeconds
         report.answers = state.answers.withLock { $0 }

@@ -69,14 +69,19 @@ public struct RollingUpgrade: Sendable {
         public var unmarkedDuplicates: Int {
             load.unexplainedDuplicates + load.gorush.duplicates - load.gorush.markedDuplicates
         }
-        public var recordsRefused: Int { recordsRefusedInLogs + load.malformedRecords }
+        /// Each refused record is logged and, when it names its push, also published as a
+        /// `malformed_*` outcome: the larger count, not their sum.
+        public var recordsRefused: Int { max(recordsRefusedInLogs, load.malformedRecords) }
+        /// Pairs that ended failed, expired or with an unknown device: with no dead token and
+        /// no injected error, each one is a reader's or a writer's fault.
+        public var failed: Int { load.failed }
         public var serverErrors: Int { load.serverErrors }
         public var unanswered: Int { load.answers["none"] ?? 0 }
         public var p99DuringRollMs: Int { load.answerMsDuringFaults.p99 }
 
         public var description: String {
             "rolling upgrade \(from) → \(to), \(order.rawValue), \(instances) instances a stage at \(rate)/s: "
-                + "lost \(lost), unmarked duplicates \(unmarkedDuplicates), records refused by a reader "
+                + "lost \(lost), failed \(failed), unmarked duplicates \(unmarkedDuplicates), records refused by a reader "
                 + "\(recordsRefused), 5xx at ingest \(serverErrors) (unanswered \(unanswered)), p99 during the roll "
                 + "\(p99DuringRollMs) ms (p50 \(load.answerMsDuringFaults.p50), max \(load.answerMsDuringFaults.max), "
                 + "\(load.answerMsDuringFaults.count) requests); roll \(Int(rollSeconds)) s; "

@@ -69,9 +69,14 @@ extension DispatchStage {
     func awaitLiveClaim(_ record: OutboundRecord, claimedAtMs: Int64, window: Duration) async -> LedgerState? {
         let windowMs = RetrySchedule.milliseconds(window)
         var at = claimedAtMs
-        // Measured on this process's monotonic clock from the claim's age now, so a wall
-        // clock that stands still or jumps cannot hold the wait.
-        var deadline = ContinuousClock.now + .milliseconds(max(0, windowMs - clock.nowMillis().saturatingSubtract(at)))
+        // Measured on this process's monotonic clock from the claim's age now, never more
+        // than the window: a claim stamped ahead of this clock (another host's, a clock
+        // stepped back, a damaged value) counts as just made, so no wall clock can hold it.
+        func deadlineFor(claimedAt at: Int64) -> ContinuousClock.Instant {
+            let age = max(0, clock.nowMillis().saturatingSubtract(at))
+            return ContinuousClock.now + .milliseconds(max(0, windowMs.saturatingSubtract(age)))
+        }
+        var deadline = deadlineFor(claimedAt: at)
         while ContinuousClock.now < deadline {
             try? await cancelWhenGracefulShutdown { try await Task.sleep(for: .milliseconds(100)) }
             if Task.isCancelled || Task.isShuttingDownGracefully { return nil }
@@ -80,8 +85,7 @@ extension DispatchStage {
             if newAt != at {
                 // Claimed again meanwhile (its send refused and retried elsewhere): wait for that one.
                 at = newAt
-                deadline =
-                    ContinuousClock.now + .milliseconds(max(0, windowMs - clock.nowMillis().saturatingSubtract(at)))
+                deadline = deadlineFor(claimedAt: at)
             }
         }
         return .claimed(atMs: at)

@@ -38,6 +38,7 @@ extension StackTests {
             #expect(report.load.faults.count == 1, "the roll ran")
             #expect(report.load.notificationsAccepted > 0 && report.load.gorush.accepted > 0)
             #expect(report.lost == 0, "lost: \(report.load.lostSamples)")
+            #expect(report.failed == 0, "pairs failed, expired or with an unknown device: \(report)")
             #expect(report.unmarkedDuplicates == 0, "duplicates: \(report.load.duplicateSamples)")
             #expect(report.recordsRefused == 0, "\(report)")
             #expect(report.serverErrors == 0 && report.unanswered == 0, "ingest's answers: \(report.load.answers)")
