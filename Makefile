@@ -1,4 +1,4 @@
-.PHONY: up down test test-unit build release bench bench-peer bench-instructions microbench lint soak drills drill-upgrade
+.PHONY: docs up down test test-unit build release bench bench-peer bench-instructions microbench lint soak drills drill-upgrade
 
 ## Start the whole pipeline on embedded defaults (dev broker, Redis, fakes, 4 services, demo realm).
 up:
@@ -57,3 +57,7 @@ drill-upgrade:
 ## Micro benchmarks of the hot paths (crypto, envelopes, provider bodies, APNs JWT).
 microbench:
 	swift build -c release --product microbench && "$$(swift build -c release --show-bin-path)/microbench" --columns name,median,min,iterations
+
+## docs/configuration.md from the settings catalog (a test fails when they differ).
+docs:
+	swift build --product pushrelay-admin && "$$(swift build --show-bin-path)/pushrelay-admin" settings > docs/configuration.md

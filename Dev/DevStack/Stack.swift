@@ -18,6 +18,50 @@ private func killChildrenAtExit() {
     }
 }
 
+/// Stops the children a test run started when the run goes away however it ends (a
+/// crash or SIGKILL leaves no `atexit`): a `sh` beside the run reads each child's pid
+/// from a pipe whose only writer is this process, and when the pipe closes, which the
+/// kernel does as this process ends, sends each of them SIGTERM, so services stop as
+/// they do in production and a run never leaves orphans. The services know nothing of it.
+private let reaper = Mutex<FileHandle?>(nil)
+
+/// SIGINT and SIGHUP reach the whole terminal group: the reaper outlives them. A child
+/// still running 30 s after SIGTERM (Redis started from a test thread may have the signal
+/// blocked) gets SIGKILL.
+private let reaperScript = """
+    trap '' INT HUP; pids=''
+    while read -r pid; do pids="$pids $pid"; done
+    [ -z "$pids" ] && exit 0
+    kill -TERM $pids 2>/dev/null
+    for _ in $(seq 60); do
+      alive=''; for pid in $pids; do kill -0 "$pid" 2>/dev/null && alive="$alive $pid"; done
+      [ -z "$alive" ] && exit 0
+      sleep 0.5
+    done
+    kill -KILL $alive 2>/dev/null
+    exit 0
+    """
+
+private func reapWhenThisProcessEnds(_ pid: Int32) {
+    reaper.withLock { writer in
+        if writer == nil {
+            let pipe = Pipe()
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/bin/sh")
+            process.arguments = ["-c", reaperScript]
+            process.standardInput = pipe
+            process.standardOutput = FileHandle.nullDevice
+            process.standardError = FileHandle.nullDevice
+            guard (try? process.run()) != nil else { return }
+            // Only this process holds the write end: children it starts later get none.
+            _ = fcntl(pipe.fileHandleForWriting.fileDescriptor, F_SETFD, FD_CLOEXEC)
+            try? pipe.fileHandleForReading.close()
+            writer = pipe.fileHandleForWriting
+        }
+        try? writer?.write(contentsOf: Data("\(pid)\n".utf8))
+    }
+}
+
 public struct StackError: Error, CustomStringConvertible {
     public var description: String
     public init(_ description: String) { self.description = description }
@@ -237,7 +281,6 @@ public final class Stack: Sendable {
         process.arguments = arguments
         var env = ProcessInfo.processInfo.environment
         env.merge(environment) { _, new in new }
-        env["PUSHRELAY_EXIT_WITH_PARENT"] = "1"
         process.environment = env
         _ = FileManager.default.createFile(atPath: log, contents: nil)
         let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
@@ -247,6 +290,7 @@ public final class Stack: Sendable {
         try process.run()
         let pid = process.processIdentifier
         children.withLock { $0.append(pid) }
+        reapWhenThisProcessEnds(pid)
         return process
     }
 

@@ -5,35 +5,6 @@ import Logging
 import ServiceLifecycle
 import UnixSignals
 
-/// Stops the process gracefully (as SIGTERM does: the service group shuts down, records
-/// in flight finish or stay uncommitted) when the process that started it goes away, so
-/// a test run or dev stack never leaves orphans behind. Active only when
-/// `PUSHRELAY_EXIT_WITH_PARENT=1`, which only the dev stack sets.
-public struct ParentWatch: Service {
-    let logger: Logger
-
-    public init(logger: Logger) {
-        self.logger = logger
-    }
-
-    public static var isEnabled: Bool { ProcessInfo.processInfo.environment["PUSHRELAY_EXIT_WITH_PARENT"] == "1" }
-
-    public func run() async throws {
-        let parent = getppid()
-        while !Task.isCancelled && !Task.isShuttingDownGracefully {
-            if getppid() != parent {
-                logger.warning("parent process exited; stopping")
-                // The service group's SIGTERM handler starts the graceful shutdown, which
-                // ends this loop too; returning early would cancel the group instead.
-                kill(getpid(), SIGTERM)
-                try? await gracefulShutdown()
-                return
-            }
-            try? await Task.sleep(for: .milliseconds(500))
-        }
-    }
-}
-
 /// Runs a unit of infrastructure work (Redis, Kafka) until it succeeds, backing off
 /// exponentially with jitter between attempts. Returns nil only when the task is
 /// cancelled or the service is shutting down, so the caller can leave the record
@@ -108,11 +79,8 @@ public func retrying<T: Sendable>(
 /// the consumer last, so the consumer drains before health goes away. A graceful stop
 /// is bounded by `shutdownTimeout`; what is still running then is cancelled.
 public func runServices(_ services: [any Service], shutdownTimeout: Duration, logger: Logger) async throws {
-    var all = services
-    // Test and dev-stack children only: never started in production.
-    if ParentWatch.isEnabled { all.append(ParentWatch(logger: logger)) }
     var configuration = ServiceGroupConfiguration(
-        services: all.map { .init(service: $0) },
+        services: services.map { .init(service: $0) },
         gracefulShutdownSignals: [.sigterm, .sigint],
         logger: logger)
     configuration.maximumGracefulShutdownDuration = shutdownTimeout

@@ -15,9 +15,19 @@ import ServiceKit
 struct Admin: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "pushrelay-admin",
-        abstract: "Register servers and realms by hand; create the pipeline's topics.",
+        abstract: "Register servers and realms by hand; create the pipeline's topics; list the settings.",
         version: BuildInfo.line("pushrelay-admin"),
-        subcommands: [RegisterServer.self, RegisterRealm.self, IndexHostnames.self, Topics.self])
+        subcommands: [RegisterServer.self, RegisterRealm.self, IndexHostnames.self, Topics.self, Settings.self])
+}
+
+/// Every setting with its default and meaning: docs/configuration.md as Markdown.
+struct Settings: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Print every setting with its default and meaning (docs/configuration.md).")
+
+    func run() {
+        print(SettingsCatalog.markdown(), terminator: "")
+    }
 }
 
 /// The stores, built from the environment like a service builds them.
