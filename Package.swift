@@ -75,6 +75,8 @@ let package = Package(
         .target(name: "PushModels", path: "Shared/PushModels", exclude: ["Records.wire"], swiftSettings: strict),
         // Log metadata keys, one enum for every module that logs (the wrappers too).
         .target(name: "LogKeys", path: "Shared/LogKeys", swiftSettings: strict),
+        // docs/api/openapi.json as ingest serves it (scripts/openapi-embed.py writes it).
+        .target(name: "APIContract", path: "Shared/APIContract", swiftSettings: strict),
         .target(
             name: "Kafka",
             dependencies: [
@@ -193,7 +195,7 @@ let package = Package(
             dependencies: [
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
                 "ServiceKit", "DeviceState", "PushCrypto", "PushModels", "Kafka", "RedisClient", "StatusPush",
-                "Providers", "LogKeys",
+                "Providers", "LogKeys", "APIContract",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "SwiftProtobuf", package: "swift-protobuf"),
@@ -351,7 +353,7 @@ let package = Package(
             name: "StageTests",
             dependencies: [
                 "IngestCore", "EncryptorCore", "DispatcherCore", "FeedbackCore", "ServiceKit", "Providers", "DevStack",
-                "PushModels", "PushCrypto", "DeviceState", "RedisClient", "Kafka", "StatusPush",
+                "PushModels", "PushCrypto", "DeviceState", "RedisClient", "Kafka", "StatusPush", "APIContract",
                 .product(name: "SwiftProtobuf", package: "swift-protobuf"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "Hummingbird", package: "hummingbird"),

@@ -10,6 +10,8 @@ fi
 swift format lint --strict --recursive --parallel "${paths[@]}"
 # The records' generated reader and writer match their declaration (Shared/PushModels/Records.wire).
 python3 scripts/wiregen.py --check
+# The OpenAPI document ingest serves is docs/api/openapi.json (scripts/openapi-embed.py).
+python3 scripts/openapi-embed.py --check
 # Rooms: files under Services/*Core within 450 lines, functions within 60.
 python3 scripts/check-rooms.py
 # The release is the same in VERSION, BuildInfo, the Dockerfile, deploy/ and CHANGELOG.md.

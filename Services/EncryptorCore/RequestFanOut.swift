@@ -89,8 +89,7 @@ extension EncryptorStage {
             }
             messages.append(
                 try traced(device) {
-                    switch try Self.body(
-                        for: device, plaintext: plaintext, type: type, acceptedAtMs: request.acceptedAtMs)
+                    switch try device.providerBody(plaintext: plaintext, type: type, acceptedAtMs: request.acceptedAtMs)
                     {
                     case .body(let body):
                         return try .outbound(
@@ -102,36 +101,6 @@ extension EncryptorStage {
                 })
         }
         return messages
-    }
-
-    enum BuiltBody: Equatable {
-        case body(JSONValue)
-        /// Nothing can be sent to this device; the reason goes on its outcome.
-        case unsent(StageReason)
-    }
-
-    /// The provider body for one device, encrypted by its scheme:
-    /// - Web Push, and simple push with Web Push keys: `aes128gcm` to the subscription;
-    /// - simple push without keys: a wake-up, no content (the `version` number only);
-    /// - a device `secret`: MTProto 2.0, `{"p": …}`;
-    /// - a push key: secretbox, Zulip's `push_key_id` and `encrypted_data`.
-    static func body(for device: DeviceRecord, plaintext: [UInt8], type: NotificationType, acceptedAtMs: Int64) throws
-        -> BuiltBody
-    {
-        if let subscription = DeviceToken.webPushSubscription(provider: device.provider, token: device.token) {
-            guard plaintext.count <= WebPushEncryption.maxPlaintext else { return .unsent(.payloadTooLarge) }
-            return .body(ProviderBody.webPush(try WebPushEncryption.encrypt(plaintext, to: subscription)))
-        }
-        if device.provider == .simplepush { return .body(ProviderBody.wakeUp(version: acceptedAtMs)) }
-        guard let keyID = device.currentKeyID, let key = device.currentKey else { return .unsent(.noPushKey) }
-        switch key.scheme {
-        case .mtproto2:
-            return .body(ProviderBody.mtproto(try key.encrypt(plaintext)))
-        case .secretbox, .aes128gcm:
-            return .body(
-                ProviderBody.encrypted(
-                    provider: device.provider, pushKeyID: keyID, encryptedData: try key.encrypt(plaintext), type: type))
-        }
     }
 
     func passThroughMessages(

@@ -23,6 +23,10 @@ public struct FeedbackConfiguration: Sendable {
     /// `push.hooks`: deliveries to servers' feedback hooks.
     public var hooks: KafkaConsumerConfiguration
     public var hook: FeedbackHookSettings
+    /// `push.requests`, the retry topics, `push.deliveries` and `push.deadletter`: each
+    /// notification's delivery status (`StatusRecorder`).
+    public var status: KafkaConsumerConfiguration
+    public var statusLimits: DeliveryStatusLimits
     /// CA for hook TLS in tests and private networks (`PUSHRELAY_PUSH_ENDPOINT_CA_FILE`).
     public var caFile: String?
 
@@ -32,6 +36,9 @@ public struct FeedbackConfiguration: Sendable {
         reports = try common.consumer(
             stage: "feedback.reports", topic: common.topics.deliveries, defaultConcurrency: 64)
         hooks = try common.consumer(stage: "feedback.hooks", topic: common.topics.hooks, defaultConcurrency: 256)
+        status = try common.consumer(
+            stage: "feedback.status", topic: common.topics.requests, defaultConcurrency: 64)
+        statusLimits = try DeliveryStatusLimits(reader: reader)
         storageKeys = try reader.storageKeyring()
         hook = try FeedbackHookSettings(reader: reader)
         let ca = try reader.string("pushrelay.push.endpoint.ca.file", default: "")
@@ -51,16 +58,25 @@ public enum Feedback {
         let stage = FeedbackStage(devices: RedisDeviceInvalidations(devices: devices), logger: host.logger)
         let reportsConsumer = try host.consumer(configuration.reports)
         let hooksConsumer = try host.consumer(configuration.hooks)
+        let recorder = StatusRecorder(
+            store: RedisDeliveryStatusStore(
+                redis: host.redis, keys: settings.redisKeys, limits: configuration.statusLimits),
+            topics: settings.topics, retryStages: settings.retry.delays.count, logger: host.logger)
+        var statusConsumerConfiguration = configuration.status
+        statusConsumerConfiguration.topics = recorder.subscribed
+        let statusConsumer = try host.consumer(statusConsumerConfiguration)
         let reports = DeliveryReports(
             redis: host.redis, keys: settings.redisKeys, devices: devices, settings: configuration.hook,
             caFile: configuration.caFile, publisher: host.producer, hooksTopic: settings.topics.hooks,
             logger: host.logger)
         try await host.run(
-            consumers: [consumer, reportsConsumer, hooksConsumer], kafkaReady: { consumer.isConnected() },
+            consumers: [consumer, reportsConsumer, hooksConsumer, statusConsumer],
+            kafkaReady: { consumer.isConnected() },
             [
                 KafkaConsumerService(consumer: consumer, handler: stage.handle),
                 KafkaConsumerService(consumer: reportsConsumer, maxBatch: 512, batchHandler: reports.handleBatch),
                 KafkaConsumerService(consumer: hooksConsumer, handler: reports.deliverHook),
+                KafkaConsumerService(consumer: statusConsumer, maxBatch: 512, batchHandler: recorder.handleBatch),
             ])
         await reports.shutdown()
     }

@@ -27,6 +27,8 @@ public struct Limits: Sendable {
     public var idempotencyTTLSeconds: Int
     /// Push keys kept per device.
     public var maxStoredKeys: Int
+    /// A notification's time to live, as the encryptor sets it (a dry run reports the expiry).
+    public var notificationTTLSeconds: Int64
 
     public init(reader: SettingsReader) throws {
         maxBodyBytes = try reader.int("pushrelay.http.max.body.bytes", default: 256 * 1024)
@@ -38,6 +40,7 @@ public struct Limits: Sendable {
         publishTimeout = try reader.milliseconds("pushrelay.notify.publish.timeout.ms", default: 5000)
         idempotencyTTLSeconds = try reader.int("pushrelay.idempotency.ttl.seconds", default: 86_400)
         maxStoredKeys = try reader.int("pushrelay.device.max.push.keys", default: 3)
+        notificationTTLSeconds = Int64(try reader.int("pushrelay.notification.ttl.seconds", default: 86400))
     }
 }
 

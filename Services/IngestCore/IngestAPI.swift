@@ -19,12 +19,15 @@ public struct IngestStores: Sendable {
     public var status: any StatusRegistrationStore
     /// What the dispatchers announce they can send to (gorush's enabled platforms).
     public var providers: any ProviderDirectory
+    /// Each notification's delivery status (written by feedback, read here).
+    public var deliveryStatus: any DeliveryStatusStore
 
     public init(
         servers: any ServerRegistry, devices: any DeviceRegistry, legacyDevices: any LegacyDeviceRegistry,
         realms: any RealmRegistry, clients: any ClientCounters, idempotency: any IdempotencyStore,
         gorush: any GorushStore, status: any StatusRegistrationStore,
-        providers: any ProviderDirectory = UnannouncedProviders()
+        providers: any ProviderDirectory = UnannouncedProviders(),
+        deliveryStatus: any DeliveryStatusStore = NoDeliveryStatus()
     ) {
         self.servers = servers
         self.devices = devices
@@ -35,6 +38,7 @@ public struct IngestStores: Sendable {
         self.gorush = gorush
         self.status = status
         self.providers = providers
+        self.deliveryStatus = deliveryStatus
     }
 
     /// Every store on one Redis (or Redis Cluster) client, under the configured key prefix.
@@ -49,7 +53,8 @@ public struct IngestStores: Sendable {
             idempotency: RedisIdempotencyStore(redis: redis, keys: keys),
             gorush: RedisGorushStore(redis: redis, keys: keys),
             status: RedisStatusRegistrationStore(redis: redis, keys: keys, storage: configuration.storageKeys),
-            providers: ProviderAnnouncements(redis: redis, keys: keys))
+            providers: ProviderAnnouncements(redis: redis, keys: keys),
+            deliveryStatus: RedisDeliveryStatusStore(redis: redis, keys: keys, limits: DeliveryStatusLimits()))
     }
 }
 
@@ -63,6 +68,7 @@ public struct IngestAPI: Sendable {
     let zulipLegacy: ZulipLegacyController
     let gorush: GorushController
     let status: StatusController
+    let notifications: NotificationStatusController
 
     /// The controllers on Redis (device state) and a record publisher (`push.requests`).
     public init(
@@ -93,7 +99,8 @@ public struct IngestAPI: Sendable {
         native = NativeController(
             authenticator: authenticator, registrar: registrar, ownership: ownership, devices: stores.devices,
             realms: stores.realms, idempotency: stores.idempotency, acceptor: acceptor, sealer: sealer,
-            bouncerKeys: configuration.bouncerKeys, limits: limits)
+            bouncerKeys: configuration.bouncerKeys, limits: limits,
+            providers: CachedProviderDirectory(stores.providers))
         zulipServers = ZulipServerController(
             authenticator: authenticator, servers: stores.servers, realms: stores.realms,
             storage: configuration.storageKeys, limits: limits,
@@ -120,6 +127,8 @@ public struct IngestAPI: Sendable {
         status = StatusController(
             server: try configuration.status.server(), authenticator: authenticator, devices: stores.devices,
             realms: stores.realms, store: stores.status, acceptor: acceptor, sealer: sealer)
+        notifications = NotificationStatusController(
+            authenticator: authenticator, ownership: ownership, store: stores.deliveryStatus)
     }
 
     /// Closes the clients the API opened (the registration transfer's).
@@ -143,7 +152,7 @@ public struct IngestAPI: Sendable {
     private func addRoutes(to router: Router<IngestContext>) {
         let collections = [
             zulipServers.routes(), zulipE2EE.routes(), zulipLegacy.routes(), native.routes(), gorush.routes(),
-            status.routes(),
+            status.routes(), notifications.routes(), OpenAPIRoute.routes(),
         ]
         for collection in collections { router.addRoutes(collection) }
     }

@@ -18,6 +18,8 @@ struct NativeController: Sendable {
     let sealer: PayloadSealer
     let bouncerKeys: BouncerKeyring
     let limits: Limits
+    /// What the dispatchers can send to (a dry run says whether a device's provider is configured).
+    let providers: CachedProviderDirectory
 
     func routes() -> RouteCollection<IngestContext> {
         let router = RouteCollection(context: IngestContext.self)
@@ -204,6 +206,12 @@ struct NativeController: Sendable {
         let (type, payload) = try notificationPayload(body, userID: userID)
         let requestedIDs = try deviceIDs(body)
         let plaintext = try Self.plaintext(payload, limit: limits.maxPlaintextBytes)
+        if try Self.isDryRun(body) {
+            let targets = try await targets(
+                realm: realm, userID: userID, requestedIDs: requestedIDs,
+                ownerCheck: { try await ownership.requireOwn(realm, server: server) })
+            return try await dryRun(realm: realm, userID: userID, ids: targets.ids, type: type, plaintext: plaintext)
+        }
         guard let key else {
             // Without a key nothing is written before the owner check: it runs alongside the
             // first read of the targets (see `targets`).

@@ -30,6 +30,8 @@ import PushModels
 /// | `{p}tv:{window}` | string | Zulip registration-transfer verifications in a window, from anyone (expires) |
 /// | `{p}hostname:{hostname}` | string | uuid of the server registered with that hostname (Zulip's registration transfer) |
 /// | `{p}sent:{notification_id}:{device_id}` | string | send ledger: `claimed {ms}` while a send is under way, `sent {ms} {provider message id}` once accepted; expires after the retry horizon |
+/// | `{p}ns:{notification_id}` | hash | delivery status of one notification (`GET /v1/notifications/{id}`): `realm`, `server`?, `accepted` (ms), `d:{device_id}` and `all` → `{rank}|{at_ms}|{JSON}`, `more`? (devices past the bound); expires `PUSHRELAY_DELIVERY_STATUS_TTL_SECONDS` after it was made |
+/// | `{p}nsr:{realm}` | sorted set | a realm's notifications with status, by acceptance (ms), trimmed to `PUSHRELAY_DELIVERY_STATUS_MAX_PER_REALM` |
 ///
 /// On a Redis Cluster (`hashTags`), the part of a key in `{…}` is its hash tag: keys that
 /// one command or one pipeline touches together share a slot — a server's hash, its
@@ -96,6 +98,9 @@ public struct RedisKeys: Sendable {
     public func zulipLegacyUser(server: ServerID, user: ZulipUserKey) -> String { "\(prefix)zl:\(server):\(user)" }
     public func rateLimit(server: ServerID, window: Int64) -> String { "\(prefix)rl:\(tag(server)):\(window)" }
     public var providers: String { "\(prefix)providers" }
+    /// Delivery status of one notification, and a realm's notifications that have one.
+    public func deliveryStatus(_ id: NotificationID) -> String { "\(prefix)ns:\(tag(id))" }
+    public func deliveryStatusIndex(realm: RealmID) -> String { "\(prefix)nsr:\(tag(realm))" }
     public func transferVerifications(window: Int64) -> String { "\(prefix)tv:\(window)" }
     public func serverHostname(_ hostname: String) -> String { "\(prefix)hostname:\(hostname)" }
     public func sent(notificationID: NotificationID, deviceID: DeviceID) -> String {

@@ -54,7 +54,7 @@ extension SettingsCatalog {
                 "encryptor: requests of one fetch handled together (one Redis round trip, one produce wait)"),
             Setting(
                 "pushrelay.notification.ttl.seconds", .int(0...2_419_200), default: "`86400`",
-                "encryptor: APNs expiration / FCM ttl"),
+                "encryptor: APNs expiration / FCM ttl; ingest reports it in a dry run"),
         ])
 
     static let dispatcher = Section(
@@ -200,6 +200,24 @@ extension SettingsCatalog {
             Setting(
                 "pushrelay.feedback.hook.allowed.hosts", .text, default: "none",
                 "feedback: hook hosts that may resolve to loopback/private addresses"),
+            Setting(
+                "pushrelay.feedback.status.group", .topic, default: "`pushrelay-feedback.status`",
+                """
+                feedback: its consumer of `push.requests`, the retry topics, `push.deliveries` and \
+                `push.deadletter` (delivery status, `GET /v1/notifications/{id}`)
+                """),
+            Setting(
+                "pushrelay.feedback.status.concurrency", .int(1...10_000), default: "`64`",
+                "feedback: status records in flight"),
+            Setting(
+                "pushrelay.delivery.status.ttl.seconds", .int(60...(7 * 86_400)), default: "`86400`",
+                "feedback: how long a notification's delivery status is kept after it was accepted"),
+            Setting(
+                "pushrelay.delivery.status.max.devices", .int(1...100_000), default: "`1000`",
+                "feedback: devices whose status one notification keeps (the answer says when there were more)"),
+            Setting(
+                "pushrelay.delivery.status.max.per.realm", .int(1...100_000_000), default: "`100000`",
+                "feedback: notifications with status kept per realm; the oldest go first"),
         ])
 
     static let compat = Section(

@@ -20,6 +20,7 @@ final class MemoryIngestStores: Sendable {
     let idempotency = MemoryIdempotencyStore()
     let gorush = MemoryGorushStore()
     let status = MemoryStatusRegistrationStore()
+    let deliveryStatus = MemoryDeliveryStatusStore()
 
     init(pepper: APIKeyPepper) {
         servers = MemoryServerRegistry(pepper: pepper)
@@ -30,7 +31,7 @@ final class MemoryIngestStores: Sendable {
     var ingestStores: IngestStores {
         IngestStores(
             servers: servers, devices: devices, legacyDevices: legacy, realms: realms, clients: clients,
-            idempotency: idempotency, gorush: gorush, status: status)
+            idempotency: idempotency, gorush: gorush, status: status, deliveryStatus: deliveryStatus)
     }
 }
 
@@ -593,5 +594,46 @@ final class MemoryStatusRegistrationStore: StatusRegistrationStore {
 
     func releaseMessage(_ messageID: String) async throws {
         state.withLock { _ = $0.messages.removeValue(forKey: messageID) }
+    }
+}
+
+/// Delivery status as `RedisDeliveryStatusStore` keeps it: per device the state furthest
+/// along (`DeviceDeliveryStatus.replaces`), at most `limits.maxDevices` devices.
+final class MemoryDeliveryStatusStore: DeliveryStatusStore {
+    let limits: DeliveryStatusLimits
+    private let state = Mutex<[NotificationID: NotificationStatus]>([:])
+
+    init(limits: DeliveryStatusLimits = DeliveryStatusLimits()) { self.limits = limits }
+
+    func record(_ updates: [DeliveryStatusUpdate]) async throws {
+        state.withLock { all in
+            for update in updates {
+                var entry =
+                    all[update.notification]
+                    ?? NotificationStatus(
+                        realm: update.realm, server: nil, acceptedAtMs: nil, devices: [:], overall: nil,
+                        truncated: false)
+                entry.server = entry.server ?? update.server
+                entry.acceptedAtMs = entry.acceptedAtMs ?? update.acceptedAtMs
+                if let status = update.status {
+                    if let device = update.device {
+                        if let current = entry.devices[device] {
+                            if status.replaces(current) { entry.devices[device] = status }
+                        } else if entry.devices.count < limits.maxDevices {
+                            entry.devices[device] = status
+                        } else {
+                            entry.truncated = true
+                        }
+                    } else if entry.overall.map({ status.replaces($0) }) ?? true {
+                        entry.overall = status
+                    }
+                }
+                all[update.notification] = entry
+            }
+        }
+    }
+
+    func status(of notification: NotificationID) async throws -> NotificationStatus? {
+        state.withLock { $0[notification] }
     }
 }
