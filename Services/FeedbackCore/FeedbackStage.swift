@@ -27,6 +27,8 @@ public struct FeedbackConfiguration: Sendable {
     /// notification's delivery status (`StatusRecorder`).
     public var status: KafkaConsumerConfiguration
     public var statusLimits: DeliveryStatusLimits
+    /// `PUSHRELAY_DELIVERY_STATUS_ENABLED`: false runs no status consumer (every id answers 404).
+    public var statusEnabled: Bool
     /// CA for hook TLS in tests and private networks (`PUSHRELAY_PUSH_ENDPOINT_CA_FILE`).
     public var caFile: String?
 
@@ -39,6 +41,7 @@ public struct FeedbackConfiguration: Sendable {
         status = try common.consumer(
             stage: "feedback.status", topic: common.topics.requests, defaultConcurrency: 64)
         statusLimits = try DeliveryStatusLimits(reader: reader)
+        statusEnabled = try reader.bool("pushrelay.delivery.status.enabled", default: true)
         storageKeys = try reader.storageKeyring()
         hook = try FeedbackHookSettings(reader: reader)
         let ca = try reader.string("pushrelay.push.endpoint.ca.file", default: "")
@@ -64,20 +67,22 @@ public enum Feedback {
             topics: settings.topics, retryStages: settings.retry.delays.count, logger: host.logger)
         var statusConsumerConfiguration = configuration.status
         statusConsumerConfiguration.topics = recorder.subscribed
-        let statusConsumer = try host.consumer(statusConsumerConfiguration)
+        let statusConsumer = configuration.statusEnabled ? try host.consumer(statusConsumerConfiguration) : nil
         let reports = DeliveryReports(
             redis: host.redis, keys: settings.redisKeys, devices: devices, settings: configuration.hook,
             caFile: configuration.caFile, publisher: host.producer, hooksTopic: settings.topics.hooks,
             logger: host.logger)
         try await host.run(
-            consumers: [consumer, reportsConsumer, hooksConsumer, statusConsumer],
+            consumers: [consumer, reportsConsumer, hooksConsumer] + [statusConsumer].compactMap { $0 },
             kafkaReady: { consumer.isConnected() },
             [
                 KafkaConsumerService(consumer: consumer, handler: stage.handle),
                 KafkaConsumerService(consumer: reportsConsumer, maxBatch: 512, batchHandler: reports.handleBatch),
                 KafkaConsumerService(consumer: hooksConsumer, handler: reports.deliverHook),
-                KafkaConsumerService(consumer: statusConsumer, maxBatch: 512, batchHandler: recorder.handleBatch),
-            ])
+            ]
+                + [statusConsumer].compactMap { $0 }.map {
+                    KafkaConsumerService(consumer: $0, maxBatch: 512, batchHandler: recorder.handleBatch)
+                })
         await reports.shutdown()
     }
 }

@@ -78,8 +78,8 @@ public struct StatusRecorder: Sendable {
         }
     }
 
-    /// What ingest accepted: the notification's realm, server and time, and each target
-    /// device the request names as accepted.
+    /// What ingest accepted: the notification's realm, server and time, and the target
+    /// devices the request names (each `accepted` until a stage reports on it).
     static func accepted(_ request: PushRequestRecord) -> [DeliveryStatusUpdate] {
         let devices: [DeviceID]
         switch request.request {
@@ -88,15 +88,11 @@ public struct StatusRecorder: Sendable {
         case .legacy(_, let ids, _): devices = ids
         case .gorush(let ids, _): devices = ids
         }
-        let head = DeliveryStatusUpdate(
-            notification: request.notificationID, realm: request.realmUUID, server: request.serverUUID,
-            acceptedAtMs: request.acceptedAtMs, status: nil)
-        return [head]
-            + devices.map { device in
-                DeliveryStatusUpdate(
-                    notification: request.notificationID, realm: request.realmUUID, device: device,
-                    status: DeviceDeliveryStatus(.accepted, atMs: request.acceptedAtMs))
-            }
+        return [
+            DeliveryStatusUpdate(
+                notification: request.notificationID, realm: request.realmUUID, server: request.serverUUID,
+                acceptedAtMs: request.acceptedAtMs, status: nil, targets: devices)
+        ]
     }
 
     /// A final outcome as a status; nil for a pair already sent (its first outcome stands).

@@ -30,7 +30,7 @@ import PushModels
 /// | `{p}tv:{window}` | string | Zulip registration-transfer verifications in a window, from anyone (expires) |
 /// | `{p}hostname:{hostname}` | string | uuid of the server registered with that hostname (Zulip's registration transfer) |
 /// | `{p}sent:{notification_id}:{device_id}` | string | send ledger: `claimed {ms}` while a send is under way, `sent {ms} {provider message id}` once accepted; expires after the retry horizon |
-/// | `{p}ns:{notification_id}` | hash | delivery status of one notification (`GET /v1/notifications/{id}`): `realm`, `server`?, `accepted` (ms), `d:{device_id}` and `all` → `{rank}|{at_ms}|{JSON}`, `more`? (devices past the bound); expires `PUSHRELAY_DELIVERY_STATUS_TTL_SECONDS` after it was made |
+/// | `{p}ns:{notification_id}` | hash | delivery status of one notification (`GET /v1/notifications/{id}`): `r` realm, `s` server, `a` accepted ms, `t` target device ids, `fp` FCM name prefix, `m` (devices past the bound), `d:{device_id}` and `all` → `rank|at|state|provider|http|attempts|next|reason|id` (`RedisDeliveryStatusStore`); expires `PUSHRELAY_DELIVERY_STATUS_TTL_SECONDS` after it was made |
 /// | `{p}nsr:{realm}` | sorted set | a realm's notifications with status, by acceptance (ms), trimmed to `PUSHRELAY_DELIVERY_STATUS_MAX_PER_REALM` |
 ///
 /// On a Redis Cluster (`hashTags`), the part of a key in `{…}` is its hash tag: keys that

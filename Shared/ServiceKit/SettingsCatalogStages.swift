@@ -210,6 +210,12 @@ extension SettingsCatalog {
                 "pushrelay.feedback.status.concurrency", .int(1...10_000), default: "`64`",
                 "feedback: status records in flight"),
             Setting(
+                "pushrelay.delivery.status.enabled", .bool, default: "`true`",
+                """
+                feedback: `false` keeps no delivery status (no consumer, no Redis memory; \
+                `GET /v1/notifications/{id}` answers 404)
+                """),
+            Setting(
                 "pushrelay.delivery.status.ttl.seconds", .int(60...(7 * 86_400)), default: "`86400`",
                 "feedback: how long a notification's delivery status is kept after it was accepted"),
             Setting(

@@ -111,6 +111,37 @@ extension StackTests {
             let ttl = try await redis.command("TTL", RedisArgument(keys.deliveryStatus(first))).int ?? -1
             #expect((1...600).contains(ttl), "it expires: \(ttl)")
 
+            // Targets no stage reported on are accepted; two devices sent keep the hash compact
+            // (listpack: every value within 64 bytes, FCM names under their prefix).
+            let fourth = NotificationID.random()
+            try await store.record([
+                DeliveryStatusUpdate(
+                    notification: fourth, realm: realm, server: server, acceptedAtMs: now, status: nil,
+                    targets: [7, 8])
+            ])
+            #expect(
+                try await store.status(of: fourth)?.devices == [
+                    7: DeviceDeliveryStatus(.accepted, atMs: now), 8: DeviceDeliveryStatus(.accepted, atMs: now),
+                ])
+            let fcmName = "projects/pushrelay-dev/messages/\(UInt64.random(in: 1...UInt64.max))"
+            try await store.record([
+                update(
+                    fourth, 7,
+                    DeviceDeliveryStatus(
+                        .sent, atMs: now + 90, provider: .apns, providerMessageID: UUID().uuidString, httpStatus: 200,
+                        attempts: 1)),
+                update(
+                    fourth, 8,
+                    DeviceDeliveryStatus(
+                        .sent, atMs: now + 95, provider: .fcm, providerMessageID: fcmName, httpStatus: 200, attempts: 1)
+                ),
+            ])
+            #expect(try await store.status(of: fourth)?.devices[8]?.providerMessageID == fcmName)
+            let key = RedisArgument(keys.deliveryStatus(fourth))
+            let encoding = try await redis.command("OBJECT", "ENCODING", key).string
+            let bytes = try await redis.command("MEMORY", "USAGE", key).int ?? 0
+            #expect(encoding == "listpack" && bytes < 500, "\(encoding ?? "?"), \(bytes) bytes")
+
             // A realm keeps its two newest notifications: the oldest goes.
             let second = NotificationID.random()
             let third = NotificationID.random()

@@ -1,4 +1,4 @@
-import DeviceState
+@testable import DeviceState
 import FeedbackCore
 import Foundation
 import HTTPTypes
@@ -248,5 +248,48 @@ import Testing
             expectRouterError(foreign, 404, "REALM_NOT_FOUND", "another realm")
             #expect(fixture.publisher.records.isEmpty)
         }
+    }
+}
+
+/// The stored form of a device's status reads back as it was written.
+@Suite struct StoredStatusTests {
+    @Test func everyFieldRoundTripsThroughTheCompactForm() {
+        let fcmPrefix = "projects/pushrelay-dev/messages/"
+        let cases: [DeviceDeliveryStatus] = [
+            DeviceDeliveryStatus(.accepted, atMs: 1),
+            DeviceDeliveryStatus(
+                .sent, atMs: 1_764_380_000_140, provider: .apns, reason: "resent_after_interrupted_send",
+                providerMessageID: "3f2a1b4c-5d6e-4f70-8192-a3b4c5d6e7f8", httpStatus: 200, attempts: 2),
+            DeviceDeliveryStatus(
+                .sent, atMs: 5, provider: .apns, providerMessageID: "3F2A1B4C-5D6E-4F70-8192-A3B4C5D6E7F8"),
+            DeviceDeliveryStatus(
+                .sent, atMs: 5, provider: .apns, providerMessageID: "3F2A1B4C-5d6e-4F70-8192-A3B4C5D6E7F8"),
+            DeviceDeliveryStatus(.sent, atMs: 5, provider: .fcm, providerMessageID: fcmPrefix + "123456789"),
+            DeviceDeliveryStatus(.sent, atMs: 5, provider: .fcm, providerMessageID: "projects/other/messages/9"),
+            DeviceDeliveryStatus(.sent, atMs: 5, provider: .wns, providerMessageID: "=a|b|c"),
+            DeviceDeliveryStatus(
+                .retrying, atMs: -3, provider: .hms, reason: "80300008", attempts: 4, nextAttemptAtMs: 9_000),
+            DeviceDeliveryStatus(.deadLettered, atMs: 7, provider: .webpush, httpStatus: 503, attempts: 5),
+        ]
+        for status in cases {
+            let stored = StoredStatus.encode(status, fcmPrefix: fcmPrefix)
+            #expect(StoredStatus.decode(stored, fcmPrefix: fcmPrefix) == status, "\(stored)")
+            #expect(stored.hasPrefix("\(status.rank)|\(status.atMs)|"), "the script reads rank and time first")
+        }
+        // A reason with `|` keeps the fields apart (the bar becomes `/`).
+        let odd = DeviceDeliveryStatus(.failed, atMs: 1, reason: "a|b", providerMessageID: "x|y")
+        let read = StoredStatus.decode(StoredStatus.encode(odd, fcmPrefix: nil), fcmPrefix: nil)
+        #expect(read?.reason == "a/b" && read?.providerMessageID == "x|y")
+        // Anything else reads as nothing.
+        for junk in ["", "2|x|S||||||", "2|1|?||||||", "2|1|S"] {
+            #expect(StoredStatus.decode(junk, fcmPrefix: nil) == nil)
+        }
+        // A sent APNs push fits the 64 bytes of Redis's compact encoding.
+        let apns = StoredStatus.encode(
+            DeviceDeliveryStatus(
+                .sent, atMs: 1_764_380_000_140, provider: .apns, providerMessageID: UUID().uuidString.lowercased(),
+                httpStatus: 200, attempts: 1),
+            fcmPrefix: nil)
+        #expect(apns.utf8.count <= 64, "\(apns)")
     }
 }

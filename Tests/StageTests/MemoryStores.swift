@@ -615,6 +615,11 @@ final class MemoryDeliveryStatusStore: DeliveryStatusStore {
                         truncated: false)
                 entry.server = entry.server ?? update.server
                 entry.acceptedAtMs = entry.acceptedAtMs ?? update.acceptedAtMs
+                let targets = update.targets ?? []
+                for device in targets.prefix(limits.maxDevices) where entry.devices[device] == nil {
+                    entry.devices[device] = DeviceDeliveryStatus(.accepted, atMs: update.acceptedAtMs ?? 0)
+                }
+                if targets.count > limits.maxDevices { entry.truncated = true }
                 if let status = update.status {
                     if let device = update.device {
                         if let current = entry.devices[device] {
