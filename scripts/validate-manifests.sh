@@ -376,9 +376,13 @@ try:
         source("Shared/ServiceKit/Stage.swift")).group(1)
     code_facts["offset_reset"] = re.search(
         r'"auto\.offset\.reset":\s*"(\w+)"', source("Shared/Kafka/KafkaConsumer.swift")).group(1)
-    # Every setting a service or tool reads (Shared/ServiceKit/SettingsCatalog.swift).
-    code_facts["settings"] = {env_name(k) for k in re.findall(
-        r'^\s*"(pushrelay\.[a-z0-9.]+)":\s*\.', source("Shared/ServiceKit/SettingsCatalog.swift"), re.M)}
+    # Every setting a service or tool reads: the catalog's `Setting("pushrelay.…", …)` entries
+    # (Shared/ServiceKit/SettingsCatalogPlatform.swift and SettingsCatalogStages.swift).
+    code_facts["settings"] = {env_name(k) for path in (
+        "Shared/ServiceKit/SettingsCatalogPlatform.swift", "Shared/ServiceKit/SettingsCatalogStages.swift")
+        for k in re.findall(r'Setting\(\s*"(pushrelay\.[a-z0-9.]+)"', source(path))}
+    if len(code_facts["settings"]) < 100:
+        raise AttributeError(f"only {len(code_facts['settings'])} settings found in the catalog")
 except (AttributeError, OSError) as error:
     check(False, f"cannot read the consumers' topics, groups, offset reset or settings from the Swift code ({error})")
 for root, _, files in sorted(os.walk("Services")):
