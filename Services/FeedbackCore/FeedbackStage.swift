@@ -64,7 +64,8 @@ public enum Feedback {
         let recorder = StatusRecorder(
             store: RedisDeliveryStatusStore(
                 redis: host.redis, keys: settings.redisKeys, limits: configuration.statusLimits),
-            topics: settings.topics, retryStages: settings.retry.delays.count, logger: host.logger)
+            topics: settings.topics, retryStages: settings.retry.delays.count,
+            maxAgeSeconds: configuration.statusLimits.ttlSeconds, logger: host.logger)
         var statusConsumerConfiguration = configuration.status
         statusConsumerConfiguration.topics = recorder.subscribed
         let statusConsumer = configuration.statusEnabled ? try host.consumer(statusConsumerConfiguration) : nil

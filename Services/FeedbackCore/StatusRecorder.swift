@@ -15,10 +15,19 @@ public struct StatusRecorder: Sendable {
     let retryTopics: Set<String>
     let logger: Logger
 
-    public init(store: any DeliveryStatusStore, topics: TopicNames, retryStages: Int, logger: Logger) {
+    /// Facts older than this are not recorded: their status would have expired already.
+    let maxAgeMs: Int64
+    let now: @Sendable () -> Int64
+
+    public init(
+        store: any DeliveryStatusStore, topics: TopicNames, retryStages: Int, maxAgeSeconds: Int, logger: Logger,
+        now: @escaping @Sendable () -> Int64 = { Wire.nowMillis() }
+    ) {
         self.store = store
         self.topics = topics
         self.retryTopics = Set((1...max(1, retryStages)).map(topics.retry))
+        self.maxAgeMs = Int64(max(0, maxAgeSeconds)).saturatingMultiply(1000)
+        self.now = now
         self.logger = logger
     }
 
@@ -30,7 +39,12 @@ public struct StatusRecorder: Sendable {
     /// One fetch: every record's facts in one write per notification. A batch whose write
     /// fails is read again; writing the same facts twice changes nothing.
     public func handleBatch(_ records: [KafkaRecord]) async -> [RecordDisposition] {
-        let updates = records.flatMap(updates(from:))
+        // A new group starts at the topics' earliest records, and operators replay old ones:
+        // what is past the status's lifetime is not written back into Redis for another one.
+        let oldest = now().saturatingSubtract(maxAgeMs)
+        let updates = records.flatMap(updates(from:)).filter {
+            ($0.acceptedAtMs ?? $0.status?.atMs ?? oldest) >= oldest
+        }
         if !updates.isEmpty {
             let written: Bool? = await untilSuccess("record delivery status", logger: logger) {
                 try await store.record(updates)

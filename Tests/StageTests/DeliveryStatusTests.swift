@@ -44,7 +44,8 @@ import Testing
     }
 
     func recorder(_ store: MemoryDeliveryStatusStore) -> StatusRecorder {
-        StatusRecorder(store: store, topics: F.topics, retryStages: 3, logger: F.logger)
+        StatusRecorder(
+            store: store, topics: F.topics, retryStages: 3, maxAgeSeconds: 86_400, logger: F.logger, now: { F.now })
     }
 
     @Test func eachTopicsFactsLandOnTheirDeviceWhateverTheOrder() async throws {
@@ -126,6 +127,23 @@ import Testing
                 if a.rank >= 2 && older.rank <= a.rank { #expect(!older.replaces(a), "old \(second) over \(first)") }
             }
         }
+    }
+
+    /// A topic read from its start, or replayed, does not bring back status past its lifetime.
+    @Test func factsOlderThanTheLifetimeAreNotRecorded() async throws {
+        let store = MemoryDeliveryStatusStore()
+        let recorder = StatusRecorder(
+            store: store, topics: F.topics, retryStages: 3, maxAgeSeconds: 60, logger: F.logger, now: { F.now + 70_000 }
+        )
+        let old = [
+            try F.consumed(request(devices: [1]), topic: F.topics.requests),
+            try F.consumed(delivery(1, .sent, at: F.now, id: "x"), topic: F.topics.deliveries),
+        ]
+        #expect(await recorder.handleBatch(old) == [.done, .done])
+        #expect(try await store.status(of: notification) == nil)
+        let fresh = try F.consumed(delivery(2, .sent, at: F.now + 20_000, id: "y"), topic: F.topics.deliveries)
+        #expect(await recorder.handleBatch([fresh]) == [.done])
+        #expect(try await store.status(of: notification)?.devices[2]?.state == .sent)
     }
 
     @Test func aNotificationKeepsABoundedNumberOfDevices() async throws {
