@@ -16,7 +16,7 @@ test:
 ## crypto, the consumer's state machine, error mapping); under a minute after the build.
 UNIT_TESTS = ^(PushModelsTests|PushCryptoTests|StatusPushTests|StageTests)\.|^KafkaTests\.(ConsumerStateMachineTests|OffsetTrackerTests)|^ProvidersTests\.(AdaptiveRateTests|ErrorMappingTests|RecordedReasonTests|RetryAfterTests)|^FuzzTests\.JSONReaderFuzzTests
 test-unit:
-	swift build --build-tests && PUSHRELAY_TEST_TIER=unit swift test --skip-build --filter '$(UNIT_TESTS)'
+	swift build --build-tests && swift test --skip-build --filter '$(UNIT_TESTS)'
 
 build:
 	swift build

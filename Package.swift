@@ -349,9 +349,45 @@ let package = Package(
             swiftSettings: strict),
         // Each stage's logic driven with in-memory seams (no sockets), and ingest's routes
         // through Hummingbird's router test framework on in-memory stores.
+        // What the stage tests share: in-memory stores and fakes, the router fixture (in
+        // memory or on the test stack's Redis) and the transfer scenarios. A test target
+        // without tests that the two below depend on (SwiftPM's native build system builds
+        // it only for the tests, so release builds never see its `@testable` imports).
+        .testTarget(
+            name: "StageTestSupport",
+            dependencies: [
+                "IngestCore", "EncryptorCore", "DispatcherCore", "FeedbackCore", "ServiceKit", "Providers", "DevStack",
+                "PushModels", "PushCrypto", "DeviceState", "RedisClient", "Kafka", "StatusPush", "APIContract",
+                .product(name: "SwiftProtobuf", package: "swift-protobuf"),
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Configuration", package: "swift-configuration"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+            ],
+            path: "Tests/StageTestSupport", swiftSettings: strict),
+        // The unit tier's stage tests: no sockets, no child processes.
         .testTarget(
             name: "StageTests",
             dependencies: [
+                "StageTestSupport",
+                "IngestCore", "EncryptorCore", "DispatcherCore", "FeedbackCore", "ServiceKit", "Providers", "DevStack",
+                "PushModels", "PushCrypto", "DeviceState", "RedisClient", "Kafka", "StatusPush", "APIContract",
+                .product(name: "SwiftProtobuf", package: "swift-protobuf"),
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Configuration", package: "swift-configuration"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+            ],
+            swiftSettings: strict),
+        // The stage tests that need the test stack's Redis (the router's Redis stores and scripts).
+        .testTarget(
+            name: "StageIntegrationTests",
+            dependencies: [
+                "StageTestSupport",
                 "IngestCore", "EncryptorCore", "DispatcherCore", "FeedbackCore", "ServiceKit", "Providers", "DevStack",
                 "PushModels", "PushCrypto", "DeviceState", "RedisClient", "Kafka", "StatusPush", "APIContract",
                 .product(name: "SwiftProtobuf", package: "swift-protobuf"),

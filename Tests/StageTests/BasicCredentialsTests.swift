@@ -2,6 +2,7 @@ import Foundation
 @testable import IngestCore
 import PushModels
 import Testing
+@testable import StageTestSupport
 
 /// HTTP Basic credentials as ingest reads them (RFC 7617): the scheme in any case, one
 /// space, optional blanks around the token, `uuid:key` inside; a uuid in any case comes

@@ -2,6 +2,7 @@ import Synchronization
 import Testing
 
 @testable import IngestCore
+@testable import StageTestSupport
 
 /// The budget large gorush bodies share: takers past it wait, in turn, until bytes come back.
 @Suite struct ByteBudgetTests {

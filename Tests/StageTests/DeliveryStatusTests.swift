@@ -7,6 +7,7 @@ import PushCrypto
 import PushModels
 import ServiceKit
 import Testing
+@testable import StageTestSupport
 
 /// Delivery status: what feedback records from each topic, in any order, and what
 /// `GET /v1/notifications/{id}` answers, to whom.

@@ -1,6 +1,7 @@
 @testable import DeviceState
 import PushModels
 import Testing
+@testable import StageTestSupport
 
 /// The closed sets of a device record as they are read from the device hash.
 @Suite struct DeviceRecordTests {

@@ -4,6 +4,7 @@ import PushModels
 import Testing
 
 @testable import DispatcherCore
+@testable import StageTestSupport
 
 /// The dispatcher's per-record decisions, every path through `DispatchMachine`: what it
 /// asks of the ledger and the provider, and what it publishes.

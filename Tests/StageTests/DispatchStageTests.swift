@@ -8,6 +8,7 @@ import ServiceKit
 import Testing
 
 @testable import DeviceState
+@testable import StageTestSupport
 
 /// The dispatcher's logic on in-memory seams: the delivery ledger's once-only guard,
 /// provider answers, retry topics, dead letters and expiry.

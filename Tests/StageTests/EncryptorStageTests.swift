@@ -7,6 +7,7 @@ import ServiceKit
 import Testing
 
 @testable import DeviceState
+@testable import StageTestSupport
 
 /// The encryptor's logic on in-memory seams: fan-out, per-device encryption, sealed
 /// tokens and bodies, the outcomes of devices with nothing to send, and publishing.

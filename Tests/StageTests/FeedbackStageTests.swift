@@ -7,6 +7,7 @@ import ServiceKit
 import Testing
 
 @testable import DeviceState
+@testable import StageTestSupport
 
 /// The feedback stage's logic on in-memory device state: which dead-token reports apply,
 /// legacy devices deleted and uncounted, and Redis errors retried.

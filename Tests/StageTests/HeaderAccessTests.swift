@@ -1,6 +1,7 @@
 import HTTPTypes
 import ServiceKit
 import Testing
+@testable import StageTestSupport
 
 /// `HTTPFields.value`, `values` and `set` answer as the subscripts they replace.
 @Suite struct HeaderAccessTests {

@@ -5,6 +5,7 @@ import Kafka
 import PushCrypto
 import PushModels
 import Testing
+@testable import StageTestSupport
 
 /// gorush's API through the router on in-memory stores: every route, its success and its
 /// error paths, each error in gorush's shape (`{"code": <status>, "message": …}`, plus the

@@ -5,6 +5,7 @@ import PushModels
 import StatusPush
 import SwiftProtobuf
 import Testing
+@testable import StageTestSupport
 
 /// The Status push server's routes through the router on in-memory stores: signed
 /// protobuf in and out, each error path's status and code.

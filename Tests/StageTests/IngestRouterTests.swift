@@ -4,6 +4,7 @@ import Kafka
 import PushCrypto
 import PushModels
 import Testing
+@testable import StageTestSupport
 
 /// Every ingest route through Hummingbird's router test framework (no sockets): the
 /// router of `IngestAPI` on the dev stack's Redis (a key prefix per test) with a recording

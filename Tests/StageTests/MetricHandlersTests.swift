@@ -3,6 +3,7 @@ import Prometheus
 import Testing
 
 @testable import ServiceKit
+@testable import StageTestSupport
 
 /// The metrics factory keeps one handler per name and labels, and what it exports is what
 /// Prometheus's own factory would have: the same series, counted once each.

@@ -3,6 +3,7 @@ import Testing
 
 @testable import IngestCore
 @testable import ServiceKit
+@testable import StageTestSupport
 
 /// The parts of observability that need no stack: when tracing turns on, the bounded
 /// tenant label, and outside values as label values.

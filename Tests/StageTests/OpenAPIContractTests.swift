@@ -6,6 +6,7 @@ import PushModels
 import Testing
 
 @testable import IngestCore
+@testable import StageTestSupport
 
 /// docs/api/openapi.json against the router: every route documented, nothing documented
 /// that the router lacks, and ingest serving the document as it is in docs.

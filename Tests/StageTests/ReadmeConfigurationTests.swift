@@ -4,6 +4,7 @@ import Testing
 
 @testable import Kafka
 @testable import ServiceKit
+@testable import StageTestSupport
 
 /// docs/configuration.md is `SettingsCatalog` rendered, and every executable reads only
 /// catalogued settings.

@@ -44,23 +44,14 @@ final class RouterRecordingPublisher: RecordPublisher {
     func fail(_ failing: Bool) { state.withLock { $0.failing = failing } }
 }
 
-/// Which tests run: `make test-unit` sets `PUSHRELAY_TEST_TIER=unit` (no sockets, no
-/// child processes), which leaves out the cases on the test stack's Redis; `make test`
-/// runs them all.
-enum TestTier {
-    static let unitOnly = ProcessInfo.processInfo.environment["PUSHRELAY_TEST_TIER"] == "unit"
-}
-
 /// One ingest router with its own secrets (in a temp directory), its own stores (in
 /// memory, or under its own Redis key prefix), and a recording publisher.
 struct RouterFixture: Sendable {
-    /// Where the router keeps its state.
+    /// Where the router keeps its state: in memory (`StageTests`, the unit tier), or on
+    /// the test stack's Redis (`StageIntegrationTests`).
     enum Backend: Sendable {
         case memory
         case redis
-
-        /// The backends of this run: in memory only under `make test-unit`.
-        static var available: [Backend] { TestTier.unitOnly ? [.memory] : [.memory, .redis] }
     }
 
     private(set) var api: IngestAPI
