@@ -3,7 +3,7 @@
 #   docker build -t pushrelay:latest .                      # production (the last stage, the default)
 #   docker build --target dev -t pushrelay-dev:latest .     # dev and operator tools
 #
-# production: ingest, encryptor, dispatcher, feedback, pushrelay-replay and pushrelay-admin
+# production: ingest, encryptor, dispatcher, feedback and the operator's tool, pushrelay
 #             (the operator tool: servers and realms by hand, `topics create`/`topics wait`,
 #             which the Kubernetes topics Job and the stages' init containers run), nothing else.
 # dev:        devbroker (librdkafka's mock cluster) and provider-fakes (APNs/FCM fakes);
@@ -32,13 +32,12 @@ COPY benchmarks benchmarks
 # (RUN uses /bin/sh, dash on Debian: no brace expansion, so each binary is named.)
 RUN swift build -c release --static-swift-stdlib \
     --product ingest --product encryptor --product dispatcher --product feedback \
-    --product pushrelay-replay --product pushrelay-admin \
+    --product pushrelay \
     && bin="$(swift build -c release --show-bin-path)" && mkdir /out \
-    && cp "$bin/ingest" "$bin/encryptor" "$bin/dispatcher" "$bin/feedback" "$bin/pushrelay-replay" \
-          "$bin/pushrelay-admin" /out/
+    && cp "$bin/ingest" "$bin/encryptor" "$bin/dispatcher" "$bin/feedback" "$bin/pushrelay" /out/
 
 # Dev tools, built on top of the production build (shared modules are reused, not
-# rebuilt). pushrelay-admin depends on no Dev/ target: it is in the production build above.
+# rebuilt). pushrelay depends on no Dev/ target: it is in the production build above.
 FROM build AS build-dev
 RUN swift build -c release --static-swift-stdlib \
     --product devbroker --product provider-fakes \

@@ -60,4 +60,4 @@ microbench:
 
 ## docs/configuration.md from the settings catalog (a test fails when they differ).
 docs:
-	swift build --product pushrelay-admin && "$$(swift build --show-bin-path)/pushrelay-admin" settings > docs/configuration.md
+	swift build --product pushrelay && "$$(swift build --show-bin-path)/pushrelay" settings > docs/configuration.md

@@ -21,8 +21,7 @@ let package = Package(
         .executable(name: "demo-device", targets: ["demo-device"]),
         .executable(name: "chaos", targets: ["chaos"]),
         .executable(name: "loadgen", targets: ["loadgen"]),
-        .executable(name: "pushrelay-replay", targets: ["pushrelay-replay"]),
-        .executable(name: "pushrelay-admin", targets: ["pushrelay-admin"]),
+        .executable(name: "pushrelay", targets: ["pushrelay"]),
         .executable(name: "pushrelay-fuzz", targets: ["pushrelay-fuzz"]),
     ],
     dependencies: [
@@ -288,29 +287,25 @@ let package = Package(
         .target(
             name: "ReplayKit", dependencies: ["Kafka", "PushModels"], path: "Tools/ReplayKit", swiftSettings: strict),
         .executableTarget(
-            name: "pushrelay-replay",
-            dependencies: [
-                "ReplayKit", "Kafka", "PushModels", "DeviceState", "RedisClient", "ServiceKit",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                .product(name: "Logging", package: "swift-log"),
-            ],
-            path: "Tools/Replay", swiftSettings: strict),
-
-        .executableTarget(
             name: "pushrelay-fuzz",
             dependencies: [
                 "DevStack", "PushModels", .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             path: "Tools/Fuzz", swiftSettings: strict),
 
+        // The operator's tool: servers, devices, test sends, topics, traces, replays, dead letters.
         .executableTarget(
-            name: "pushrelay-admin",
+            name: "pushrelay",
             dependencies: [
-                "ServiceKit", "DeviceState", "RedisClient", "PushCrypto", "PushModels", "Kafka",
+                "ReplayKit", "ServiceKit", "DeviceState", "RedisClient", "PushCrypto", "PushModels", "Kafka",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Configuration", package: "swift-configuration"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
             ],
-            path: "Tools/Admin", swiftSettings: strict),
+            path: "Tools/PushRelay", swiftSettings: strict),
 
         // Fixtures: the record corpus and reading rules of each release (read by path).
         .testTarget(

@@ -95,6 +95,18 @@ APNS_TOKEN=$APNS_TOKEN
 FCM_TOKEN=$FCM_TOKEN
 ENV
 
+# The operator tool's settings for this stack (file paths and ports, no secret values):
+# `set -a; . .run/env; set +a`, then `pushrelay …` (its key: PUSHRELAY_API_KEY=$KEY).
+cat > "$RUN/env" <<ENV
+PUSHRELAY_REDIS_PORT=$REDIS_PORT
+PUSHRELAY_KAFKA_BROKERS_FILE=$PWD/$RUN/kafka-bootstrap
+PUSHRELAY_PIPELINE_KEYS_FILE=$PWD/$RUN/pipeline-keys
+PUSHRELAY_STORAGE_KEYS_FILE=$PWD/$RUN/storage-keys
+PUSHRELAY_APIKEY_PEPPER_FILE=$PWD/$RUN/apikey-pepper
+PUSHRELAY_API_URL=$API
+PUSHRELAY_TOPIC_PARTITIONS=${PUSHRELAY_DEVBROKER_PARTITIONS:-6}
+ENV
+
 cat <<TXT
 
 PushRelay is running (logs in $RUN/logs, stop with: make down).
@@ -110,4 +122,10 @@ Then see what each phone received, decrypted with its push key:
 
   $BIN/demo-device http://127.0.0.1:8445 $APNS_TOKEN $RUN/demo/push-key
   $BIN/demo-device http://127.0.0.1:8445 $FCM_TOKEN $RUN/demo/push-key
+
+Or send a test through the pipeline and wait for each device's outcome, then trace it:
+
+  set -a; . $RUN/env; set +a
+  PUSHRELAY_API_KEY=\$(sed -n 's/^KEY=//p' $RUN/demo/env) $BIN/pushrelay send-test --server $SERVER --realm $REALM --user 10 --wait
+  $BIN/pushrelay trace <notification id>
 TXT

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks that the Dockerfile, the compose file and the Kubernetes package parse and name
-# what they must: the production image builds and holds only the four services,
-# pushrelay-replay and pushrelay-admin (no dev broker, no provider fakes) and runs as uid
+# what they must: the production image builds and holds only the four services and
+# the pushrelay tool (no dev broker, no provider fakes) and runs as uid
 # 10001; dev-only services run the dev image in compose's dev profile; every compose
 # service has a healthcheck and a restart policy, Kafka keeps its log on its volume and
 # Redis has a password. The Kubernetes overlays (deploy/base, deploy/overlays/*) are
@@ -31,7 +31,7 @@ def check(ok, message):
         failures.append(message)
     return ok
 
-PRODUCTION_PRODUCTS = {"ingest", "encryptor", "dispatcher", "feedback", "pushrelay-replay", "pushrelay-admin"}
+PRODUCTION_PRODUCTS = {"ingest", "encryptor", "dispatcher", "feedback", "pushrelay"}
 DEV_PRODUCTS = {"devbroker", "provider-fakes"}
 DEV_ONLY_WORDS = ["devbroker", "provider-fakes", "fakeproviders"]  # matched case-insensitively
 DEV_COMMANDS = {"devbroker", "provider-fakes"}
@@ -687,12 +687,12 @@ def k8s_overlay(overlay, docs):
             check(prestop > 0, f"{what}: no preStop sleep: the listener would close before endpoints drain")
         # No consuming (or producing) before the topics exist.
         init = pod.get("initContainers") or []
-        check(any(c.get("command", [])[:3] == ["pushrelay-admin", "topics", "wait"] for c in init),
-              f"{what}: no init container runs `pushrelay-admin topics wait`")
+        check(any(c.get("command", [])[:3] == ["pushrelay", "topics", "wait"] for c in init),
+              f"{what}: no init container runs `pushrelay topics wait`")
         for c in init:
             check(container_env(c).get("PUSHRELAY_KAFKA_BROKERS") == env.get("PUSHRELAY_KAFKA_BROKERS"),
                   f"{what}: init container {c['name']} is given other brokers")
-            # pushrelay-admin reads the shared settings (Kafka and Redis), files included.
+            # pushrelay reads the shared settings (Kafka and Redis), files included.
             c_mounts = {m["mountPath"] for m in c.get("volumeMounts", [])}
             for var in file_settings:
                 if env.get(var):
@@ -708,7 +708,7 @@ def k8s_overlay(overlay, docs):
         else:
             check(deployment["spec"].get("replicas") == 1, f"{what}: dev runs one replica per stage")
 
-    # The topics: a Job running `pushrelay-admin topics create` (base, dev, production), or
+    # The topics: a Job running `pushrelay topics create` (base, dev, production), or
     # Strimzi KafkaTopics (strimzi). Their partition count caps the consumer stages.
     jobs = named("Job")
     kafka_topics = {(d["spec"].get("topicName") or d["metadata"]["name"]): d for d in named("KafkaTopic")}
@@ -749,9 +749,9 @@ def k8s_overlay(overlay, docs):
                     check(allowed("topic", t, "Read"), f"{where}: the KafkaUser may not read topic {t} ({stage})")
                     check(allowed("group", group, "Read"), f"{where}: the KafkaUser may not use group {group} ({stage})")
     else:
-        topic_jobs = [j for j in jobs if any(c.get("command", [])[:3] == ["pushrelay-admin", "topics", "create"]
+        topic_jobs = [j for j in jobs if any(c.get("command", [])[:3] == ["pushrelay", "topics", "create"]
                                              for c in j["spec"]["template"]["spec"]["containers"])]
-        if check(len(topic_jobs) == 1, f"{where}: {len(topic_jobs)} Jobs run `pushrelay-admin topics create`, not 1"):
+        if check(len(topic_jobs) == 1, f"{where}: {len(topic_jobs)} Jobs run `pushrelay topics create`, not 1"):
             job = topic_jobs[0]
             check(isinstance(job["spec"].get("backoffLimit"), int) and isinstance(job["spec"].get("ttlSecondsAfterFinished"), int),
                   f"{where}: the topics Job lacks backoffLimit or ttlSecondsAfterFinished")

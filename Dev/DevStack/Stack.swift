@@ -832,16 +832,18 @@ extension Stack {
         }
     }
 
-    /// Runs one of the built tools (e.g. `pushrelay-replay`) against this stack.
-    public func runTool(_ name: String, _ arguments: [String]) async throws -> (
-        status: Int32, output: String, errors: String
-    ) {
+    /// Runs one of the built tools (e.g. `pushrelay`) against this stack, with the stages'
+    /// settings (brokers, Redis, key files) plus `extra`.
+    public func runTool(_ name: String, _ arguments: [String], environment extra: [String: String] = [:])
+        async throws -> (status: Int32, output: String, errors: String)
+    {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "\(binDirectory)/\(name)")
         process.arguments = arguments
         var env = ProcessInfo.processInfo.environment
-        env["PUSHRELAY_KAFKA_BROKERS"] = kafkaBrokers
+        env.merge(environment(for: .encryptor)) { _, new in new }
         env.merge(redisEnvironment) { _, new in new }
+        env.merge(extra) { _, new in new }
         process.environment = env
         let out = Pipe()
         let err = Pipe()

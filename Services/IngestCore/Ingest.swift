@@ -49,7 +49,7 @@ public struct IngestConfiguration: Sendable {
     public var common: CommonSettings
     public var limits: Limits
     public var auth: ServerAuthenticator.Settings
-    /// Whether servers may register themselves (`open`) or only by `pushrelay-admin` (`closed`).
+    /// Whether servers may register themselves (`open`) or only by `pushrelay` (`closed`).
     public var openServerRegistration: Bool
     public var pipelineKeys: PipelineKeyring
     public var storageKeys: StorageKeyring

@@ -14,7 +14,7 @@ struct ZulipServerController: Sendable {
     /// Seals the realms' owner secrets at rest.
     let storage: StorageKeyring
     let limits: Limits
-    /// Whether servers may register themselves (`open`) or only by `pushrelay-admin` (`closed`).
+    /// Whether servers may register themselves (`open`) or only by `pushrelay` (`closed`).
     let openRegistration: Bool
     /// Zulip's registration transfer.
     let transfers: RegistrationTransfers

@@ -113,38 +113,20 @@ public struct ServerStore: Sendable {
         return 0
         """
 
-    /// Builds the hostname index from the server records (`pushrelay-admin
+    /// Builds the hostname index from the server records (`pushrelay servers
     /// index-hostnames`, once after upgrading from a relay without it): each hostname goes
     /// to the server that registered it first (`created_ms`). `nodes` are clients of
     /// every master, each alone.
     /// Returns how many hostnames are indexed.
     public func indexHostnames(nodes: [RedisClient]) async throws -> Int {
-        var first: [String: (uuid: String, createdMs: Int64)] = [:]
-        let prefix = keys.prefix + "server:"
-        for node in nodes {
-            var cursor = "0"
-            repeat {
-                let reply = try await node.command(
-                    "SCAN", RedisArgument(cursor), "MATCH", RedisArgument(prefix + "*"), "COUNT", "1000"
-                ).array
-                guard reply.count == 2, let next = reply[0].string else { break }
-                cursor = next
-                for name in reply[1].array.compactMap(\.string) {
-                    // `{p}server:{uuid}` only, not `…:realms` or `…:devices`.
-                    var uuid = String(name.dropFirst(prefix.count))
-                    if uuid.hasPrefix("{"), uuid.hasSuffix("}") { uuid = String(uuid.dropFirst().dropLast()) }
-                    guard let canonical = Syntax.canonicalUUID(uuid), keys.server(ServerID(canonical)) == name else {
-                        continue
-                    }
-                    let fields = try await redis.command(
-                        "HMGET", RedisArgument(name), "hostname", "created_ms"
-                    ).array
-                    guard fields.count == 2, let hostname = fields[0].string else { continue }
-                    let created = fields[1].string.flatMap { Int64($0) } ?? .max
-                    if let known = first[hostname], known.createdMs <= created { continue }
-                    first[hostname] = (canonical, created)
-                }
-            } while cursor != "0"
+        var first: [String: (uuid: ServerID, createdMs: Int64)] = [:]
+        for uuid in try await serverIDs(nodes: nodes) {
+            let fields = try await redis.command("HMGET", RedisArgument(keys.server(uuid)), "hostname", "created_ms")
+                .array
+            guard fields.count == 2, let hostname = fields[0].string else { continue }
+            let created = fields[1].string.flatMap { Int64($0) } ?? .max
+            if let known = first[hostname], known.createdMs <= created { continue }
+            first[hostname] = (uuid, created)
         }
         for (hostname, holder) in first {
             try await redis.command("SET", RedisArgument(keys.serverHostname(hostname)), RedisArgument(holder.uuid))

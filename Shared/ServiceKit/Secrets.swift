@@ -9,7 +9,7 @@ import PushCrypto
 /// |---|---|---|
 /// | `PUSHRELAY_PIPELINE_KEYS_FILE` | `key_id:base64(32 bytes)` per line, first = current | ingest, encryptor, dispatcher |
 /// | `PUSHRELAY_STORAGE_KEYS_FILE` | `key_id:base64(32 bytes)` per line, first = current | ingest, encryptor, feedback |
-/// | `PUSHRELAY_APIKEY_PEPPER_FILE` | base64 of ≥ 32 random bytes | ingest, pushrelay-admin |
+/// | `PUSHRELAY_APIKEY_PEPPER_FILE` | base64 of ≥ 32 random bytes | ingest, pushrelay |
 /// | `PUSHRELAY_BOUNCER_KEYS_FILE` | base64 X25519 secret keys, one per line | ingest |
 extension SettingsReader {
     /// The pipeline keys that seal notification plaintext and device tokens on the topics.

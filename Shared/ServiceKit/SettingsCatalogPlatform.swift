@@ -117,7 +117,7 @@ extension SettingsCatalog {
 
     static let topics = Section(
         "Topics and retries",
-        "The pipeline's topics, how `pushrelay-admin topics create` makes them, and the retry schedule.",
+        "The pipeline's topics, how `pushrelay topics create` makes them, and the retry schedule.",
         [
             Setting("pushrelay.topic.requests", .topic, default: "`push.requests`", "ingest, encryptor, replay tool"),
             Setting("pushrelay.topic.outbound", .topic, default: "`push.outbound`", "encryptor, dispatcher"),
@@ -131,18 +131,18 @@ extension SettingsCatalog {
             Setting(
                 "pushrelay.topic.partitions", .int(1...10_000), default: "`12`",
                 """
-                `pushrelay-admin topics create`: partitions of each topic it creates (the most busy replicas a \
+                `pushrelay topics create`: partitions of each topic it creates (the most busy replicas a \
                 consumer group can have)
                 """),
             Setting(
                 "pushrelay.topic.replication.factor", .int(1...32), default: "`3`",
-                "`pushrelay-admin topics create`"),
+                "`pushrelay topics create`"),
             Setting(
                 "pushrelay.topic.min.insync.replicas", .int(1...32), default: "`2`",
-                "`pushrelay-admin topics create`: `min.insync.replicas` (the producers write with `acks=all`)"),
+                "`pushrelay topics create`: `min.insync.replicas` (the producers write with `acks=all`)"),
             Setting(
                 "pushrelay.topic.retention.ms", .int(60_000...(3650 * 86_400_000)), default: "`604800000` (7 days)",
-                "`pushrelay-admin topics create`: `retention.ms`, how long a topic can be replayed"),
+                "`pushrelay topics create`: `retention.ms`, how long a topic can be replayed"),
             Setting(
                 "pushrelay.retry.delays", .delays, default: "`5s,1m,10m`",
                 "dispatcher: one retry topic per delay (`ms`, `s`, `m`, `h`); the dev broker creates three"),
@@ -220,6 +220,6 @@ extension SettingsCatalog {
             Setting(
                 "pushrelay.storage.keys.file", .path, default: "required",
                 "ingest, encryptor, feedback (see docs/security.md)"),
-            Setting("pushrelay.apikey.pepper.file", .path, default: "required", "ingest, `pushrelay-admin`"),
+            Setting("pushrelay.apikey.pepper.file", .path, default: "required", "ingest, `pushrelay`"),
         ])
 }

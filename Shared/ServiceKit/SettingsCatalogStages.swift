@@ -13,7 +13,7 @@ extension SettingsCatalog {
             Setting("pushrelay.auth.failures.window.seconds", .int(1...86_400), default: "`300`", "ingest"),
             Setting(
                 "pushrelay.server.registration", .oneOf(["open", "closed"]), default: "`open`",
-                "ingest: `closed` takes new servers only from `pushrelay-admin`"),
+                "ingest: `closed` takes new servers only from `pushrelay`"),
             Setting(
                 "pushrelay.server.registrations.max", .int(1...1_000_000), default: "`10`",
                 "ingest: per client address"),
@@ -24,7 +24,7 @@ extension SettingsCatalog {
                 "ingest: push keys kept per device"),
             Setting(
                 "pushrelay.server.max.realms", .int(1...10_000_000), default: "`10000`",
-                "ingest, `pushrelay-admin`"),
+                "ingest, `pushrelay`"),
             Setting("pushrelay.server.max.devices", .int(1...1_000_000_000), default: "`10000000`", "ingest"),
             Setting(
                 "pushrelay.notify.publish.timeout.ms", .int(100...120_000), default: "`5000`",

@@ -1,4 +1,4 @@
-/// docs/configuration.md, rendered from the catalog: `pushrelay-admin settings` prints it,
+/// docs/configuration.md, rendered from the catalog: `pushrelay settings` prints it,
 /// `make docs` writes it, and a test fails when the file in the repository differs.
 extension SettingsCatalog {
     public static func markdown() -> String {
@@ -23,7 +23,7 @@ extension SettingsCatalog {
             "the variable, never a silent default, and unknown `PUSHRELAY_` names are logged as",
             "likely typos. The brokers and the secret files have **no default**: a service without",
             "them does not start. Only the dev stack (`make up`, the tests) points them at `.run/`.",
-            "Secrets come from files. `pushrelay-admin settings` prints this page.",
+            "Secrets come from files. `pushrelay settings` prints this page.",
             "",
         ]
         lines.append(contentsOf: sections.map { "- [\($0.title)](#\(anchor($0.title)))" })

@@ -103,8 +103,13 @@ extension StackTests {
             #expect(try await stack.received("fcm").filter { $0.token == token }.map(\.status) == [500, 500, 500, 500])
 
             // Re-drive it once the provider is healthy again.
-            let args = ["--topic", "push.deadletter", "--notification", id, "--quiet"]
-            let redrive = try await stack.runTool("pushrelay-replay", args + ["--into", "push.outbound"])
+            let listed = try await stack.runTool(
+                "pushrelay", ["deadletter", "list", "--notification", id, "--quiet", "--output", "json"])
+            let letters = try Wire.decode(JSONValue.self, from: Array(listed.output.utf8))["dead_letters"]?.arrayValue
+            #expect(letters?.count == 1, "\(listed.output)")
+            #expect(letters?.first?["kind"] == "dead_letter" && !listed.output.contains(token))
+            let args = ["deadletter", "redrive", "--notification", id, "--quiet"]
+            let redrive = try await stack.runTool("pushrelay", args)
             #expect(redrive.status == 0, "\(redrive.errors)")
             #expect(redrive.output.contains("re-drove 1 into push.outbound, skipped 0"))
             let delivered = try await stack.waitForPushes("fcm") {
@@ -115,9 +120,9 @@ extension StackTests {
                     == Wire.canonical(payload))
 
             // Re-driving again is stopped by the dedupe guard; --force sends once more.
-            let again = try await stack.runTool("pushrelay-replay", args + ["--into", "push.outbound"])
+            let again = try await stack.runTool("pushrelay", args)
             #expect(again.output.contains("re-drove 0 into push.outbound, skipped 1 already delivered"))
-            let forced = try await stack.runTool("pushrelay-replay", args + ["--into", "push.outbound", "--force"])
+            let forced = try await stack.runTool("pushrelay", args + ["--force"])
             #expect(forced.output.contains("re-drove 1 into push.outbound, skipped 0 already delivered (forced)"))
             _ = try await stack.waitForPushes("fcm") { $0.filter { $0.token == token && $0.status == 200 }.count == 2 }
             try await Task.sleep(for: .seconds(1))
@@ -180,14 +185,14 @@ extension StackTests {
             let token = RealmClient.apnsToken()
             let fcmToken = RealmClient.fcmToken()
             _ = try await realm.device(userID: 87, kind: "apns", token: token, key: key)
-            _ = try await realm.device(userID: 87, kind: "fcm", token: fcmToken, key: key)
+            let fcmDevice = try await realm.device(userID: 87, kind: "fcm", token: fcmToken, key: key)
             try await stack.unregister("fcm", token: fcmToken)
             try await stack.inject("apns", status: 503, reason: "ServiceUnavailable", retryAfter: nil, count: 1)
             let reply = try await realm.notify(userID: 87, payload: realm.messagePayload(userID: 87, messageID: 8701))
             let id = try #require(reply.json["notification_id"]?.stringValue)
             _ = try await stack.waitForRecords("push.deliveries") { $0.filter { $0.notificationID == id }.count == 2 }
 
-            let trace = try await stack.runTool("pushrelay-replay", ["--trace", id, "--quiet"])
+            let trace = try await stack.runTool("pushrelay", ["trace", id, "--quiet"])
             #expect(trace.status == 0, "\(trace.errors)")
             let lines = trace.output.split(separator: "\n").map(String.init)
             // The APNs device's path: accepted, encrypted, parked, sent.
@@ -201,25 +206,59 @@ extension StackTests {
             #expect(trace.output.contains("token invalidated") && trace.output.contains("UNREGISTERED"))
             #expect(lines.last?.contains("sent") == true && lines.last?.contains("invalid_token") == true)
 
+            let traced = try await stack.runTool("pushrelay", ["trace", id, "--quiet", "--output", "json"])
+            let records = try Wire.decode(JSONValue.self, from: Array(traced.output.utf8))["records"]?.arrayValue ?? []
+            #expect(
+                records.contains { $0["kind"] == "retry" } && records.filter { $0["kind"] == "delivery" }.count == 2)
+            #expect(!traced.output.contains(token) && !traced.output.contains(fcmToken), "tokens are redacted")
+            let unknown = try await stack.runTool("pushrelay", ["trace", UUID().uuidString.lowercased(), "--quiet"])
+            #expect(unknown.status == 2 && unknown.output.contains("no records"))
+
+            // The dead token's device: invalidated by feedback, its last outcome read from the topic.
+            var inspected: JSONValue = .null
+            try await Stack.waitFor("the device to read invalid", timeout: .seconds(20)) {
+                guard
+                    let run = try? await stack.runTool(
+                        "pushrelay", ["devices", "inspect", "\(fcmDevice)", "--quiet", "--output", "json"]),
+                    let json = try? Wire.decode(JSONValue.self, from: Array(run.output.utf8))
+                else { return false }
+                inspected = json
+                return json["status"] == "invalid"
+            }
+            #expect(inspected["provider"] == "fcm" && inspected["invalid"]?["reason"] == "UNREGISTERED")
+            #expect(inspected["realm_uuid"]?.stringValue == realm.realmUUID)
+            let last = inspected["last_outcomes"]?.arrayValue ?? []
+            #expect(last.contains { $0["notification_id"]?.stringValue == id && $0["outcome"] == "invalid_token" })
+            let text = try await stack.runTool("pushrelay", ["devices", "inspect", "\(fcmDevice)", "--quiet"])
+            #expect(text.status == 0 && text.output.contains("invalid since") && !text.output.contains(fcmToken))
+            #expect(
+                try await stack.runTool("pushrelay", ["devices", "inspect", "999999999", "--minutes", "0"]).status == 2)
+
             let summary = try await stack.runTool(
-                "pushrelay-replay",
-                ["--topic", "push.deliveries", "--realm", realm.realmUUID, "--summary", "--json", "--quiet"])
+                "pushrelay",
+                [
+                    "replay", "--topic", "push.deliveries", "--realm", realm.realmUUID, "--summary", "--output", "json",
+                    "--quiet",
+                ])
             let counts = try Wire.decode(JSONValue.self, from: Array(summary.output.utf8))
             #expect(counts["total"] == 2)
             #expect(counts["by_outcome"] == ["sent": 1, "invalid_token": 1])
             #expect(counts["by_provider"] == ["apns": 1, "fcm": 1])
 
             let lines2 = try await stack.runTool(
-                "pushrelay-replay", ["--topic", "push.outbound", "--notification", id, "--quiet"])
+                "pushrelay", ["replay", "--topic", "push.outbound", "--notification", id, "--quiet"])
             #expect(lines2.output.split(separator: "\n").count == 2)
             #expect(!lines2.output.contains(token) && !lines2.output.contains(fcmToken), "tokens are redacted")
             #expect(lines2.output.contains("[redacted"))
             let future = try await stack.runTool(
-                "pushrelay-replay",
-                ["--topic", "push.outbound", "--notification", id, "--from", "2100-01-01T00:00:00Z", "--quiet"])
+                "pushrelay",
+                [
+                    "replay", "--topic", "push.outbound", "--notification", id, "--from", "2100-01-01T00:00:00Z",
+                    "--quiet",
+                ])
             #expect(future.status == 0 && future.output.isEmpty, "a time range excludes records outside it")
-            let bad = try await stack.runTool("pushrelay-replay", ["--from", "yesterday"])
-            #expect(bad.status != 0 && bad.errors.contains("not an ISO 8601 time"))
+            let bad = try await stack.runTool("pushrelay", ["replay", "--from", "yesterday"])
+            #expect(bad.status == 64 && bad.errors.contains("not an ISO 8601 time"))
         }
 
         @Test func connectionsRetiredByGOAWAYLoseNothingAndEveryResendIsMarked() async throws {

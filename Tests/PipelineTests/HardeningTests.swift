@@ -360,7 +360,7 @@ extension StackTests {
             let strict = try await Self.strictIngest(stack)
             func admin(_ arguments: [String]) throws -> (status: Int32, output: String) {
                 let process = Process()
-                process.executableURL = URL(fileURLWithPath: "\(stack.binDirectory)/pushrelay-admin")
+                process.executableURL = URL(fileURLWithPath: "\(stack.binDirectory)/pushrelay")
                 process.arguments = arguments
                 process.environment = ProcessInfo.processInfo.environment.merging(stack.environment(for: .ingest)) {
                     _, new in new
@@ -374,7 +374,7 @@ extension StackTests {
                 return (process.terminationStatus, String(decoding: data, as: UTF8.self))
             }
             let created = try admin([
-                "register-server", "--hostname", "chat.example.com", "--contact-email", "ops@example.com",
+                "servers", "register", "--hostname", "chat.example.com", "--contact-email", "ops@example.com",
             ])
             #expect(created.status == 0, "\(created.output)")
             var values: [String: String] = [:]
@@ -386,13 +386,35 @@ extension StackTests {
             let key = try #require(values["api_key"])
             #expect(key.utf8.count == 64)
             let realm = UUID().uuidString.lowercased()
-            #expect(try admin(["register-realm", "--server", server, "--realm", realm]).status == 0)
-            #expect(try admin(["register-realm", "--server", UUID().uuidString, "--realm", realm]).status != 0)
+            #expect(try admin(["realms", "register", "--server", server, "--realm", realm]).status == 0)
+            #expect(try admin(["realms", "register", "--server", UUID().uuidString, "--realm", realm]).status != 0)
             let reply = try await HTTP.send(
                 "GET", "\(strict.api)/v1/feedback?realm_uuid=\(realm)", body: nil, auth: (server, key),
                 headers: [("X-Test-Client", Self.randomAddress())])
             #expect(reply.status == 200, "a server registered by hand works where registration is closed")
-            #expect(try admin(["register-server", "--hostname", "bad host", "--contact-email", "x@y.z"]).status != 0)
+            #expect(
+                try admin(["servers", "register", "--hostname", "bad host", "--contact-email", "x@y.z"]).status == 64)
+
+            // The operator's view: listed, shown without its key, deactivated.
+            let listed = try admin(["servers", "list", "--output", "json"])
+            let servers = try Wire.decode(JSONValue.self, from: Array(listed.output.utf8))["servers"]?.arrayValue ?? []
+            let mine = try #require(servers.first { $0["server_uuid"]?.stringValue == server }, "\(listed.output)")
+            #expect(mine["hostname"] == "chat.example.com" && mine["active"] == true && mine["realms"] == 1)
+            let shown = try admin(["servers", "show", server])
+            #expect(
+                shown.status == 0 && shown.output.contains("chat.example.com") && shown.output.contains("realms      1")
+            )
+            #expect(!shown.output.contains(key) && !listed.output.contains(key), "never the key")
+            #expect(try admin(["servers", "show", UUID().uuidString]).status == 2, "no such server: 2")
+            #expect(try admin(["servers", "deactivate", server]).status == 0)
+            // Every instance stops taking it within a lease (1 s).
+            try await Stack.waitFor("the deactivated server to be refused", timeout: .seconds(10)) {
+                (try? await HTTP.send(
+                    "GET", "\(strict.api)/v1/feedback?realm_uuid=\(realm)", body: nil, auth: (server, key),
+                    headers: [("X-Test-Client", Self.randomAddress())]))?.status == 401
+            }
+            let after = try admin(["servers", "show", server, "--output", "json"])
+            #expect(try Wire.decode(JSONValue.self, from: Array(after.output.utf8))["active"] == false)
         }
 
         // MARK: realm ownership

@@ -1,9 +1,10 @@
 import DevStack
 import Foundation
+import PushModels
 import Testing
 
 extension StackTests {
-    /// `pushrelay-admin topics`, as the Kubernetes topics Job and the stages' init containers
+    /// `pushrelay topics`, as the Kubernetes topics Job and the stages' init containers
     /// run it, against the stack's broker (librdkafka's mock: it has the pipeline's topics,
     /// and never answers CreateTopics, so a missing topic shows how a refusal reads).
     @Suite struct TopicsToolTests {
@@ -16,8 +17,8 @@ extension StackTests {
                 .path
             defer { try? FileManager.default.removeItem(atPath: log) }
             let process = try Stack.launch(
-                "\(stack.binDirectory)/pushrelay-admin", ["topics"] + arguments, environment: env, log: log)
-            try await Stack.waitFor("pushrelay-admin topics \(arguments.first ?? "")", timeout: .seconds(90)) {
+                "\(stack.binDirectory)/pushrelay", ["topics"] + arguments, environment: env, log: log)
+            try await Stack.waitFor("pushrelay topics \(arguments.first ?? "")", timeout: .seconds(90)) {
                 !process.isRunning
             }
             return (process.terminationStatus, try String(contentsOfFile: log, encoding: .utf8))
@@ -39,6 +40,22 @@ extension StackTests {
             let (status, output) = try await Self.run(["wait", "--timeout-seconds", "20"])
             #expect(status == 0, "\(output)")
             #expect(output.contains("every topic exists"))
+        }
+
+        @Test func checkSaysWhatIsMissingOrSmallerWithItsExitStatus() async throws {
+            // The dev broker makes 6 partitions a topic.
+            let (ok, okOutput) = try await Self.run(["check", "--output", "json"], ["PUSHRELAY_TOPIC_PARTITIONS": "6"])
+            #expect(ok == 0, "\(okOutput)")
+            let json = try Wire.decode(JSONValue.self, from: Array(okOutput.utf8))
+            #expect(json["ok"] == true)
+            #expect(json["topics"]?.arrayValue?.count == 9, "\(okOutput)")
+            #expect(json["topics"]?.arrayValue?.allSatisfy { $0["state"] == "ok" && $0["partitions"] == 6 } == true)
+            // A fourth retry stage's topic is missing, and 12 partitions are more than there are: 3.
+            let (unmet, text) = try await Self.run(
+                ["check"], ["PUSHRELAY_RETRY_DELAYS": "1s,2s,3s,4s", "PUSHRELAY_TOPIC_PARTITIONS": "12"])
+            #expect(unmet == 3, "\(text)")
+            #expect(text.contains("push.retry.4\tmissing\t- of 12 partitions"), "\(text)")
+            #expect(text.contains("push.requests\tfewer_partitions\t6 of 12 partitions"), "\(text)")
         }
 
         @Test func aTopicTheBrokerWillNotCreateFailsWithAClearMessage() async throws {

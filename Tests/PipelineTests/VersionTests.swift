@@ -28,7 +28,7 @@ extension StackTests {
                 version.split(separator: ".").count == 3 && version.split(separator: ".").allSatisfy { Int($0) != nil })
         }
 
-        @Test(arguments: ["ingest", "encryptor", "dispatcher", "feedback", "pushrelay-admin", "pushrelay-replay"])
+        @Test(arguments: ["ingest", "encryptor", "dispatcher", "feedback", "pushrelay"])
         func everyBinaryAnswersVersion(_ binary: String) async throws {
             let directory = try Stack.binDirectory()
             let log = FileManager.default.temporaryDirectory.appendingPathComponent("version-\(UUID().uuidString)").path

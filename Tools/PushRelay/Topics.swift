@@ -4,13 +4,14 @@ import Kafka
 import PushModels
 import ServiceKit
 
-/// `pushrelay-admin topics …`: the pipeline's topics, made as the settings say. Run by
-/// the Kubernetes Job before the stages start (`create`), and by each stage's init
-/// container (`wait`), so no stage consumes before its topics exist.
+/// `pushrelay topics …`: the pipeline's topics, made as the settings say. Run by the
+/// Kubernetes Job before the stages start (`create`), and by each stage's init container
+/// (`wait`), so no stage consumes before its topics exist; `check` tells an operator
+/// whether they are as configured.
 struct Topics: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "topics", abstract: "Create the pipeline's topics, or wait for them.",
-        subcommands: [CreateTopics.self, WaitForTopics.self, ListTopics.self])
+        commandName: "topics", abstract: "Create the pipeline's topics, check them, or wait for them.",
+        subcommands: [CreateTopics.self, CheckTopics.self, WaitForTopics.self, ListTopics.self])
 }
 
 /// The topics the stages use, from the same settings they read: the names
@@ -22,8 +23,9 @@ struct TopicPlan {
     let specs: [TopicSpec]
 
     static func fromEnvironment() throws -> TopicPlan {
-        let reader = try SettingsReader.environment()
-        let settings = try CommonSettings(service: "admin", defaultPort: 0, reader: reader)
+        let relay = try Operator.fromEnvironment()
+        let reader = relay.reader
+        let settings = relay.settings
         let partitions = try reader.int("pushrelay.topic.partitions", default: 12)
         let replication = try reader.int("pushrelay.topic.replication.factor", default: 3)
         let minInSync = try reader.int("pushrelay.topic.min.insync.replicas", default: 2)
@@ -63,7 +65,7 @@ struct CreateTopics: AsyncParsableCommand {
         } catch let error as KafkaError {
             let existing = (try? await admin.topics(timeout: .seconds(5))) ?? [:]
             let missing = plan.specs.map(\.name).filter { existing[$0] == nil }
-            throw TopicsError(
+            throw CLIError(
                 "cannot create \(missing.isEmpty ? "the topics" : missing.joined(separator: ", ")) at "
                     + "\(plan.kafka.bootstrapServers): \(error) (check PUSHRELAY_KAFKA_BROKERS, the "
                     + "PUSHRELAY_KAFKA_SECURITY_PROTOCOL/SASL/TLS settings, and that this user may create topics)")
@@ -89,7 +91,7 @@ struct CreateTopics: AsyncParsableCommand {
                 refused.append("\(spec.name): the broker did not say")
             }
         }
-        guard refused.isEmpty else { throw TopicsError(refused.joined(separator: "\n")) }
+        guard refused.isEmpty else { throw CLIError(refused.joined(separator: "\n")) }
     }
 }
 
@@ -122,7 +124,7 @@ struct WaitForTopics: AsyncParsableCommand {
             print("waiting for the topics (\(problem))")
             try await Task.sleep(for: .seconds(2))
         }
-        throw TopicsError("the topics are not there after \(timeoutSeconds) s: \(problem)")
+        throw CLIError("the topics are not there after \(timeoutSeconds) s: \(problem)")
     }
 }
 
@@ -139,8 +141,42 @@ struct ListTopics: AsyncParsableCommand {
     }
 }
 
-/// A failure the operator must act on: printed as is, exit status 1.
-struct TopicsError: Error, CustomStringConvertible {
-    let description: String
-    init(_ description: String) { self.description = description }
+struct CheckTopics: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "check",
+        abstract: "Check that every topic exists with at least the configured partitions.",
+        discussion: "Exit status 3 when one is missing or has fewer partitions; 1 when the brokers cannot be asked.")
+
+    @OptionGroup var output: OutputOptions
+
+    func run() async throws {
+        let plan = try TopicPlan.fromEnvironment()
+        let existing: [String: Int]
+        do {
+            existing = try await KafkaAdmin(configuration: plan.kafka).topics(timeout: .seconds(10))
+        } catch {
+            throw CLIError("cannot list the topics at \(plan.kafka.bootstrapServers): \(error)")
+        }
+        var problems = 0
+        var rows: [JSONValue] = []
+        for spec in plan.specs {
+            let partitions = existing[spec.name]
+            let state =
+                switch partitions {
+                case nil: "missing"
+                case let p? where p < spec.partitions: "fewer_partitions"
+                default: "ok"
+                }
+            if state != "ok" { problems += 1 }
+            rows.append([
+                "topic": .string(spec.name), "state": .string(state),
+                "partitions": partitions.map { .int(Int64($0)) } ?? .null, "configured": .int(Int64(spec.partitions)),
+            ])
+            if !output.json {
+                print("\(spec.name)\t\(state)\t\(partitions.map(String.init) ?? "-") of \(spec.partitions) partitions")
+            }
+        }
+        if output.json { output.print(["topics": .array(rows), "ok": .bool(problems == 0)]) }
+        if problems > 0 { throw Exit.unmet }
+    }
 }

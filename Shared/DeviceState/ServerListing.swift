@@ -1,0 +1,67 @@
+import PushModels
+import RedisClient
+
+/// What an operator may see of a server: never its key or the key's hash.
+public struct ServerSummary: Sendable, Equatable {
+    public var uuid: ServerID
+    public var hostname: String?
+    public var contactEmail: String?
+    public var createdMs: Int64?
+    public var updatedMs: Int64?
+    /// When it was deactivated; nil while it is active.
+    public var deactivatedMs: Int64?
+    /// Realms registered to it, and devices it registered (as its quota counts them).
+    public var realmCount: Int64
+    public var deviceCount: Int64
+
+    public var isActive: Bool { deactivatedMs == nil }
+}
+
+extension ServerStore {
+    /// Every server's uuid, found by SCAN on each master (`nodes`: a client of each master,
+    /// alone), sorted. A server hash is `{p}server:{uuid}`; its `…:realms` and
+    /// `…:devices` keys are not servers.
+    public func serverIDs(nodes: [RedisClient]) async throws -> [ServerID] {
+        let prefix = keys.prefix + "server:"
+        var found: Set<String> = []
+        for node in nodes {
+            var cursor = "0"
+            repeat {
+                let reply = try await node.command(
+                    "SCAN", RedisArgument(cursor), "MATCH", RedisArgument(prefix + "*"), "COUNT", "1000"
+                ).array
+                guard reply.count == 2, let next = reply[0].string else { break }
+                cursor = next
+                for name in reply[1].array.compactMap(\.string) {
+                    var uuid = String(name.dropFirst(prefix.count))
+                    if uuid.hasPrefix("{"), uuid.hasSuffix("}") { uuid = String(uuid.dropFirst().dropLast()) }
+                    guard let canonical = Syntax.canonicalUUID(uuid), keys.server(ServerID(canonical)) == name else {
+                        continue
+                    }
+                    found.insert(canonical)
+                }
+            } while cursor != "0"
+        }
+        return found.sorted().map(ServerID.init)
+    }
+
+    /// One server as an operator sees it; nil when no such server exists.
+    public func summary(_ uuid: ServerID) async throws -> ServerSummary? {
+        let replies = try await redis.checkedPipeline([
+            [
+                "HMGET", RedisArgument(keys.server(uuid)), "hostname", "contact_email", "created_ms", "updated_ms",
+                "deactivated_ms", "api_key_hmac", "api_key_sha256",
+            ],
+            ["SCARD", RedisArgument(keys.serverRealms(uuid))],
+            ["GET", RedisArgument(keys.serverDevices(uuid))],
+        ])
+        guard replies.count == 3 else { return nil }
+        let fields = replies[0].array
+        guard fields.count == 7, fields.contains(where: { $0.string != nil }) else { return nil }
+        func number(_ index: Int) -> Int64? { fields[index].string.flatMap { Int64($0) } }
+        return ServerSummary(
+            uuid: uuid, hostname: fields[0].string, contactEmail: fields[1].string, createdMs: number(2),
+            updatedMs: number(3), deactivatedMs: number(4), realmCount: replies[1].int ?? 0,
+            deviceCount: max(0, replies[2].int ?? 0))
+    }
+}
