@@ -54,10 +54,10 @@ extension NativeController {
             case .body(let body):
                 sendable += 1
                 fields.merge(
-                    Self.push(device.provider, type: type, body: body, now: now, ttl: limits.notificationTTLSeconds)
-                ) {
-                    _, new in new
-                }
+                    Self.push(
+                        device.provider, delivery: DeliveryClass(type), body: body,
+                        expiresAt: now / 1000 + limits.notificationTTLSeconds, collapseID: nil)
+                ) { _, new in new }
                 if let enabled { fields["provider_configured"] = .bool(enabled.contains(device.provider)) }
             }
             answers.append(.object(fields))
@@ -74,14 +74,14 @@ extension NativeController {
     }
 
     /// What the dispatcher would send: the provider's push type and priority as it sets
-    /// them, the expiry, and the body's size once encrypted.
-    static func push(_ provider: Provider, type: NotificationType, body: JSONValue, now: Int64, ttl: Int64)
-        -> [String: JSONValue]
-    {
-        let delivery = DeliveryClass(type)
+    /// them, the expiry (nil: the provider's default), the collapse id, and the body's
+    /// size once built (and, for end-to-end encrypted content, encrypted).
+    static func push(
+        _ provider: Provider, delivery: DeliveryClass, body: JSONValue, expiresAt: Int64?, collapseID: String?
+    ) -> [String: JSONValue] {
         var fields: [String: JSONValue] = [
             "result": "send", "body_bytes": .int(Int64(Wire.canonical(body).count)),
-            "expires_at": .int(now / 1000 + ttl), "collapse_id": .null,
+            "expires_at": expiresAt.map { .int($0) } ?? .null, "collapse_id": collapseID.map { .string($0) } ?? .null,
         ]
         switch provider {
         case .apns, .apnsVoIP:

@@ -406,374 +406,390 @@ public enum OpenAPIDocument {
         e"}}}},"/api/push":{"post":{"operationId":"gorushPush","summary":"Send notifications (gorush's API)"\##
         ,"tags":["gorush"],"parameters":[{"name":"sync","in":"query","required":false,"schema":{"type":"stri\##
         ng"},"description":"`true`/`1`: answer once every push has its outcome; `false`/`0`: answer on accep\##
-        tance; anything else: the relay's default (`PUSHRELAY_GORUSH_SYNC`)."}],"requestBody":{"required":tr\##
-        ue,"content":{"application/json":{"schema":{"$ref":"#/components/schemas/GorushPushRequest"}}}},"sec\##
-        urity":[{"basic":[]}],"responses":{"200":{"description":"Accepted (or, in sync mode, every push has \##
-        its outcome). gorush's answer.","content":{"application/json":{"schema":{"$ref":"#/components/schema\##
-        s/GorushPushAnswer"}}},"headers":{"X-GORUSH-VERSION":{"$ref":"#/components/headers/GorushVersion"},"\##
-        X-PushRelay-Notification-Ids":{"description":"The relay's notification ids of what was accepted, com\##
-        ma-separated, in request order.","schema":{"type":"string"}}}},"400":{"description":"`MISSING_NOTIFI\##
-        CATIONS`, `EMPTY_NOTIFICATIONS`, `TOO_MANY_NOTIFICATIONS`, `TOO_MANY_TOKENS`, `INVALID_NOTIFICATION`\##
-         (`field` names it), `PLATFORM_NOT_ENABLED`.","content":{"application/json":{"schema":{"$ref":"#/com\##
-        ponents/schemas/GorushError"}}}},"401":{"$ref":"#/components/responses/GorushUnauthorized"},"403":{"\##
-        description":"`REALM_QUOTA_EXCEEDED` or `DEVICE_QUOTA_EXCEEDED`.","content":{"application/json":{"sc\##
-        hema":{"$ref":"#/components/schemas/GorushError"}}}},"413":{"$ref":"#/components/responses/GorushReq\##
-        uestTooLarge"},"429":{"$ref":"#/components/responses/GorushRateLimited"},"500":{"$ref":"#/components\##
-        /responses/GorushInternalError"},"503":{"description":"`SERVICE_UNAVAILABLE`: Kafka did not take the\##
-         records, Redis is unavailable, or sync mode cannot read outcomes; nothing was accepted.","content":\##
-        {"application/json":{"schema":{"$ref":"#/components/schemas/GorushError"}}},"headers":{"Retry-After"\##
-        :{"$ref":"#/components/headers/RetryAfter"}}}}}},"/api/stat/app":{"get":{"operationId":"gorushGetApp\##
-        Stats","summary":"gorush's app statistics, for the calling server","tags":["gorush"],"security":[{"b\##
-        asic":[]}],"responses":{"200":{"description":"The calling server's figures.","content":{"application\##
-        /json":{"schema":{"$ref":"#/components/schemas/GorushAppStats"}}},"headers":{"X-GORUSH-VERSION":{"$r\##
-        ef":"#/components/headers/GorushVersion"}}},"401":{"$ref":"#/components/responses/GorushUnauthorized\##
-        "},"429":{"$ref":"#/components/responses/GorushRateLimited"},"500":{"$ref":"#/components/responses/G\##
-        orushInternalError"},"503":{"$ref":"#/components/responses/GorushUnavailable"}}}},"/api/stat/go":{"g\##
-        et":{"operationId":"gorushGetRuntimeStats","summary":"gorush's runtime statistics (of this ingest pr\##
-        ocess)","tags":["gorush"],"security":[{"basic":[]}],"responses":{"200":{"description":"fukata/golang\##
-        -stats-api-handler's fields, with what a Swift process can say.","content":{"application/json":{"sch\##
-        ema":{"$ref":"#/components/schemas/GorushGoStats"}}},"headers":{"X-GORUSH-VERSION":{"$ref":"#/compon\##
-        ents/headers/GorushVersion"}}},"401":{"$ref":"#/components/responses/GorushUnauthorized"},"429":{"$r\##
-        ef":"#/components/responses/GorushRateLimited"},"500":{"$ref":"#/components/responses/GorushInternal\##
-        Error"},"503":{"$ref":"#/components/responses/GorushUnavailable"}}}},"/api/config":{"get":{"operatio\##
-        nId":"gorushGetConfig","summary":"gorush's configuration as it applies to the caller (YAML)","tags":\##
-        ["gorush"],"security":[{"basic":[]}],"responses":{"200":{"description":"YAML; secrets `[REDACTED]`."\##
-        ,"content":{"application/yaml":{}},"headers":{"X-GORUSH-VERSION":{"$ref":"#/components/headers/Gorus\##
-        hVersion"}}},"401":{"$ref":"#/components/responses/GorushUnauthorized"},"429":{"$ref":"#/components/\##
-        responses/GorushRateLimited"},"500":{"$ref":"#/components/responses/GorushInternalError"},"503":{"$r\##
-        ef":"#/components/responses/GorushUnavailable"}}}},"/api/feedback-hook":{"put":{"operationId":"gorus\##
-        hSetFeedbackHook","summary":"Set the feedback hook URL (a new signing secret)","tags":["gorush"],"re\##
-        questBody":{"required":true,"content":{"application/json":{"schema":{"type":"object","properties":{"\##
-        url":{"type":"string","format":"uri"}},"required":["url"]}}}},"security":[{"basic":[]}],"responses":\##
-        {"200":{"description":"The URL and its new signing secret, answered once.","content":{"application/j\##
-        son":{"schema":{"type":"object","properties":{"url":{"type":"string"},"secret":{"type":"string"}},"r\##
-        equired":["url","secret"]}}},"headers":{"X-GORUSH-VERSION":{"$ref":"#/components/headers/GorushVersi\##
-        on"}}},"400":{"description":"`MALFORMED_JSON`, `BAD_REQUEST`, `INVALID_FIELD`, `INVALID_URL` (https \##
-        only, through the endpoint guard).","content":{"application/json":{"schema":{"$ref":"#/components/sc\##
-        hemas/GorushError"}}}},"401":{"$ref":"#/components/responses/GorushUnauthorized"},"413":{"$ref":"#/c\##
-        omponents/responses/GorushRequestTooLarge"},"429":{"$ref":"#/components/responses/GorushRateLimited"\##
-        },"500":{"$ref":"#/components/responses/GorushInternalError"},"503":{"$ref":"#/components/responses/\##
-        GorushUnavailable"}}},"get":{"operationId":"gorushGetFeedbackHook","summary":"The feedback hook URL"\##
-        ,"tags":["gorush"],"security":[{"basic":[]}],"responses":{"200":{"description":"The URL, or null whe\##
-        n none is set.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/GorushHookURL"\##
-        }}},"headers":{"X-GORUSH-VERSION":{"$ref":"#/components/headers/GorushVersion"}}},"401":{"$ref":"#/c\##
-        omponents/responses/GorushUnauthorized"},"429":{"$ref":"#/components/responses/GorushRateLimited"},"\##
-        500":{"$ref":"#/components/responses/GorushInternalError"},"503":{"$ref":"#/components/responses/Gor\##
-        ushUnavailable"}}},"delete":{"operationId":"gorushDeleteFeedbackHook","summary":"Remove the feedback\##
-         hook","tags":["gorush"],"security":[{"basic":[]}],"responses":{"200":{"description":"Removed.","con\##
-        tent":{"application/json":{"schema":{"type":"object","properties":{"url":{"type":"null"}},"required"\##
-        :["url"]}}},"headers":{"X-GORUSH-VERSION":{"$ref":"#/components/headers/GorushVersion"}}},"401":{"$r\##
-        ef":"#/components/responses/GorushUnauthorized"},"429":{"$ref":"#/components/responses/GorushRateLim\##
-        ited"},"500":{"$ref":"#/components/responses/GorushInternalError"},"503":{"$ref":"#/components/respo\##
-        nses/GorushUnavailable"}}}},"/":{"get":{"operationId":"gorushWelcome","summary":"gorush's welcome","\##
-        tags":["gorush"],"security":[],"responses":{"200":{"description":"gorush's exact bytes.","content":{\##
-        "application/json":{"schema":{"type":"object","properties":{"text":{"type":"string","const":"Welcome\##
-         to notification server."}},"required":["text"]}}},"headers":{"X-GORUSH-VERSION":{"$ref":"#/componen\##
-        ts/headers/GorushVersion"}}}}}},"/sys/stats":{"get":{"operationId":"gorushGetSysStats","summary":"th\##
-        oas/stats' figures of this ingest process's answers","tags":["gorush"],"security":[{"basic":[]}],"re\##
-        sponses":{"200":{"description":"thoas/stats' `Data`.","content":{"application/json":{"schema":{"$ref\##
-        ":"#/components/schemas/GorushSysStats"}}},"headers":{"X-GORUSH-VERSION":{"$ref":"#/components/heade\##
+        tance; anything else: the relay's default (`PUSHRELAY_GORUSH_SYNC`)."},{"name":"dry_run","in":"query\##
+        ","required":false,"schema":{"type":"string","enum":["true","1","false","0"]},"description":"`true`/\##
+        `1`: check and build each token's push, register, count and publish nothing, and say per token what \##
+        would be sent (the relay's extension; gorush has no such mode)."}],"requestBody":{"required":true,"c\##
+        ontent":{"application/json":{"schema":{"$ref":"#/components/schemas/GorushPushRequest"}}}},"security\##
+        ":[{"basic":[]}],"responses":{"200":{"description":"Accepted (or, in sync mode, every push has its o\##
+        utcome). gorush's answer.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Gor\##
+        ushPushAnswer"}}},"headers":{"X-GORUSH-VERSION":{"$ref":"#/components/headers/GorushVersion"},"X-Pus\##
+        hRelay-Notification-Ids":{"description":"The relay's notification ids of what was accepted, comma-se\##
+        parated, in request order.","schema":{"type":"string"}}}},"400":{"description":"`MISSING_NOTIFICATIO\##
+        NS`, `EMPTY_NOTIFICATIONS`, `TOO_MANY_NOTIFICATIONS`, `TOO_MANY_TOKENS`, `INVALID_NOTIFICATION` (`fi\##
+        eld` names it), `PLATFORM_NOT_ENABLED`, `BAD_REQUEST` (`field`: `dry_run`) for a `dry_run` that is n\##
+        ot `true` or `false`.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/GorushE\##
+        rror"}}}},"401":{"$ref":"#/components/responses/GorushUnauthorized"},"403":{"description":"`REALM_QU\##
+        OTA_EXCEEDED` or `DEVICE_QUOTA_EXCEEDED`.","content":{"application/json":{"schema":{"$ref":"#/compon\##
+        ents/schemas/GorushError"}}}},"413":{"$ref":"#/components/responses/GorushRequestTooLarge"},"429":{"\##
+        $ref":"#/components/responses/GorushRateLimited"},"500":{"$ref":"#/components/responses/GorushIntern\##
+        alError"},"503":{"description":"`SERVICE_UNAVAILABLE`: Kafka did not take the records, Redis is unav\##
+        ailable, or sync mode cannot read outcomes; nothing was accepted.","content":{"application/json":{"s\##
+        chema":{"$ref":"#/components/schemas/GorushError"}}},"headers":{"Retry-After":{"$ref":"#/components/\##
+        headers/RetryAfter"}}}}}},"/api/stat/app":{"get":{"operationId":"gorushGetAppStats","summary":"gorus\##
+        h's app statistics, for the calling server","tags":["gorush"],"security":[{"basic":[]}],"responses":\##
+        {"200":{"description":"The calling server's figures.","content":{"application/json":{"schema":{"$ref\##
+        ":"#/components/schemas/GorushAppStats"}}},"headers":{"X-GORUSH-VERSION":{"$ref":"#/components/heade\##
         rs/GorushVersion"}}},"401":{"$ref":"#/components/responses/GorushUnauthorized"},"429":{"$ref":"#/com\##
         ponents/responses/GorushRateLimited"},"500":{"$ref":"#/components/responses/GorushInternalError"},"5\##
-        03":{"$ref":"#/components/responses/GorushUnavailable"}}}},"/metrics":{"get":{"operationId":"gorushG\##
-        etMetrics","summary":"gorush's Prometheus series, for the calling server","tags":["gorush"],"securit\##
-        y":[{"basic":[]}],"responses":{"200":{"description":"Prometheus text: gorush's eleven series. (The r\##
-        elay's own metrics are on the ops port.)","content":{"text/plain":{"schema":{"type":"string"}}},"hea\##
-        ders":{"X-GORUSH-VERSION":{"$ref":"#/components/headers/GorushVersion"}}},"401":{"$ref":"#/component\##
-        s/responses/GorushUnauthorized"},"429":{"$ref":"#/components/responses/GorushRateLimited"},"500":{"$\##
-        ref":"#/components/responses/GorushInternalError"},"503":{"$ref":"#/components/responses/GorushUnava\##
-        ilable"}}}},"/healthz":{"get":{"operationId":"gorushHealthz","summary":"Health (gorush's)","tags":["\##
-        gorush"],"security":[],"responses":{"200":{"description":"Healthy; empty body.","headers":{"X-GORUSH\##
-        -VERSION":{"$ref":"#/components/headers/GorushVersion"}}}}},"head":{"operationId":"gorushHealthzHead\##
-        ","summary":"Health (gorush's), HEAD","tags":["gorush"],"security":[],"responses":{"200":{"descripti\##
-        on":"Healthy; empty body.","headers":{"X-GORUSH-VERSION":{"$ref":"#/components/headers/GorushVersion\##
-        "}}}}}},"/version":{"get":{"operationId":"gorushGetVersion","summary":"gorush's version answer","tag\##
-        s":["gorush"],"security":[],"responses":{"200":{"description":"The relay's gorush-API version.","con\##
-        tent":{"application/json":{"schema":{"type":"object","properties":{"source":{"type":"string"},"versi\##
-        on":{"type":"string"}},"required":["source","version"]}}},"headers":{"X-GORUSH-VERSION":{"$ref":"#/c\##
-        omponents/headers/GorushVersion"}}}}}},"/status/v1/server":{"get":{"operationId":"statusGetServer","\##
-        summary":"The Status push server's public key","tags":["status"],"security":[],"responses":{"200":{"\##
-        description":"The server's compressed secp256k1 public key (hex).","content":{"application/json":{"s\##
-        chema":{"allOf":[{"$ref":"#/components/schemas/Success"},{"type":"object","properties":{"public_key"\##
-        :{"type":"string","pattern":"^[0-9a-f]{66}$"},"query_topic_hash":{"type":"string"}},"required":["pub\##
-        lic_key","query_topic_hash"]}]}}}},"404":{"description":"`STATUS_DISABLED`: the Status push server i\##
-        s not enabled here.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}\##
-        }}}},"/status/v1/registration":{"post":{"operationId":"statusRegister","summary":"Register (or unreg\##
-        ister) a Status installation","tags":["status"],"description":"Type 16 `PushNotificationRegistration\##
-        `, encrypted to the server. No credentials.","requestBody":{"required":true,"description":"A signed \##
-        protobuf `ApplicationMetadataMessage`.","content":{"application/x-protobuf":{"schema":{"type":"strin\##
-        g","format":"binary"}}}},"security":[],"responses":{"200":{"description":"A signed `PushNotification\##
-        RegistrationResponse` (type 17).","content":{"application/x-protobuf":{"schema":{"type":"string","fo\##
-        rmat":"binary"}}}},"400":{"description":"`MALFORMED_MESSAGE` (not an `ApplicationMetadataMessage`, o\##
-        r its payload not the expected message), `BAD_SIGNATURE`, `WRONG_MESSAGE_TYPE`, `UNDECRYPTABLE`: dis\##
-        carded, no protobuf answer.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/E\##
-        rror"}}}},"404":{"description":"`STATUS_DISABLED`: the Status push server is not enabled here.","con\##
-        tent":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"413":{"$ref":"#/compon\##
-        ents/responses/RequestTooLarge"},"429":{"description":"`RATE_LIMITED`: too many Status requests from\##
-         this address.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}},"hea\##
-        ders":{"Retry-After":{"$ref":"#/components/headers/RetryAfter"}}},"500":{"$ref":"#/components/respon\##
-        ses/InternalError"},"503":{"description":"`STATUS_REALM_TAKEN` (misconfigured) or `SERVICE_UNAVAILAB\##
-        LE` (Redis or Kafka).","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}\##
-        }},"headers":{"Retry-After":{"$ref":"#/components/headers/RetryAfter"}}}}}},"/status/v1/query":{"pos\##
-        t":{"operationId":"statusQuery","summary":"Query the registrations of hashed public keys","tags":["s\##
-        tatus"],"description":"Type 18 `PushNotificationQuery`. No credentials.","requestBody":{"required":t\##
-        rue,"description":"A signed protobuf `ApplicationMetadataMessage`.","content":{"application/x-protob\##
-        uf":{"schema":{"type":"string","format":"binary"}}}},"security":[],"responses":{"200":{"description"\##
-        :"A signed `PushNotificationQueryResponse` (type 19).","content":{"application/x-protobuf":{"schema"\##
-        :{"type":"string","format":"binary"}}}},"400":{"description":"`MALFORMED_MESSAGE` (not an `Applicati\##
-        onMetadataMessage`, or its payload not the expected message), `BAD_SIGNATURE`, `WRONG_MESSAGE_TYPE`,\##
-         `TOO_MANY_KEYS`.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},\##
-        "404":{"description":"`STATUS_DISABLED`: the Status push server is not enabled here.","content":{"ap\##
-        plication/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"413":{"$ref":"#/components/respo\##
-        nses/RequestTooLarge"},"429":{"description":"`RATE_LIMITED`: too many Status requests from this addr\##
-        ess.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}},"headers":{"Re\##
-        try-After":{"$ref":"#/components/headers/RetryAfter"}}},"500":{"$ref":"#/components/responses/Intern\##
-        alError"},"503":{"description":"`STATUS_REALM_TAKEN` (misconfigured) or `SERVICE_UNAVAILABLE` (Redis\##
-         or Kafka).","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}},"header\##
-        s":{"Retry-After":{"$ref":"#/components/headers/RetryAfter"}}}}}},"/status/v1/notify":{"post":{"oper\##
-        ationId":"statusNotify","summary":"Request notifications to Status installations","tags":["status"],\##
-        "description":"Type 20 `PushNotificationRequest`. No credentials.","requestBody":{"required":true,"d\##
-        escription":"A signed protobuf `ApplicationMetadataMessage`.","content":{"application/x-protobuf":{"\##
-        schema":{"type":"string","format":"binary"}}}},"security":[],"responses":{"200":{"description":"A si\##
-        gned `PushNotificationResponse` (type 21), one report per target; a repeated request gets the first \##
-        answer.","content":{"application/x-protobuf":{"schema":{"type":"string","format":"binary"}}}},"400":\##
-        {"description":"`MALFORMED_MESSAGE` (not an `ApplicationMetadataMessage`, or its payload not the exp\##
-        ected message), `BAD_SIGNATURE`, `WRONG_MESSAGE_TYPE`, `TOO_MANY_TARGETS`.","content":{"application/\##
-        json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"404":{"description":"`STATUS_DISABLED`: th\##
-        e Status push server is not enabled here.","content":{"application/json":{"schema":{"$ref":"#/compon\##
-        ents/schemas/Error"}}}},"409":{"description":"`DUPLICATE_REQUEST`: the same message is being handled\##
-        , or its answer was not kept.","content":{"application/json":{"schema":{"$ref":"#/components/schemas\##
-        /Error"}}}},"413":{"$ref":"#/components/responses/RequestTooLarge"},"429":{"description":"`RATE_LIMI\##
-        TED`: too many Status requests from this address.","content":{"application/json":{"schema":{"$ref":"\##
-        #/components/schemas/Error"}}},"headers":{"Retry-After":{"$ref":"#/components/headers/RetryAfter"}}}\##
-        ,"500":{"$ref":"#/components/responses/InternalError"},"503":{"description":"`STATUS_REALM_TAKEN` (m\##
-        isconfigured) or `SERVICE_UNAVAILABLE` (Redis or Kafka).","content":{"application/json":{"schema":{"\##
-        $ref":"#/components/schemas/Error"}}},"headers":{"Retry-After":{"$ref":"#/components/headers/RetryAf\##
-        ter"}}}}}},"/openapi.json":{"get":{"operationId":"getOpenApiDocument","summary":"This document","tag\##
-        s":["meta"],"security":[],"responses":{"200":{"description":"The OpenAPI 3.1 document of ingest's AP\##
-        I.","content":{"application/json":{"schema":{"type":"object"}}}}}}}},"components":{"securitySchemes"\##
-        :{"basic":{"type":"http","scheme":"basic","description":"HTTP Basic `server_uuid:api_key` (for Zulip\##
-         servers `zulip_org_id:zulip_org_key`)."}},"schemas":{"Success":{"type":"object","properties":{"resu\##
-        lt":{"type":"string","const":"success"},"msg":{"type":"string"}},"required":["result","msg"],"descri\##
-        ption":"Every success of the native and Zulip APIs carries these."},"Error":{"type":"object","proper\##
-        ties":{"result":{"type":"string","const":"error"},"code":{"type":"string","description":"Machine-rea\##
-        dable, e.g. `UNAUTHORIZED`, `INVALID_FIELD`."},"msg":{"type":"string"},"field":{"type":"string","des\##
-        cription":"The request field at fault, when there is one."},"retry-after":{"type":"number","descript\##
-        ion":"`RATE_LIMIT_HIT` (Zulip's field)."},"role":{"type":"string","description":"`INVALID_ZULIP_SERV\##
-        ER`: the server uuid."}},"required":["result","code","msg"],"description":"The error shape of the na\##
-        tive, Zulip and Status APIs (Zulip's)."},"GorushError":{"type":"object","properties":{"code":{"type"\##
-        :"integer","description":"The HTTP status."},"message":{"type":"string"},"error":{"type":"string","d\##
-        escription":"Machine-readable code (the relay's)."},"field":{"type":"string"}},"required":["code","m\##
-        essage","error"],"description":"gorush's error shape, plus `error` and `field`."},"RealmRegistered":\##
-        {"allOf":[{"$ref":"#/components/schemas/Success"},{"type":"object","properties":{"realm_uuid":{"type\##
-        ":"string","format":"uuid"},"created":{"type":"boolean"}},"required":["realm_uuid","created"]}]},"De\##
-        viceRegistered":{"allOf":[{"$ref":"#/components/schemas/Success"},{"type":"object","properties":{"de\##
-        vice_id":{"type":"integer"},"created":{"type":"boolean"}},"required":["device_id","created"]}]},"Web\##
-        PushSubscription":{"type":"object","properties":{"endpoint":{"type":"string"},"keys":{"type":"object\##
-        ","properties":{"p256dh":{"type":"string"},"auth":{"type":"string"}},"required":["p256dh","auth"]}},\##
-        "required":["endpoint","keys"]},"Device":{"type":"object","properties":{"device_id":{"type":"integer\##
-        "},"token_kind":{"type":"string","enum":["apns","fcm","apns_voip","webpush","simplepush","hms","wns"\##
-        ]},"token_type":{"type":"integer","description":"Telegram's number for the kind."},"token":{"type":"\##
-        string","description":"Redacted: first and last four characters."},"status":{"type":"string","enum":\##
-        ["active","invalid"]},"invalid_reason":{"type":"string"},"registered_at_ms":{"type":"integer"},"push\##
-        _key_ids":{"type":"array","items":{"type":"integer"}},"current_push_key_id":{"type":"integer"},"encr\##
-        yption":{"type":"string"},"ios_app_id":{"type":"string"},"push_account_id":{"type":"integer"}},"requ\##
-        ired":["device_id","token_kind","token","status","registered_at_ms","push_key_ids","encryption"]},"D\##
-        eviceList":{"allOf":[{"$ref":"#/components/schemas/Success"},{"type":"object","properties":{"devices\##
-        ":{"type":"array","items":{"$ref":"#/components/schemas/Device"}}},"required":["devices"]}]},"Notify\##
-        Accepted":{"allOf":[{"$ref":"#/components/schemas/Success"},{"type":"object","properties":{"notifica\##
-        tion_id":{"type":"string","format":"uuid"},"device_count":{"type":"integer","minimum":0,"description\##
-        ":"Deliverable devices."},"delete_device_ids":{"type":"array","items":{"type":"integer"},"descriptio\##
-        n":"Targets that are unknown, another user's or invalidated."}},"required":["notification_id","devic\##
-        e_count","delete_device_ids"]}]},"DryRunDevice":{"type":"object","properties":{"device_id":{"type":"\##
-        integer"},"result":{"type":"string","enum":["send","skip","fail"]},"reason":{"type":"string","descri\##
-        ption":"`skip`: `unknown_device`, `not_users_device`, `device_invalid`; `fail`: `no_push_key`, `payl\##
-        oad_too_large`, …"},"provider":{"type":"string","enum":["apns","fcm","apns_voip","webpush","simplepu\##
-        sh","hms","wns"]},"push_type":{"type":"string"},"priority":{"type":["integer","string","null"]},"exp\##
-        ires_at":{"type":"integer","description":"Unix seconds."},"collapse_id":{"type":["string","null"]},"\##
-        body_bytes":{"type":"integer"},"provider_configured":{"type":"boolean"}},"required":["device_id","re\##
-        sult"]},"DryRunAnswer":{"allOf":[{"$ref":"#/components/schemas/Success"},{"type":"object","propertie\##
-        s":{"dry_run":{"type":"boolean","const":true},"checked":{"type":"string","const":"local"},"device_co\##
-        unt":{"type":"integer","minimum":0},"delete_device_ids":{"type":"array","items":{"type":"integer"}},\##
-        "devices":{"type":"array","items":{"$ref":"#/components/schemas/DryRunDevice"}}},"required":["dry_ru\##
-        n","checked","device_count","delete_device_ids","devices"]}]},"FeedbackPage":{"allOf":[{"$ref":"#/co\##
-        mponents/schemas/Success"},{"type":"object","properties":{"invalidated":{"type":"array","items":{"ty\##
-        pe":"object","properties":{"device_id":{"type":"integer"},"reason":{"type":"string"},"at_ms":{"type"\##
-        :"integer"},"cursor":{"type":"string"}},"required":["device_id","reason","at_ms","cursor"]}},"next_c\##
-        ursor":{"type":["string","null"]}},"required":["invalidated","next_cursor"]}]},"DeliveryState":{"typ\##
-        e":"object","properties":{"state":{"type":"string","enum":["accepted","retrying","skipped","sent","i\##
-        nvalid_token","expired","failed","dead_lettered"]},"at_ms":{"type":"integer"},"provider":{"type":"st\##
-        ring"},"reason":{"type":"string"},"provider_message_id":{"type":"string"},"http_status":{"type":"int\##
-        eger"},"attempts":{"type":"integer"},"next_attempt_at_ms":{"type":"integer"}},"required":["state","a\##
-        t_ms"]},"NotificationStatus":{"allOf":[{"$ref":"#/components/schemas/Success"},{"type":"object","pro\##
-        perties":{"notification_id":{"type":"string","format":"uuid"},"realm_uuid":{"type":"string","format"\##
-        :"uuid"},"accepted_at_ms":{"type":["integer","null"]},"devices_truncated":{"type":"boolean"},"summar\##
-        y":{"type":"object","additionalProperties":{"type":"integer"},"description":"Devices per state."},"d\##
-        evices":{"type":"array","items":{"allOf":[{"$ref":"#/components/schemas/DeliveryState"},{"type":"obj\##
-        ect","properties":{"device_id":{"type":"integer"}},"required":["device_id"]}]}},"notification":{"$re\##
-        f":"#/components/schemas/DeliveryState"}},"required":["notification_id","realm_uuid","accepted_at_ms\##
-        ","devices_truncated","summary","devices"]}]},"NotificationPayload":{"description":"A Zulip plaintex\##
-        t notification, or Telegram's `{\"data\": {…}}`. Encrypted for the device as sent.","anyOf":[{"$ref"\##
-        :"#/components/schemas/ZulipMessageChannelPayload"},{"$ref":"#/components/schemas/ZulipMessageDirect\##
-        Payload"},{"$ref":"#/components/schemas/ZulipRemovePayload"},{"$ref":"#/components/schemas/ZulipTest\##
-        Payload"},{"$ref":"#/components/schemas/TelegramPayload"}]},"ZulipMessageChannelPayload":{"type":"ob\##
-        ject","properties":{"type":{"const":"message"},"realm_url":{"type":"string"},"realm_name":{"type":"s\##
-        tring"},"user_id":{"type":"integer"},"sender_id":{"type":"integer"},"sender_full_name":{"type":"stri\##
-        ng"},"sender_avatar_url":{"type":"string"},"message_id":{"type":"integer"},"time":{"type":"integer"}\##
-        ,"content":{"type":"string"},"recipient_type":{"const":"channel"},"channel_id":{"type":"integer"},"c\##
-        hannel_name":{"type":"string"},"topic":{"type":"string"},"mentioned_user_group_id":{"type":"integer"\##
-        },"mentioned_user_group_name":{"type":"string"}},"required":["type","realm_url","realm_name","user_i\##
-        d","sender_id","sender_full_name","sender_avatar_url","message_id","time","content","recipient_type"\##
-        ,"channel_id","channel_name","topic"]},"ZulipMessageDirectPayload":{"type":"object","properties":{"t\##
-        ype":{"const":"message"},"realm_url":{"type":"string"},"realm_name":{"type":"string"},"user_id":{"ty\##
-        pe":"integer"},"sender_id":{"type":"integer"},"sender_full_name":{"type":"string"},"sender_avatar_ur\##
-        l":{"type":"string"},"message_id":{"type":"integer"},"time":{"type":"integer"},"content":{"type":"st\##
-        ring"},"recipient_type":{"const":"direct"},"recipient_user_ids":{"type":"array","items":{"type":"int\##
-        eger"},"description":"Sorted ascending; includes `user_id` and `sender_id`."},"pm_users":{"type":"st\##
-        ring","description":"Older servers: comma-separated user ids."}},"required":["type","realm_url","rea\##
-        lm_name","user_id","sender_id","sender_full_name","sender_avatar_url","message_id","time","content",\##
-        "recipient_type"]},"ZulipRemovePayload":{"type":"object","properties":{"type":{"const":"remove"},"re\##
-        alm_url":{"type":"string"},"realm_name":{"type":"string"},"user_id":{"type":"integer"},"message_ids"\##
-        :{"type":"array","items":{"type":"integer"},"minItems":1}},"required":["type","realm_url","realm_nam\##
-        e","user_id","message_ids"]},"ZulipTestPayload":{"type":"object","properties":{"type":{"const":"test\##
-        "},"realm_url":{"type":"string"},"realm_name":{"type":"string"},"user_id":{"type":"integer"},"time":\##
-        {"type":"integer"}},"required":["type","realm_url","realm_name","user_id","time"]},"TelegramPayload"\##
-        :{"type":"object","properties":{"data":{"type":"object","properties":{"loc_key":{"type":"string","pa\##
-        ttern":"^[A-Z_0-9]{1,64}$"},"loc_args":{"type":"array","items":{"type":"string"}},"user_id":{"oneOf"\##
-        :[{"type":"integer"},{"type":"string","pattern":"^-?[0-9]+$"}]},"custom":{"type":"object"},"sound":{\##
-        "type":"string"},"announcement":{"type":"string"}},"required":["loc_key"]}},"required":["data"],"not\##
-        ":{"required":["type"]}},"ZulipPushStatus":{"type":"object","properties":{"can_push":{"type":"boolea\##
-        n"},"expected_end_timestamp":{"type":["integer","null"]}},"required":["can_push","expected_end_times\##
-        tamp"]},"ZulipAnalyticsRow":{"type":"object","properties":{"id":{"type":"integer","minimum":0}},"req\##
-        uired":["id"]},"ZulipRealmInfo":{"type":"object","properties":{"uuid":{"type":"string","format":"uui\##
-        d","pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},"host"\##
-        :{"type":["string","null"],"maxLength":1024},"url":{"type":["string","null"],"maxLength":1024},"name\##
-        ":{"type":["string","null"],"maxLength":1024},"org_type":{"type":["integer","null"]},"deactivated":{\##
-        "type":["boolean","null"]},"is_system_bot_realm":{"type":["boolean","null"]},"uuid_owner_secret":{"t\##
-        ype":["string","null"],"maxLength":1024}},"required":["uuid"]},"ZulipE2EEPushRequest":{"type":"objec\##
-        t","properties":{"device_id":{"type":"integer","description":"Zulip 11.x."},"token_id":{"type":"stri\##
-        ng","minLength":1,"maxLength":64,"pattern":"^[\\x21-\\x7e]+$","description":"Zulip 12."},"payload":{\##
-        "type":"object","properties":{"encrypted_data":{"type":"string","minLength":1,"maxLength":4096,"patt\##
-        ern":"^[A-Za-z0-9+/=_-]+$"},"push_key_id":{"type":"integer","minimum":0,"maximum":4294967295},"push_\##
-        account_id":{"type":"integer"}},"required":["encrypted_data"],"anyOf":[{"required":["push_key_id"]},\##
-        {"required":["push_account_id"]}]},"http_headers":{"type":["object","null"],"description":"APNs entr\##
-        ies.","properties":{"apns_priority":{"type":["integer","null"],"enum":[10,5,1,null]},"apns_push_type\##
-        ":{"type":["string","null"],"enum":["alert","background",null]}}},"fcm_priority":{"type":["string","\##
-        null"],"enum":["high","normal",null],"description":"FCM entries."}},"required":["payload"],"anyOf":[\##
-        {"required":["device_id"]},{"required":["token_id"]}]},"ZulipE2EENotifyAnswer":{"allOf":[{"$ref":"#/\##
-        components/schemas/Success"},{"type":"object","properties":{"apple_successfully_sent_count":{"type":\##
-        "integer"},"android_successfully_sent_count":{"type":"integer"},"realm_push_status":{"$ref":"#/compo\##
-        nents/schemas/ZulipPushStatus"},"delete_token_ids":{"type":"array","items":{"type":"string"},"descri\##
-        ption":"Zulip 12 (by `token_id`)."},"delete_device_ids":{"type":"array","items":{"type":"integer"},"\##
-        description":"Zulip 11.x (by `device_id`)."}},"required":["apple_successfully_sent_count","android_s\##
-        uccessfully_sent_count","realm_push_status"]}]},"ZulipLegacyNotifyAnswer":{"allOf":[{"$ref":"#/compo\##
-        nents/schemas/Success"},{"type":"object","properties":{"total_android_devices":{"type":"integer"},"t\##
-        otal_apple_devices":{"type":"integer"},"deleted_devices":{"type":"object","properties":{"android_dev\##
-        ices":{"type":"array","items":{"type":"string"}},"apple_devices":{"type":"array","items":{"type":"st\##
-        ring"}}},"required":["android_devices","apple_devices"]},"realm":{"oneOf":[{"$ref":"#/components/sch\##
-        emas/ZulipPushStatus"},{"type":"null"}],"description":"null when the realm was never uploaded (or no\##
-        t given)."}},"required":["total_android_devices","total_apple_devices","deleted_devices","realm"]}]}\##
-        ,"GorushPushRequest":{"type":"object","properties":{"notifications":{"type":"array","minItems":1,"it\##
-        ems":{"$ref":"#/components/schemas/GorushNotification"},"description":"At most `PUSHRELAY_GORUSH_MAX\##
-        _NOTIFICATIONS` (100)."}},"required":["notifications"]},"GorushPushAnswer":{"type":"object","propert\##
-        ies":{"counts":{"type":"integer","description":"The tokens given, plus one per `topic`."},"logs":{"t\##
-        ype":"array","items":{"$ref":"#/components/schemas/GorushLogEntry"}},"success":{"type":"string","con\##
-        st":"ok"}},"required":["counts","logs","success"]},"GorushLogEntry":{"type":"object","properties":{"\##
-        notif_id":{"type":"string"},"type":{"type":"string","const":"failed-push"},"platform":{"type":"strin\##
-        g","enum":["ios","android","huawei"]},"token":{"type":"string","description":"Masked as gorush masks\##
-         it."},"message":{"type":"string"},"error":{"type":"string"}},"required":["type","platform","token",\##
-        "message","error"]},"GorushAppStats":{"type":"object","properties":{"version":{"type":"string"},"bus\##
-        y_workers":{"type":"integer"},"success_tasks":{"type":"integer"},"failure_tasks":{"type":"integer"},\##
-        "submitted_tasks":{"type":"integer"},"total_count":{"type":"integer"},"ios":{"$ref":"#/components/sc\##
-        hemas/GorushPlatformStats"},"android":{"$ref":"#/components/schemas/GorushPlatformStats"},"huawei":{\##
-        "$ref":"#/components/schemas/GorushPlatformStats"}},"required":["version","busy_workers","success_ta\##
-        sks","failure_tasks","submitted_tasks","total_count","ios","android","huawei"]},"GorushPlatformStats\##
-        ":{"type":"object","properties":{"push_success":{"type":"integer"},"push_error":{"type":"integer"}},\##
-        "required":["push_success","push_error"]},"GorushGoStats":{"type":"object","properties":{"time":{"ty\##
-        pe":"integer"},"cpu_num":{"type":"integer"},"goroutine_num":{"type":"integer"},"gomaxprocs":{"type":\##
-        "integer"},"cgo_call_num":{"type":"integer"},"memory_alloc":{"type":"integer"},"memory_total_alloc":\##
-        {"type":"integer"},"memory_sys":{"type":"integer"},"memory_lookups":{"type":"integer"},"memory_mallo\##
-        cs":{"type":"integer"},"memory_frees":{"type":"integer"},"memory_stack":{"type":"integer"},"heap_all\##
-        oc":{"type":"integer"},"heap_sys":{"type":"integer"},"heap_idle":{"type":"integer"},"heap_inuse":{"t\##
-        ype":"integer"},"heap_released":{"type":"integer"},"heap_objects":{"type":"integer"},"gc_next":{"typ\##
-        e":"integer"},"gc_last":{"type":"integer"},"gc_num":{"type":"integer"},"gc_per_second":{"type":"numb\##
-        er"},"gc_pause_per_second":{"type":"number"},"gc_pause":{"type":"array","items":{"type":"number"}},"\##
-        go_version":{"type":"string"},"go_os":{"type":"string"},"go_arch":{"type":"string"},"uptime_sec":{"t\##
-        ype":"number"}},"required":["time","go_version","go_os","go_arch","cpu_num","goroutine_num","gomaxpr\##
-        ocs","memory_alloc","memory_sys","heap_alloc","heap_sys","heap_idle","heap_inuse","gc_pause","uptime\##
-        _sec"]},"GorushSysStats":{"type":"object","properties":{"pid":{"type":"integer"},"hostname":{"type":\##
-        "string"},"uptime":{"type":"string"},"uptime_sec":{"type":"number"},"time":{"type":"string"},"unixti\##
-        me":{"type":"integer"},"status_code_count":{"type":"object","additionalProperties":{"type":"integer"\##
-        },"description":"By status, over the last whole second."},"total_status_code_count":{"type":"object"\##
-        ,"additionalProperties":{"type":"integer"}},"count":{"type":"integer"},"total_count":{"type":"intege\##
-        r"},"total_response_time":{"type":"string"},"total_response_time_sec":{"type":"number"},"total_respo\##
-        nse_size":{"type":"integer"},"average_response_size":{"type":"integer"},"average_response_time":{"ty\##
-        pe":"string"},"average_response_time_sec":{"type":"number"},"total_metrics_counts":{"type":"object"}\##
-        ,"average_metrics_timers":{"type":"object"}},"required":["pid","hostname","uptime","uptime_sec","tim\##
-        e","unixtime","status_code_count","total_status_code_count","count","total_count","total_response_ti\##
-        me","total_response_time_sec","total_response_size","average_response_size","average_response_time",\##
-        "average_response_time_sec","total_metrics_counts","average_metrics_timers"]},"GorushHookURL":{"type\##
-        ":"object","properties":{"url":{"type":["string","null"]}},"required":["url"]},"GorushNotification":\##
-        {"type":"object","properties":{"platform":{"type":"integer","enum":[1,2,3],"description":"1 iOS, 2 A\##
-        ndroid, 3 Huawei."},"tokens":{"type":["array","null"],"items":{"type":"string"},"description":"At le\##
-        ast one token (or `to`, Android and Huawei); at most 500 for Android and Huawei."},"notif_id":{"type\##
-        ":["string","null"]},"to":{"type":["string","null"]},"topic":{"type":["string","null"],"description"\##
-        :"iOS: the app's bundle id (required unless `PUSHRELAY_GORUSH_APNS_TOPIC` is set)."},"message":{"typ\##
-        e":["string","null"]},"title":{"type":["string","null"]},"image":{"type":["string","null"]},"priorit\##
-        y":{"type":["string","null"],"description":"`high` or `normal` (Android and Huawei refuse anything e\##
-        lse)."},"condition":{"type":["string","null"]},"app_id":{"type":["string","null"]},"app_secret":{"ty\##
-        pe":["string","null"]},"huawei_data":{"type":["string","null"]},"huawei_ttl":{"type":["string","null\##
-        "]},"bi_tag":{"type":["string","null"]},"apns_id":{"type":["string","null"]},"collapse_id":{"type":[\##
-        "string","null"]},"push_type":{"type":["string","null"]},"category":{"type":["string","null"]},"thre\##
-        ad-id":{"type":["string","null"]},"name":{"type":["string","null"]},"interruption_level":{"type":["s\##
-        tring","null"]},"event":{"type":["string","null"]},"attributes-type":{"type":["string","null"]},"con\##
-        tent_available":{"type":["boolean","null"]},"mutable_content":{"type":["boolean","null"]},"productio\##
-        n":{"type":["boolean","null"]},"development":{"type":["boolean","null"]},"retry":{"type":["integer",\##
-        "null"]},"huawei_collapse_key":{"type":["integer","null"]},"fast_app_target":{"type":["integer","nul\##
-        l"]},"expiration":{"type":["integer","null"]},"badge":{"type":["integer","null"]},"stale-date":{"typ\##
-        e":["integer","null"]},"dismissal-date":{"type":["integer","null"]},"timestamp":{"type":["integer","\##
-        null"]},"volume":{"type":["number","null"]},"relevance-score":{"type":["number","null"]},"data":{"ty\##
-        pe":["object","null"]},"notification":{"type":["object","null"]},"android":{"type":["object","null"]\##
-        },"webpush":{"type":["object","null"]},"apns":{"type":["object","null"]},"fcm_options":{"type":["obj\##
-        ect","null"]},"huawei_notification":{"type":["object","null"]},"content-state":{"type":["object","nu\##
-        ll"]},"attributes":{"type":["object","null"]},"alert":{"type":["object","null"],"properties":{"actio\##
-        n":{"type":["string","null"]},"action-loc-key":{"type":["string","null"]},"body":{"type":["string","\##
-        null"]},"launch-image":{"type":["string","null"]},"loc-key":{"type":["string","null"]},"title":{"typ\##
-        e":["string","null"]},"subtitle":{"type":["string","null"]},"title-loc-key":{"type":["string","null"\##
-        ]},"summary-arg":{"type":["string","null"]}}},"sound":{"type":["string","object","null"]}},"required\##
-        ":["platform"],"description":"gorush's `PushNotification` (docs/api/gorush.md)."}},"responses":{"Una\##
-        uthorized":{"description":"`UNAUTHORIZED`: missing or invalid server credentials, or a deactivated s\##
-        erver.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}},"headers":{"\##
-        WWW-Authenticate":{"$ref":"#/components/headers/WWWAuthenticate"}}},"ZulipUnauthorized":{"descriptio\##
-        n":"`UNAUTHORIZED` (Zulip's messages): missing or invalid credentials, or a deactivated server.","co\##
-        ntent":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}},"headers":{"WWW-Authent\##
-        icate":{"$ref":"#/components/headers/WWWAuthenticate"}}},"RequestTooLarge":{"description":"`REQUEST_\##
-        TOO_LARGE`: the body is over its limit (answered with `Connection: close`).","content":{"application\##
-        /json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"RateLimited":{"description":"`RATE_LIMIT_\##
-        HIT` (the server's request rate; `retry-after` in the body) or `TOO_MANY_FAILED_AUTHENTICATIONS` (th\##
-        is client address).","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}\##
-        ,"headers":{"Retry-After":{"$ref":"#/components/headers/RetryAfter"}}},"InternalError":{"description\##
-        ":"`INTERNAL_ERROR`: nothing was accepted.","content":{"application/json":{"schema":{"$ref":"#/compo\##
-        nents/schemas/Error"}}}},"Unavailable":{"description":"`SERVICE_UNAVAILABLE`: Redis or Kafka cannot \##
-        take work right now; retry later.","content":{"application/json":{"schema":{"$ref":"#/components/sch\##
-        emas/Error"}}},"headers":{"Retry-After":{"$ref":"#/components/headers/RetryAfter"}}},"GorushUnauthor\##
-        ized":{"description":"`UNAUTHORIZED`: missing or invalid server credentials (HTTP Basic `server_uuid\##
-        :api_key`).","content":{"application/json":{"schema":{"$ref":"#/components/schemas/GorushError"}}},"\##
-        headers":{"WWW-Authenticate":{"$ref":"#/components/headers/WWWAuthenticate"},"X-GORUSH-VERSION":{"$r\##
-        ef":"#/components/headers/GorushVersion"}}},"GorushRequestTooLarge":{"description":"`REQUEST_TOO_LAR\##
-        GE`.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/GorushError"}}},"headers\##
-        ":{"X-GORUSH-VERSION":{"$ref":"#/components/headers/GorushVersion"}}},"GorushRateLimited":{"descript\##
-        ion":"`RATE_LIMIT_HIT` or `TOO_MANY_FAILED_AUTHENTICATIONS`.","content":{"application/json":{"schema\##
-        ":{"$ref":"#/components/schemas/GorushError"}}},"headers":{"Retry-After":{"$ref":"#/components/heade\##
-        rs/RetryAfter"},"X-GORUSH-VERSION":{"$ref":"#/components/headers/GorushVersion"}}},"GorushInternalEr\##
-        ror":{"description":"`INTERNAL_ERROR`.","content":{"application/json":{"schema":{"$ref":"#/component\##
-        s/schemas/GorushError"}}},"headers":{"X-GORUSH-VERSION":{"$ref":"#/components/headers/GorushVersion"\##
-        }}},"GorushUnavailable":{"description":"`SERVICE_UNAVAILABLE`.","content":{"application/json":{"sche\##
-        ma":{"$ref":"#/components/schemas/GorushError"}}},"headers":{"Retry-After":{"$ref":"#/components/hea\##
-        ders/RetryAfter"},"X-GORUSH-VERSION":{"$ref":"#/components/headers/GorushVersion"}}}},"headers":{"Re\##
-        tryAfter":{"description":"Seconds to wait before retrying.","schema":{"type":"string","pattern":"^[0\##
-        -9]+$"}},"WWWAuthenticate":{"description":"`Basic realm=\"pushrelay\"` (or `\"zulip\"`).","schema":{\##
-        "type":"string"}},"GorushVersion":{"description":"Set on every answer of ingest's API port (`pushrel\##
-        ay-1.0`).","schema":{"type":"string"}}}}}
+        03":{"$ref":"#/components/responses/GorushUnavailable"}}}},"/api/stat/go":{"get":{"operationId":"gor\##
+        ushGetRuntimeStats","summary":"gorush's runtime statistics (of this ingest process)","tags":["gorush\##
+        "],"security":[{"basic":[]}],"responses":{"200":{"description":"fukata/golang-stats-api-handler's fi\##
+        elds, with what a Swift process can say.","content":{"application/json":{"schema":{"$ref":"#/compone\##
+        nts/schemas/GorushGoStats"}}},"headers":{"X-GORUSH-VERSION":{"$ref":"#/components/headers/GorushVers\##
+        ion"}}},"401":{"$ref":"#/components/responses/GorushUnauthorized"},"429":{"$ref":"#/components/respo\##
+        nses/GorushRateLimited"},"500":{"$ref":"#/components/responses/GorushInternalError"},"503":{"$ref":"\##
+        #/components/responses/GorushUnavailable"}}}},"/api/config":{"get":{"operationId":"gorushGetConfig",\##
+        "summary":"gorush's configuration as it applies to the caller (YAML)","tags":["gorush"],"security":[\##
+        {"basic":[]}],"responses":{"200":{"description":"YAML; secrets `[REDACTED]`.","content":{"applicatio\##
+        n/yaml":{}},"headers":{"X-GORUSH-VERSION":{"$ref":"#/components/headers/GorushVersion"}}},"401":{"$r\##
+        ef":"#/components/responses/GorushUnauthorized"},"429":{"$ref":"#/components/responses/GorushRateLim\##
+        ited"},"500":{"$ref":"#/components/responses/GorushInternalError"},"503":{"$ref":"#/components/respo\##
+        nses/GorushUnavailable"}}}},"/api/feedback-hook":{"put":{"operationId":"gorushSetFeedbackHook","summ\##
+        ary":"Set the feedback hook URL (a new signing secret)","tags":["gorush"],"requestBody":{"required":\##
+        true,"content":{"application/json":{"schema":{"type":"object","properties":{"url":{"type":"string","\##
+        format":"uri"}},"required":["url"]}}}},"security":[{"basic":[]}],"responses":{"200":{"description":"\##
+        The URL and its new signing secret, answered once.","content":{"application/json":{"schema":{"type":\##
+        "object","properties":{"url":{"type":"string"},"secret":{"type":"string"}},"required":["url","secret\##
+        "]}}},"headers":{"X-GORUSH-VERSION":{"$ref":"#/components/headers/GorushVersion"}}},"400":{"descript\##
+        ion":"`MALFORMED_JSON`, `BAD_REQUEST`, `INVALID_FIELD`, `INVALID_URL` (https only, through the endpo\##
+        int guard).","content":{"application/json":{"schema":{"$ref":"#/components/schemas/GorushError"}}}},\##
+        "401":{"$ref":"#/components/responses/GorushUnauthorized"},"413":{"$ref":"#/components/responses/Gor\##
+        ushRequestTooLarge"},"429":{"$ref":"#/components/responses/GorushRateLimited"},"500":{"$ref":"#/comp\##
+        onents/responses/GorushInternalError"},"503":{"$ref":"#/components/responses/GorushUnavailable"}}},"\##
+        get":{"operationId":"gorushGetFeedbackHook","summary":"The feedback hook URL","tags":["gorush"],"sec\##
+        urity":[{"basic":[]}],"responses":{"200":{"description":"The URL, or null when none is set.","conten\##
+        t":{"application/json":{"schema":{"$ref":"#/components/schemas/GorushHookURL"}}},"headers":{"X-GORUS\##
+        H-VERSION":{"$ref":"#/components/headers/GorushVersion"}}},"401":{"$ref":"#/components/responses/Gor\##
+        ushUnauthorized"},"429":{"$ref":"#/components/responses/GorushRateLimited"},"500":{"$ref":"#/compone\##
+        nts/responses/GorushInternalError"},"503":{"$ref":"#/components/responses/GorushUnavailable"}}},"del\##
+        ete":{"operationId":"gorushDeleteFeedbackHook","summary":"Remove the feedback hook","tags":["gorush"\##
+        ],"security":[{"basic":[]}],"responses":{"200":{"description":"Removed.","content":{"application/jso\##
+        n":{"schema":{"type":"object","properties":{"url":{"type":"null"}},"required":["url"]}}},"headers":{\##
+        "X-GORUSH-VERSION":{"$ref":"#/components/headers/GorushVersion"}}},"401":{"$ref":"#/components/respo\##
+        nses/GorushUnauthorized"},"429":{"$ref":"#/components/responses/GorushRateLimited"},"500":{"$ref":"#\##
+        /components/responses/GorushInternalError"},"503":{"$ref":"#/components/responses/GorushUnavailable"\##
+        }}}},"/":{"get":{"operationId":"gorushWelcome","summary":"gorush's welcome","tags":["gorush"],"secur\##
+        ity":[],"responses":{"200":{"description":"gorush's exact bytes.","content":{"application/json":{"sc\##
+        hema":{"type":"object","properties":{"text":{"type":"string","const":"Welcome to notification server\##
+        ."}},"required":["text"]}}},"headers":{"X-GORUSH-VERSION":{"$ref":"#/components/headers/GorushVersio\##
+        n"}}}}}},"/sys/stats":{"get":{"operationId":"gorushGetSysStats","summary":"thoas/stats' figures of t\##
+        his ingest process's answers","tags":["gorush"],"security":[{"basic":[]}],"responses":{"200":{"descr\##
+        iption":"thoas/stats' `Data`.","content":{"application/json":{"schema":{"$ref":"#/components/schemas\##
+        /GorushSysStats"}}},"headers":{"X-GORUSH-VERSION":{"$ref":"#/components/headers/GorushVersion"}}},"4\##
+        01":{"$ref":"#/components/responses/GorushUnauthorized"},"429":{"$ref":"#/components/responses/Gorus\##
+        hRateLimited"},"500":{"$ref":"#/components/responses/GorushInternalError"},"503":{"$ref":"#/componen\##
+        ts/responses/GorushUnavailable"}}}},"/metrics":{"get":{"operationId":"gorushGetMetrics","summary":"g\##
+        orush's Prometheus series, for the calling server","tags":["gorush"],"security":[{"basic":[]}],"resp\##
+        onses":{"200":{"description":"Prometheus text: gorush's eleven series. (The relay's own metrics are \##
+        on the ops port.)","content":{"text/plain":{"schema":{"type":"string"}}},"headers":{"X-GORUSH-VERSIO\##
+        N":{"$ref":"#/components/headers/GorushVersion"}}},"401":{"$ref":"#/components/responses/GorushUnaut\##
+        horized"},"429":{"$ref":"#/components/responses/GorushRateLimited"},"500":{"$ref":"#/components/resp\##
+        onses/GorushInternalError"},"503":{"$ref":"#/components/responses/GorushUnavailable"}}}},"/healthz":\##
+        {"get":{"operationId":"gorushHealthz","summary":"Health (gorush's)","tags":["gorush"],"security":[],\##
+        "responses":{"200":{"description":"Healthy; empty body.","headers":{"X-GORUSH-VERSION":{"$ref":"#/co\##
+        mponents/headers/GorushVersion"}}}}},"head":{"operationId":"gorushHealthzHead","summary":"Health (go\##
+        rush's), HEAD","tags":["gorush"],"security":[],"responses":{"200":{"description":"Healthy; empty bod\##
+        y.","headers":{"X-GORUSH-VERSION":{"$ref":"#/components/headers/GorushVersion"}}}}}},"/version":{"ge\##
+        t":{"operationId":"gorushGetVersion","summary":"gorush's version answer","tags":["gorush"],"security\##
+        ":[],"responses":{"200":{"description":"The relay's gorush-API version.","content":{"application/jso\##
+        n":{"schema":{"type":"object","properties":{"source":{"type":"string"},"version":{"type":"string"}},\##
+        "required":["source","version"]}}},"headers":{"X-GORUSH-VERSION":{"$ref":"#/components/headers/Gorus\##
+        hVersion"}}}}}},"/status/v1/server":{"get":{"operationId":"statusGetServer","summary":"The Status pu\##
+        sh server's public key","tags":["status"],"security":[],"responses":{"200":{"description":"The serve\##
+        r's compressed secp256k1 public key (hex).","content":{"application/json":{"schema":{"allOf":[{"$ref\##
+        ":"#/components/schemas/Success"},{"type":"object","properties":{"public_key":{"type":"string","patt\##
+        ern":"^[0-9a-f]{66}$"},"query_topic_hash":{"type":"string"}},"required":["public_key","query_topic_h\##
+        ash"]}]}}}},"404":{"description":"`STATUS_DISABLED`: the Status push server is not enabled here.","c\##
+        ontent":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}}}}},"/status/v1/regist\##
+        ration":{"post":{"operationId":"statusRegister","summary":"Register (or unregister) a Status install\##
+        ation","tags":["status"],"description":"Type 16 `PushNotificationRegistration`, encrypted to the ser\##
+        ver. No credentials.","requestBody":{"required":true,"description":"A signed protobuf `ApplicationMe\##
+        tadataMessage`.","content":{"application/x-protobuf":{"schema":{"type":"string","format":"binary"}}}\##
+        },"security":[],"responses":{"200":{"description":"A signed `PushNotificationRegistrationResponse` (\##
+        type 17).","content":{"application/x-protobuf":{"schema":{"type":"string","format":"binary"}}}},"400\##
+        ":{"description":"`MALFORMED_MESSAGE` (not an `ApplicationMetadataMessage`, or its payload not the e\##
+        xpected message), `BAD_SIGNATURE`, `WRONG_MESSAGE_TYPE`, `UNDECRYPTABLE`: discarded, no protobuf ans\##
+        wer.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"404":{"descr\##
+        iption":"`STATUS_DISABLED`: the Status push server is not enabled here.","content":{"application/jso\##
+        n":{"schema":{"$ref":"#/components/schemas/Error"}}}},"413":{"$ref":"#/components/responses/RequestT\##
+        ooLarge"},"429":{"description":"`RATE_LIMITED`: too many Status requests from this address.","conten\##
+        t":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}},"headers":{"Retry-After":{"\##
+        $ref":"#/components/headers/RetryAfter"}}},"500":{"$ref":"#/components/responses/InternalError"},"50\##
+        3":{"description":"`STATUS_REALM_TAKEN` (misconfigured) or `SERVICE_UNAVAILABLE` (Redis or Kafka).",\##
+        "content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}},"headers":{"Retry-Af\##
+        ter":{"$ref":"#/components/headers/RetryAfter"}}}}}},"/status/v1/query":{"post":{"operationId":"stat\##
+        usQuery","summary":"Query the registrations of hashed public keys","tags":["status"],"description":"\##
+        Type 18 `PushNotificationQuery`. No credentials.","requestBody":{"required":true,"description":"A si\##
+        gned protobuf `ApplicationMetadataMessage`.","content":{"application/x-protobuf":{"schema":{"type":"\##
+        string","format":"binary"}}}},"security":[],"responses":{"200":{"description":"A signed `PushNotific\##
+        ationQueryResponse` (type 19).","content":{"application/x-protobuf":{"schema":{"type":"string","form\##
+        at":"binary"}}}},"400":{"description":"`MALFORMED_MESSAGE` (not an `ApplicationMetadataMessage`, or \##
+        its payload not the expected message), `BAD_SIGNATURE`, `WRONG_MESSAGE_TYPE`, `TOO_MANY_KEYS`.","con\##
+        tent":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"404":{"description":"`\##
+        STATUS_DISABLED`: the Status push server is not enabled here.","content":{"application/json":{"schem\##
+        a":{"$ref":"#/components/schemas/Error"}}}},"413":{"$ref":"#/components/responses/RequestTooLarge"},\##
+        "429":{"description":"`RATE_LIMITED`: too many Status requests from this address.","content":{"appli\##
+        cation/json":{"schema":{"$ref":"#/components/schemas/Error"}}},"headers":{"Retry-After":{"$ref":"#/c\##
+        omponents/headers/RetryAfter"}}},"500":{"$ref":"#/components/responses/InternalError"},"503":{"descr\##
+        iption":"`STATUS_REALM_TAKEN` (misconfigured) or `SERVICE_UNAVAILABLE` (Redis or Kafka).","content":\##
+        {"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}},"headers":{"Retry-After":{"$re\##
+        f":"#/components/headers/RetryAfter"}}}}}},"/status/v1/notify":{"post":{"operationId":"statusNotify"\##
+        ,"summary":"Request notifications to Status installations","tags":["status"],"description":"Type 20 \##
+        `PushNotificationRequest`. No credentials.","requestBody":{"required":true,"description":"A signed p\##
+        rotobuf `ApplicationMetadataMessage`.","content":{"application/x-protobuf":{"schema":{"type":"string\##
+        ","format":"binary"}}}},"security":[],"responses":{"200":{"description":"A signed `PushNotificationR\##
+        esponse` (type 21), one report per target; a repeated request gets the first answer.","content":{"ap\##
+        plication/x-protobuf":{"schema":{"type":"string","format":"binary"}}}},"400":{"description":"`MALFOR\##
+        MED_MESSAGE` (not an `ApplicationMetadataMessage`, or its payload not the expected message), `BAD_SI\##
+        GNATURE`, `WRONG_MESSAGE_TYPE`, `TOO_MANY_TARGETS`.","content":{"application/json":{"schema":{"$ref"\##
+        :"#/components/schemas/Error"}}}},"404":{"description":"`STATUS_DISABLED`: the Status push server is\##
+         not enabled here.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}}\##
+        ,"409":{"description":"`DUPLICATE_REQUEST`: the same message is being handled, or its answer was not\##
+         kept.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"413":{"$re\##
+        f":"#/components/responses/RequestTooLarge"},"429":{"description":"`RATE_LIMITED`: too many Status r\##
+        equests from this address.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Er\##
+        ror"}}},"headers":{"Retry-After":{"$ref":"#/components/headers/RetryAfter"}}},"500":{"$ref":"#/compo\##
+        nents/responses/InternalError"},"503":{"description":"`STATUS_REALM_TAKEN` (misconfigured) or `SERVI\##
+        CE_UNAVAILABLE` (Redis or Kafka).","content":{"application/json":{"schema":{"$ref":"#/components/sch\##
+        emas/Error"}}},"headers":{"Retry-After":{"$ref":"#/components/headers/RetryAfter"}}}}}},"/openapi.js\##
+        on":{"get":{"operationId":"getOpenApiDocument","summary":"This document","tags":["meta"],"security":\##
+        [],"responses":{"200":{"description":"The OpenAPI 3.1 document of ingest's API.","content":{"applica\##
+        tion/json":{"schema":{"type":"object"}}}}}}}},"components":{"securitySchemes":{"basic":{"type":"http\##
+        ","scheme":"basic","description":"HTTP Basic `server_uuid:api_key` (for Zulip servers `zulip_org_id:\##
+        zulip_org_key`)."}},"schemas":{"Success":{"type":"object","properties":{"result":{"type":"string","c\##
+        onst":"success"},"msg":{"type":"string"}},"required":["result","msg"],"description":"Every success o\##
+        f the native and Zulip APIs carries these."},"Error":{"type":"object","properties":{"result":{"type"\##
+        :"string","const":"error"},"code":{"type":"string","description":"Machine-readable, e.g. `UNAUTHORIZ\##
+        ED`, `INVALID_FIELD`."},"msg":{"type":"string"},"field":{"type":"string","description":"The request \##
+        field at fault, when there is one."},"retry-after":{"type":"number","description":"`RATE_LIMIT_HIT` \##
+        (Zulip's field)."},"role":{"type":"string","description":"`INVALID_ZULIP_SERVER`: the server uuid."}\##
+        },"required":["result","code","msg"],"description":"The error shape of the native, Zulip and Status \##
+        APIs (Zulip's)."},"GorushError":{"type":"object","properties":{"code":{"type":"integer","description\##
+        ":"The HTTP status."},"message":{"type":"string"},"error":{"type":"string","description":"Machine-re\##
+        adable code (the relay's)."},"field":{"type":"string"}},"required":["code","message","error"],"descr\##
+        iption":"gorush's error shape, plus `error` and `field`."},"RealmRegistered":{"allOf":[{"$ref":"#/co\##
+        mponents/schemas/Success"},{"type":"object","properties":{"realm_uuid":{"type":"string","format":"uu\##
+        id"},"created":{"type":"boolean"}},"required":["realm_uuid","created"]}]},"DeviceRegistered":{"allOf\##
+        ":[{"$ref":"#/components/schemas/Success"},{"type":"object","properties":{"device_id":{"type":"integ\##
+        er"},"created":{"type":"boolean"}},"required":["device_id","created"]}]},"WebPushSubscription":{"typ\##
+        e":"object","properties":{"endpoint":{"type":"string"},"keys":{"type":"object","properties":{"p256dh\##
+        ":{"type":"string"},"auth":{"type":"string"}},"required":["p256dh","auth"]}},"required":["endpoint",\##
+        "keys"]},"Device":{"type":"object","properties":{"device_id":{"type":"integer"},"token_kind":{"type"\##
+        :"string","enum":["apns","fcm","apns_voip","webpush","simplepush","hms","wns"]},"token_type":{"type"\##
+        :"integer","description":"Telegram's number for the kind."},"token":{"type":"string","description":"\##
+        Redacted: first and last four characters."},"status":{"type":"string","enum":["active","invalid"]},"\##
+        invalid_reason":{"type":"string"},"registered_at_ms":{"type":"integer"},"push_key_ids":{"type":"arra\##
+        y","items":{"type":"integer"}},"current_push_key_id":{"type":"integer"},"encryption":{"type":"string\##
+        "},"ios_app_id":{"type":"string"},"push_account_id":{"type":"integer"}},"required":["device_id","tok\##
+        en_kind","token","status","registered_at_ms","push_key_ids","encryption"]},"DeviceList":{"allOf":[{"\##
+        $ref":"#/components/schemas/Success"},{"type":"object","properties":{"devices":{"type":"array","item\##
+        s":{"$ref":"#/components/schemas/Device"}}},"required":["devices"]}]},"NotifyAccepted":{"allOf":[{"$\##
+        ref":"#/components/schemas/Success"},{"type":"object","properties":{"notification_id":{"type":"strin\##
+        g","format":"uuid"},"device_count":{"type":"integer","minimum":0,"description":"Deliverable devices.\##
+        "},"delete_device_ids":{"type":"array","items":{"type":"integer"},"description":"Targets that are un\##
+        known, another user's or invalidated."}},"required":["notification_id","device_count","delete_device\##
+        _ids"]}]},"DryRunDevice":{"type":"object","properties":{"device_id":{"type":"integer"},"result":{"ty\##
+        pe":"string","enum":["send","skip","fail"]},"reason":{"type":"string","description":"`skip`: `unknow\##
+        n_device`, `not_users_device`, `device_invalid`; `fail`: `no_push_key`, `payload_too_large`, …"},"pr\##
+        ovider":{"type":"string","enum":["apns","fcm","apns_voip","webpush","simplepush","hms","wns"]},"push\##
+        _type":{"type":"string"},"priority":{"type":["integer","string","null"]},"expires_at":{"type":"integ\##
+        er","description":"Unix seconds."},"collapse_id":{"type":["string","null"]},"body_bytes":{"type":"in\##
+        teger"},"provider_configured":{"type":"boolean"}},"required":["device_id","result"]},"DryRunAnswer":\##
+        {"allOf":[{"$ref":"#/components/schemas/Success"},{"type":"object","properties":{"dry_run":{"type":"\##
+        boolean","const":true},"checked":{"type":"string","const":"local"},"device_count":{"type":"integer",\##
+        "minimum":0},"delete_device_ids":{"type":"array","items":{"type":"integer"}},"devices":{"type":"arra\##
+        y","items":{"$ref":"#/components/schemas/DryRunDevice"}}},"required":["dry_run","checked","device_co\##
+        unt","delete_device_ids","devices"]}]},"FeedbackPage":{"allOf":[{"$ref":"#/components/schemas/Succes\##
+        s"},{"type":"object","properties":{"invalidated":{"type":"array","items":{"type":"object","propertie\##
+        s":{"device_id":{"type":"integer"},"reason":{"type":"string"},"at_ms":{"type":"integer"},"cursor":{"\##
+        type":"string"}},"required":["device_id","reason","at_ms","cursor"]}},"next_cursor":{"type":["string\##
+        ","null"]}},"required":["invalidated","next_cursor"]}]},"DeliveryState":{"type":"object","properties\##
+        ":{"state":{"type":"string","enum":["accepted","retrying","skipped","sent","invalid_token","expired"\##
+        ,"failed","dead_lettered"]},"at_ms":{"type":"integer"},"provider":{"type":"string"},"reason":{"type"\##
+        :"string"},"provider_message_id":{"type":"string"},"http_status":{"type":"integer"},"attempts":{"typ\##
+        e":"integer"},"next_attempt_at_ms":{"type":"integer"}},"required":["state","at_ms"]},"NotificationSt\##
+        atus":{"allOf":[{"$ref":"#/components/schemas/Success"},{"type":"object","properties":{"notification\##
+        _id":{"type":"string","format":"uuid"},"realm_uuid":{"type":"string","format":"uuid"},"accepted_at_m\##
+        s":{"type":["integer","null"]},"devices_truncated":{"type":"boolean"},"summary":{"type":"object","ad\##
+        ditionalProperties":{"type":"integer"},"description":"Devices per state."},"devices":{"type":"array"\##
+        ,"items":{"allOf":[{"$ref":"#/components/schemas/DeliveryState"},{"type":"object","properties":{"dev\##
+        ice_id":{"type":"integer"}},"required":["device_id"]}]}},"notification":{"$ref":"#/components/schema\##
+        s/DeliveryState"}},"required":["notification_id","realm_uuid","accepted_at_ms","devices_truncated","\##
+        summary","devices"]}]},"NotificationPayload":{"description":"A Zulip plaintext notification, or Tele\##
+        gram's `{\"data\": {…}}`. Encrypted for the device as sent.","anyOf":[{"$ref":"#/components/schemas/\##
+        ZulipMessageChannelPayload"},{"$ref":"#/components/schemas/ZulipMessageDirectPayload"},{"$ref":"#/co\##
+        mponents/schemas/ZulipRemovePayload"},{"$ref":"#/components/schemas/ZulipTestPayload"},{"$ref":"#/co\##
+        mponents/schemas/TelegramPayload"}]},"ZulipMessageChannelPayload":{"type":"object","properties":{"ty\##
+        pe":{"const":"message"},"realm_url":{"type":"string"},"realm_name":{"type":"string"},"user_id":{"typ\##
+        e":"integer"},"sender_id":{"type":"integer"},"sender_full_name":{"type":"string"},"sender_avatar_url\##
+        ":{"type":"string"},"message_id":{"type":"integer"},"time":{"type":"integer"},"content":{"type":"str\##
+        ing"},"recipient_type":{"const":"channel"},"channel_id":{"type":"integer"},"channel_name":{"type":"s\##
+        tring"},"topic":{"type":"string"},"mentioned_user_group_id":{"type":"integer"},"mentioned_user_group\##
+        _name":{"type":"string"}},"required":["type","realm_url","realm_name","user_id","sender_id","sender_\##
+        full_name","sender_avatar_url","message_id","time","content","recipient_type","channel_id","channel_\##
+        name","topic"]},"ZulipMessageDirectPayload":{"type":"object","properties":{"type":{"const":"message"\##
+        },"realm_url":{"type":"string"},"realm_name":{"type":"string"},"user_id":{"type":"integer"},"sender_\##
+        id":{"type":"integer"},"sender_full_name":{"type":"string"},"sender_avatar_url":{"type":"string"},"m\##
+        essage_id":{"type":"integer"},"time":{"type":"integer"},"content":{"type":"string"},"recipient_type"\##
+        :{"const":"direct"},"recipient_user_ids":{"type":"array","items":{"type":"integer"},"description":"S\##
+        orted ascending; includes `user_id` and `sender_id`."},"pm_users":{"type":"string","description":"Ol\##
+        der servers: comma-separated user ids."}},"required":["type","realm_url","realm_name","user_id","sen\##
+        der_id","sender_full_name","sender_avatar_url","message_id","time","content","recipient_type"]},"Zul\##
+        ipRemovePayload":{"type":"object","properties":{"type":{"const":"remove"},"realm_url":{"type":"strin\##
+        g"},"realm_name":{"type":"string"},"user_id":{"type":"integer"},"message_ids":{"type":"array","items\##
+        ":{"type":"integer"},"minItems":1}},"required":["type","realm_url","realm_name","user_id","message_i\##
+        ds"]},"ZulipTestPayload":{"type":"object","properties":{"type":{"const":"test"},"realm_url":{"type":\##
+        "string"},"realm_name":{"type":"string"},"user_id":{"type":"integer"},"time":{"type":"integer"}},"re\##
+        quired":["type","realm_url","realm_name","user_id","time"]},"TelegramPayload":{"type":"object","prop\##
+        erties":{"data":{"type":"object","properties":{"loc_key":{"type":"string","pattern":"^[A-Z_0-9]{1,64\##
+        }$"},"loc_args":{"type":"array","items":{"type":"string"}},"user_id":{"oneOf":[{"type":"integer"},{"\##
+        type":"string","pattern":"^-?[0-9]+$"}]},"custom":{"type":"object"},"sound":{"type":"string"},"annou\##
+        ncement":{"type":"string"}},"required":["loc_key"]}},"required":["data"],"not":{"required":["type"]}\##
+        },"ZulipPushStatus":{"type":"object","properties":{"can_push":{"type":"boolean"},"expected_end_times\##
+        tamp":{"type":["integer","null"]}},"required":["can_push","expected_end_timestamp"]},"ZulipAnalytics\##
+        Row":{"type":"object","properties":{"id":{"type":"integer","minimum":0}},"required":["id"]},"ZulipRe\##
+        almInfo":{"type":"object","properties":{"uuid":{"type":"string","format":"uuid","pattern":"^[0-9a-fA\##
+        -F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},"host":{"type":["string","nul\##
+        l"],"maxLength":1024},"url":{"type":["string","null"],"maxLength":1024},"name":{"type":["string","nu\##
+        ll"],"maxLength":1024},"org_type":{"type":["integer","null"]},"deactivated":{"type":["boolean","null\##
+        "]},"is_system_bot_realm":{"type":["boolean","null"]},"uuid_owner_secret":{"type":["string","null"],\##
+        "maxLength":1024}},"required":["uuid"]},"ZulipE2EEPushRequest":{"type":"object","properties":{"devic\##
+        e_id":{"type":"integer","description":"Zulip 11.x."},"token_id":{"type":"string","minLength":1,"maxL\##
+        ength":64,"pattern":"^[\\x21-\\x7e]+$","description":"Zulip 12."},"payload":{"type":"object","proper\##
+        ties":{"encrypted_data":{"type":"string","minLength":1,"maxLength":4096,"pattern":"^[A-Za-z0-9+/=_-]\##
+        +$"},"push_key_id":{"type":"integer","minimum":0,"maximum":4294967295},"push_account_id":{"type":"in\##
+        teger"}},"required":["encrypted_data"],"anyOf":[{"required":["push_key_id"]},{"required":["push_acco\##
+        unt_id"]}]},"http_headers":{"type":["object","null"],"description":"APNs entries.","properties":{"ap\##
+        ns_priority":{"type":["integer","null"],"enum":[10,5,1,null]},"apns_push_type":{"type":["string","nu\##
+        ll"],"enum":["alert","background",null]}}},"fcm_priority":{"type":["string","null"],"enum":["high","\##
+        normal",null],"description":"FCM entries."}},"required":["payload"],"anyOf":[{"required":["device_id\##
+        "]},{"required":["token_id"]}]},"ZulipE2EENotifyAnswer":{"allOf":[{"$ref":"#/components/schemas/Succ\##
+        ess"},{"type":"object","properties":{"apple_successfully_sent_count":{"type":"integer"},"android_suc\##
+        cessfully_sent_count":{"type":"integer"},"realm_push_status":{"$ref":"#/components/schemas/ZulipPush\##
+        Status"},"delete_token_ids":{"type":"array","items":{"type":"string"},"description":"Zulip 12 (by `t\##
+        oken_id`)."},"delete_device_ids":{"type":"array","items":{"type":"integer"},"description":"Zulip 11.\##
+        x (by `device_id`)."}},"required":["apple_successfully_sent_count","android_successfully_sent_count"\##
+        ,"realm_push_status"]}]},"ZulipLegacyNotifyAnswer":{"allOf":[{"$ref":"#/components/schemas/Success"}\##
+        ,{"type":"object","properties":{"total_android_devices":{"type":"integer"},"total_apple_devices":{"t\##
+        ype":"integer"},"deleted_devices":{"type":"object","properties":{"android_devices":{"type":"array","\##
+        items":{"type":"string"}},"apple_devices":{"type":"array","items":{"type":"string"}}},"required":["a\##
+        ndroid_devices","apple_devices"]},"realm":{"oneOf":[{"$ref":"#/components/schemas/ZulipPushStatus"},\##
+        {"type":"null"}],"description":"null when the realm was never uploaded (or not given)."}},"required"\##
+        :["total_android_devices","total_apple_devices","deleted_devices","realm"]}]},"GorushPushRequest":{"\##
+        type":"object","properties":{"notifications":{"type":"array","minItems":1,"items":{"$ref":"#/compone\##
+        nts/schemas/GorushNotification"},"description":"At most `PUSHRELAY_GORUSH_MAX_NOTIFICATIONS` (100)."\##
+        }},"required":["notifications"]},"GorushPushAnswer":{"type":"object","properties":{"counts":{"type":\##
+        "integer","description":"The tokens given, plus one per `topic`."},"logs":{"type":"array","items":{"\##
+        $ref":"#/components/schemas/GorushLogEntry"}},"success":{"type":"string","const":"ok"},"dry_run":{"t\##
+        ype":"boolean","description":"`?dry_run=true` only: nothing was registered, counted or published."},\##
+        "checked":{"type":"string","const":"local","description":"`?dry_run=true` only: no provider was cont\##
+        acted."},"notifications":{"type":"array","description":"`?dry_run=true` only: per notification, in r\##
+        equest order, what would be sent to each token.","items":{"type":"object","properties":{"devices":{"\##
+        type":"array","items":{"$ref":"#/components/schemas/GorushDryRunToken"}}},"required":["devices"]}}},\##
+        "required":["counts","logs","success"]},"GorushLogEntry":{"type":"object","properties":{"notif_id":{\##
+        "type":"string"},"type":{"type":"string","const":"failed-push"},"platform":{"type":"string","enum":[\##
+        "ios","android","huawei"]},"token":{"type":"string","description":"Masked as gorush masks it."},"mes\##
+        sage":{"type":"string"},"error":{"type":"string"}},"required":["type","platform","token","message","\##
+        error"]},"GorushAppStats":{"type":"object","properties":{"version":{"type":"string"},"busy_workers":\##
+        {"type":"integer"},"success_tasks":{"type":"integer"},"failure_tasks":{"type":"integer"},"submitted_\##
+        tasks":{"type":"integer"},"total_count":{"type":"integer"},"ios":{"$ref":"#/components/schemas/Gorus\##
+        hPlatformStats"},"android":{"$ref":"#/components/schemas/GorushPlatformStats"},"huawei":{"$ref":"#/c\##
+        omponents/schemas/GorushPlatformStats"}},"required":["version","busy_workers","success_tasks","failu\##
+        re_tasks","submitted_tasks","total_count","ios","android","huawei"]},"GorushPlatformStats":{"type":"\##
+        object","properties":{"push_success":{"type":"integer"},"push_error":{"type":"integer"}},"required":\##
+        ["push_success","push_error"]},"GorushGoStats":{"type":"object","properties":{"time":{"type":"intege\##
+        r"},"cpu_num":{"type":"integer"},"goroutine_num":{"type":"integer"},"gomaxprocs":{"type":"integer"},\##
+        "cgo_call_num":{"type":"integer"},"memory_alloc":{"type":"integer"},"memory_total_alloc":{"type":"in\##
+        teger"},"memory_sys":{"type":"integer"},"memory_lookups":{"type":"integer"},"memory_mallocs":{"type"\##
+        :"integer"},"memory_frees":{"type":"integer"},"memory_stack":{"type":"integer"},"heap_alloc":{"type"\##
+        :"integer"},"heap_sys":{"type":"integer"},"heap_idle":{"type":"integer"},"heap_inuse":{"type":"integ\##
+        er"},"heap_released":{"type":"integer"},"heap_objects":{"type":"integer"},"gc_next":{"type":"integer\##
+        "},"gc_last":{"type":"integer"},"gc_num":{"type":"integer"},"gc_per_second":{"type":"number"},"gc_pa\##
+        use_per_second":{"type":"number"},"gc_pause":{"type":"array","items":{"type":"number"}},"go_version"\##
+        :{"type":"string"},"go_os":{"type":"string"},"go_arch":{"type":"string"},"uptime_sec":{"type":"numbe\##
+        r"}},"required":["time","go_version","go_os","go_arch","cpu_num","goroutine_num","gomaxprocs","memor\##
+        y_alloc","memory_sys","heap_alloc","heap_sys","heap_idle","heap_inuse","gc_pause","uptime_sec"]},"Go\##
+        rushSysStats":{"type":"object","properties":{"pid":{"type":"integer"},"hostname":{"type":"string"},"\##
+        uptime":{"type":"string"},"uptime_sec":{"type":"number"},"time":{"type":"string"},"unixtime":{"type"\##
+        :"integer"},"status_code_count":{"type":"object","additionalProperties":{"type":"integer"},"descript\##
+        ion":"By status, over the last whole second."},"total_status_code_count":{"type":"object","additiona\##
+        lProperties":{"type":"integer"}},"count":{"type":"integer"},"total_count":{"type":"integer"},"total_\##
+        response_time":{"type":"string"},"total_response_time_sec":{"type":"number"},"total_response_size":{\##
+        "type":"integer"},"average_response_size":{"type":"integer"},"average_response_time":{"type":"string\##
+        "},"average_response_time_sec":{"type":"number"},"total_metrics_counts":{"type":"object"},"average_m\##
+        etrics_timers":{"type":"object"}},"required":["pid","hostname","uptime","uptime_sec","time","unixtim\##
+        e","status_code_count","total_status_code_count","count","total_count","total_response_time","total_\##
+        response_time_sec","total_response_size","average_response_size","average_response_time","average_re\##
+        sponse_time_sec","total_metrics_counts","average_metrics_timers"]},"GorushHookURL":{"type":"object",\##
+        "properties":{"url":{"type":["string","null"]}},"required":["url"]},"GorushNotification":{"type":"ob\##
+        ject","properties":{"platform":{"type":"integer","enum":[1,2,3],"description":"1 iOS, 2 Android, 3 H\##
+        uawei."},"tokens":{"type":["array","null"],"items":{"type":"string"},"description":"At least one tok\##
+        en (or `to`, Android and Huawei); at most 500 for Android and Huawei."},"notif_id":{"type":["string"\##
+        ,"null"]},"to":{"type":["string","null"]},"topic":{"type":["string","null"],"description":"iOS: the \##
+        app's bundle id (required unless `PUSHRELAY_GORUSH_APNS_TOPIC` is set)."},"message":{"type":["string\##
+        ","null"]},"title":{"type":["string","null"]},"image":{"type":["string","null"]},"priority":{"type":\##
+        ["string","null"],"description":"`high` or `normal` (Android and Huawei refuse anything else)."},"co\##
+        ndition":{"type":["string","null"]},"app_id":{"type":["string","null"]},"app_secret":{"type":["strin\##
+        g","null"]},"huawei_data":{"type":["string","null"]},"huawei_ttl":{"type":["string","null"]},"bi_tag\##
+        ":{"type":["string","null"]},"apns_id":{"type":["string","null"]},"collapse_id":{"type":["string","n\##
+        ull"]},"push_type":{"type":["string","null"]},"category":{"type":["string","null"]},"thread-id":{"ty\##
+        pe":["string","null"]},"name":{"type":["string","null"]},"interruption_level":{"type":["string","nul\##
+        l"]},"event":{"type":["string","null"]},"attributes-type":{"type":["string","null"]},"content_availa\##
+        ble":{"type":["boolean","null"]},"mutable_content":{"type":["boolean","null"]},"production":{"type":\##
+        ["boolean","null"]},"development":{"type":["boolean","null"]},"retry":{"type":["integer","null"]},"h\##
+        uawei_collapse_key":{"type":["integer","null"]},"fast_app_target":{"type":["integer","null"]},"expir\##
+        ation":{"type":["integer","null"]},"badge":{"type":["integer","null"]},"stale-date":{"type":["intege\##
+        r","null"]},"dismissal-date":{"type":["integer","null"]},"timestamp":{"type":["integer","null"]},"vo\##
+        lume":{"type":["number","null"]},"relevance-score":{"type":["number","null"]},"data":{"type":["objec\##
+        t","null"]},"notification":{"type":["object","null"]},"android":{"type":["object","null"]},"webpush"\##
+        :{"type":["object","null"]},"apns":{"type":["object","null"]},"fcm_options":{"type":["object","null"\##
+        ]},"huawei_notification":{"type":["object","null"]},"content-state":{"type":["object","null"]},"attr\##
+        ibutes":{"type":["object","null"]},"alert":{"type":["object","null"],"properties":{"action":{"type":\##
+        ["string","null"]},"action-loc-key":{"type":["string","null"]},"body":{"type":["string","null"]},"la\##
+        unch-image":{"type":["string","null"]},"loc-key":{"type":["string","null"]},"title":{"type":["string\##
+        ","null"]},"subtitle":{"type":["string","null"]},"title-loc-key":{"type":["string","null"]},"summary\##
+        -arg":{"type":["string","null"]}}},"sound":{"type":["string","object","null"]}},"required":["platfor\##
+        m"],"description":"gorush's `PushNotification` (docs/api/gorush.md)."},"GorushDryRunToken":{"type":"\##
+        object","description":"What would be sent to one token of a notification (`?dry_run=true`), named by\##
+         its index in `tokens`.","properties":{"token_index":{"type":"integer","minimum":0},"result":{"type"\##
+        :"string","enum":["send","fail"]},"reason":{"type":"string","description":"`fail`: what the provider\##
+         would answer for the token's form (`BadDeviceToken`, `InvalidRegistration`)."},"provider":{"type":"\##
+        string","enum":["apns","fcm","hms"]},"push_type":{"type":"string"},"priority":{"type":["integer","st\##
+        ring","null"]},"expires_at":{"type":["integer","null"],"description":"Unix seconds; null: the provid\##
+        er's default."},"collapse_id":{"type":["string","null"]},"body_bytes":{"type":"integer"}},"required"\##
+        :["token_index","result","provider"]}},"responses":{"Unauthorized":{"description":"`UNAUTHORIZED`: m\##
+        issing or invalid server credentials, or a deactivated server.","content":{"application/json":{"sche\##
+        ma":{"$ref":"#/components/schemas/Error"}}},"headers":{"WWW-Authenticate":{"$ref":"#/components/head\##
+        ers/WWWAuthenticate"}}},"ZulipUnauthorized":{"description":"`UNAUTHORIZED` (Zulip's messages): missi\##
+        ng or invalid credentials, or a deactivated server.","content":{"application/json":{"schema":{"$ref"\##
+        :"#/components/schemas/Error"}}},"headers":{"WWW-Authenticate":{"$ref":"#/components/headers/WWWAuth\##
+        enticate"}}},"RequestTooLarge":{"description":"`REQUEST_TOO_LARGE`: the body is over its limit (answ\##
+        ered with `Connection: close`).","content":{"application/json":{"schema":{"$ref":"#/components/schem\##
+        as/Error"}}}},"RateLimited":{"description":"`RATE_LIMIT_HIT` (the server's request rate; `retry-afte\##
+        r` in the body) or `TOO_MANY_FAILED_AUTHENTICATIONS` (this client address).","content":{"application\##
+        /json":{"schema":{"$ref":"#/components/schemas/Error"}}},"headers":{"Retry-After":{"$ref":"#/compone\##
+        nts/headers/RetryAfter"}}},"InternalError":{"description":"`INTERNAL_ERROR`: nothing was accepted.",\##
+        "content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"Unavailable":{"des\##
+        cription":"`SERVICE_UNAVAILABLE`: Redis or Kafka cannot take work right now; retry later.","content"\##
+        :{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}},"headers":{"Retry-After":{"$r\##
+        ef":"#/components/headers/RetryAfter"}}},"GorushUnauthorized":{"description":"`UNAUTHORIZED`: missin\##
+        g or invalid server credentials (HTTP Basic `server_uuid:api_key`).","content":{"application/json":{\##
+        "schema":{"$ref":"#/components/schemas/GorushError"}}},"headers":{"WWW-Authenticate":{"$ref":"#/comp\##
+        onents/headers/WWWAuthenticate"},"X-GORUSH-VERSION":{"$ref":"#/components/headers/GorushVersion"}}},\##
+        "GorushRequestTooLarge":{"description":"`REQUEST_TOO_LARGE`.","content":{"application/json":{"schema\##
+        ":{"$ref":"#/components/schemas/GorushError"}}},"headers":{"X-GORUSH-VERSION":{"$ref":"#/components/\##
+        headers/GorushVersion"}}},"GorushRateLimited":{"description":"`RATE_LIMIT_HIT` or `TOO_MANY_FAILED_A\##
+        UTHENTICATIONS`.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/GorushError"\##
+        }}},"headers":{"Retry-After":{"$ref":"#/components/headers/RetryAfter"},"X-GORUSH-VERSION":{"$ref":"\##
+        #/components/headers/GorushVersion"}}},"GorushInternalError":{"description":"`INTERNAL_ERROR`.","con\##
+        tent":{"application/json":{"schema":{"$ref":"#/components/schemas/GorushError"}}},"headers":{"X-GORU\##
+        SH-VERSION":{"$ref":"#/components/headers/GorushVersion"}}},"GorushUnavailable":{"description":"`SER\##
+        VICE_UNAVAILABLE`.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/GorushErro\##
+        r"}}},"headers":{"Retry-After":{"$ref":"#/components/headers/RetryAfter"},"X-GORUSH-VERSION":{"$ref"\##
+        :"#/components/headers/GorushVersion"}}}},"headers":{"RetryAfter":{"description":"Seconds to wait be\##
+        fore retrying.","schema":{"type":"string","pattern":"^[0-9]+$"}},"WWWAuthenticate":{"description":"`\##
+        Basic realm=\"pushrelay\"` (or `\"zulip\"`).","schema":{"type":"string"}},"GorushVersion":{"descript\##
+        ion":"Set on every answer of ingest's API port (`pushrelay-1.0`).","schema":{"type":"string"}}}}}
         """##.utf8)
 }

@@ -193,6 +193,8 @@ final class MemoryDeviceRegistry: DeviceRegistry {
 
     private let state = Mutex(State())
     private let keysKept = Mutex(3)
+    /// How many devices are stored.
+    var count: Int { state.withLock { $0.devices.count } }
     var maxStoredKeys: Int {
         get { keysKept.withLock { $0 } }
         set { keysKept.withLock { $0 = newValue } }

@@ -73,6 +73,59 @@ import Testing
         }
     }
 
+    /// `?dry_run=true`: gorush's answer plus what each token would get; nothing registered,
+    /// counted or published, and no token in the answer but masked in gorush's log.
+    @Test func aDryRunBuildsEachTokensPushAndRegistersNothing() async throws {
+        let fixture = try await RouterFixture.make(["pushrelay.gorush.apns.topic": "org.zulip.Zulip"])
+        try await fixture.run { client in
+            let server = try await client.registeredServer()
+            let apns = String(repeating: "ab", count: 32)
+            let android = routerFCMToken()
+            let reply = try await push(
+                client, server,
+                [
+                    "notifications": [
+                        [
+                            "tokens": [.string(apns), "token_b"], "platform": 1, "message": "Hello iOS",
+                            "priority": "high", "expiration": 2_000_000_000, "collapse_id": "c-1",
+                        ],
+                        [
+                            "tokens": [.string(android)], "platform": 2, "message": "Hello Android",
+                            "priority": "normal",
+                        ],
+                    ]
+                ], query: "?dry_run=true")
+            #expect(reply.status == 200, "\(reply.text)")
+            #expect(reply.headers[.contentType] == "application/json; charset=utf-8")
+            #expect(reply.json["dry_run"] == true && reply.json["checked"] == "local" && reply.json["success"] == "ok")
+            #expect(reply.json["counts"] == 3, "gorush's counts: the tokens given")
+            let notifications = reply.json["notifications"]?.arrayValue ?? []
+            try #require(notifications.count == 2, "\(reply.text)")
+            let ios = notifications[0]["devices"]?.arrayValue ?? []
+            #expect(ios.count == 2)
+            #expect(
+                ios.first?["token_index"] == 0 && ios.first?["result"] == "send" && ios.first?["provider"] == "apns")
+            #expect(ios.first?["push_type"] == "alert" && ios.first?["priority"] == 10)
+            #expect(ios.first?["expires_at"] == 2_000_000_000 && ios.first?["collapse_id"] == "c-1")
+            #expect((ios.first?["body_bytes"]?.intValue ?? 0) > 0)
+            #expect(ios.last?["result"] == "fail" && ios.last?["reason"] == "BadDeviceToken")
+            let fcm = notifications[1]["devices"]?.arrayValue?.first
+            #expect(
+                fcm?["provider"] == "fcm" && fcm?["priority"] == "normal" && fcm?["expires_at"] == .null,
+                "\(reply.text)")
+            #expect(reply.json["logs"]?.arrayValue?.count == 1, "gorush's failed-push entry for the bad token")
+            #expect(!reply.text.contains(apns) && !reply.text.contains(android), "no token in the answer")
+            #expect(try fixture.published().isEmpty, "nothing published")
+            #expect(reply.headers[Self.idsHeader] == nil)
+            #expect(fixture.memory?.devices.count == 0, "nothing registered")
+
+            let bad = try await push(
+                client, server, ["notifications": [["tokens": [.string(android)], "platform": 2, "message": "m"]]],
+                query: "?dry_run=maybe")
+            expectGorushError(bad, 400, "BAD_REQUEST", field: "dry_run", "a dry_run that is not a boolean")
+        }
+    }
+
     @Test func pushRefusesWhatGorushRefuses() async throws {
         let fixture = try await RouterFixture.make(["pushrelay.gorush.max.tokens": "2"])
         try await fixture.run { client in

@@ -203,6 +203,7 @@ struct GorushController: Sendable {
                 "Number of tokens(\(tokenCount)) over limit(\(settings.maxTokens))", code: "TOO_MANY_TOKENS",
                 field: "notifications")
         }
+        let dryRun = try Self.isDryRun(request)
         let sync: Bool
         switch request.uri.queryParameters.get("sync") {
         case "true", "1": sync = true
@@ -217,6 +218,7 @@ struct GorushController: Sendable {
         // The rate limit counts a large send as one request per started 1,000 tokens.
         try await authenticator.charge(request, server: server, units: max(0, tokenCount - 1) / 1000)
         try await checkEnabled(notifications)
+        if dryRun { return self.dryRun(notifications) }
         let realm = try await ensureRealm(server: server)
         var batch = GorushBatch()
         for notification in notifications {
