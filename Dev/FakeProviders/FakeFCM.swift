@@ -144,6 +144,9 @@ public struct FakeFCM: Sendable {
         if let notification = message?["notification"]?.objectValue {
             for (key, value) in notification { headers["notification.\(key)"] = value.stringValue ?? "\(value)" }
         }
+        // `validate_only`: checked as a send is, answered as one, delivered to no device.
+        let validateOnly = json["validate_only"] == .bool(true)
+        if validateOnly { headers["validate_only"] = "true" }
         func answer(_ response: Response, reason: String?) -> Response {
             state.record(
                 ReceivedPush(
@@ -170,6 +173,11 @@ public struct FakeFCM: Sendable {
         guard case .object = message ?? .null else {
             return answer(
                 Self.badRequest(field: "message", "Invalid JSON payload received."), reason: "INVALID_ARGUMENT")
+        }
+        if let flag = json["validate_only"], flag != .bool(true), flag != .bool(false) {
+            return answer(
+                Self.badRequest(field: "validate_only", "Invalid value at 'validate_only' (TYPE_BOOL)"),
+                reason: "INVALID_ARGUMENT")
         }
         guard !token.isEmpty else {
             return answer(
@@ -246,8 +254,8 @@ public struct FakeFCM: Sendable {
         if state.fcmUnregistered(token) {
             return answer(Self.fcmError(404, "UNREGISTERED", "Requested entity was not found."), reason: "UNREGISTERED")
         }
-        return answer(
-            Self.json(200, ["name": .string("projects/\(projectID)/messages/\(UInt64.random(in: 1...UInt64.max))")]),
-            reason: nil)
+        // A validated message gets FCM's placeholder id: nothing was sent.
+        let id = validateOnly ? "fake_message_id" : "\(UInt64.random(in: 1...UInt64.max))"
+        return answer(Self.json(200, ["name": .string("projects/\(projectID)/messages/\(id)")]), reason: nil)
     }
 }

@@ -119,6 +119,8 @@ public struct FakeHMS: Sendable {
         for (key, value) in message?["android"]?.objectValue ?? [:] {
             headers["android.\(key)"] = value.stringValue ?? String(decoding: Wire.canonical(value), as: UTF8.self)
         }
+        // `validate_only`: checked as a send is, answered as one, delivered to no device.
+        if json?["validate_only"] == .bool(true) { headers["validate_only"] = "true" }
         let data = message?["data"]?.stringValue
         // The data string as the app reads it: JSON when it is JSON.
         let body = data.map { text in (try? Wire.decode(JSONValue.self, from: Array(text.utf8))) ?? .string(text) }

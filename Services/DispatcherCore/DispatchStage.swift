@@ -186,6 +186,10 @@ public struct DispatchStage: Sendable {
             return .dead(
                 .rejected, .failed(reason: .relay(.providerNotConfigured), status: nil), attempts: attemptsSoFar)
         }
+        // A pipeline dry run's push to a provider that cannot check without delivering: not sent.
+        if push.validateOnly && !SendMode.validatingProviders.contains(record.provider) {
+            return .outcome(.sent(status: 0, providerMessageID: nil), attempts: attemptsSoFar)
+        }
         let target = AdaptiveRateLimiter.target(of: push)
         guard await rates.acquire(target, maxWait: maxRateWait) else {
             // The provider asked us to slow down: park the push rather than hold the stream.
@@ -360,6 +364,14 @@ public struct DispatchStage: Sendable {
     ) throws -> [KafkaOutgoing] {
         switch result {
         case .sent(let status, let id):
+            if record.sendMode == .validateOnly {
+                // Checked by the provider (`validate_only`), or not sent at all: no phone got it.
+                let local = !SendMode.validatingProviders.contains(record.provider)
+                let outcome = delivery(
+                    record, .sent, reason: local ? StageReason.checkedLocally.rawValue : nil,
+                    status: local ? nil : status, attempts: attempts, id: id, now: now)
+                return [try .delivery(outcome, topic: topics.deliveries)]
+            }
             RelayMetrics.endToEnd(provider: record.provider.rawValue).recordMilliseconds(
                 max(0, now.saturatingSubtract(record.acceptedAtMs)))
             // An ambiguous re-send is marked, so accounting can tell a possible duplicate from a bug.
@@ -390,11 +402,13 @@ public struct DispatchStage: Sendable {
         _ record: OutboundRecord, _ outcome: DeliveryOutcome, reason: String?, status: Int?, attempts: Int,
         id: String? = nil, now: Int64
     ) -> DeliveryRecord {
-        DeliveryRecord(
+        var delivery = DeliveryRecord(
             notificationID: record.notificationID, realmUUID: record.realmUUID, deviceID: record.deviceID,
             provider: record.provider, outcome: outcome, reason: reason.map(OutcomeReason.init(name:)),
             httpStatus: status,
             attempts: attempts, acceptedAtMs: record.acceptedAtMs, completedAtMs: now, providerMessageID: id)
+        delivery.sendMode = record.sendMode
+        return delivery
     }
 
     static func reasonAndStatus(_ result: SendResult) -> (String, Int?) {

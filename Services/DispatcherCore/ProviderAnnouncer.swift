@@ -22,7 +22,7 @@ struct ProviderAnnouncer: Service {
             let now = Wire.nowMillis()
             do {
                 try await announcements.announce(
-                    process: process, providers: providers,
+                    process: process, providers: providers, capabilities: [.validateOnly],
                     untilMs: now.saturatingAdd(intervalMs.saturatingMultiply(3)),
                     nowMs: now)
             } catch {

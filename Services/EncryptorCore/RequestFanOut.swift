@@ -35,11 +35,12 @@ extension EncryptorStage {
         _ request: PushRequestRecord, device: DeviceID?, provider: Provider?, _ outcome: DeliveryOutcome,
         _ reason: OutcomeReason
     ) throws -> KafkaOutgoing {
-        try .delivery(
-            DeliveryRecord(
-                notificationID: request.notificationID, realmUUID: request.realmUUID, deviceID: device,
-                provider: provider, outcome: outcome, reason: reason, attempts: 0, acceptedAtMs: request.acceptedAtMs,
-                completedAtMs: clock.nowMillis()), topic: topics.deliveries)
+        var record = DeliveryRecord(
+            notificationID: request.notificationID, realmUUID: request.realmUUID, deviceID: device,
+            provider: provider, outcome: outcome, reason: reason, attempts: 0, acceptedAtMs: request.acceptedAtMs,
+            completedAtMs: clock.nowMillis())
+        record.sendMode = request.sendMode
+        return try .delivery(record, topic: topics.deliveries)
     }
 
     /// The outcome of a device the provider called dead, or nil while it is active.
@@ -319,10 +320,13 @@ extension EncryptorStage {
         let sealedToken = try pipelineKeys.seal(
             Array(device.token.utf8),
             binding: .token(notificationID: request.notificationID, realmUUID: request.realmUUID, deviceID: device.id))
-        return OutboundRecord(
+        var record = OutboundRecord(
             notificationID: request.notificationID, deviceID: device.id, realmUUID: request.realmUUID,
             provider: device.provider, token: "", appID: device.appID, delivery: delivery, body: body,
             expiresAt: request.acceptedAtMs / 1000 + ttlSeconds, acceptedAtMs: request.acceptedAtMs,
             registeredAtMs: device.registeredAtMs, sealedToken: sealedToken)
+        // A pipeline dry run stays one to the dispatcher.
+        record.sendMode = request.sendMode
+        return record
     }
 }

@@ -80,6 +80,8 @@ public struct DeliveryReports: Sendable {
         defer { for span in spans { span.end() } }
         for record in records {
             guard let delivery = decodeRecord(DeliveryRecord.self, from: record, logger: logger) else { continue }
+            // A pipeline dry run's outcome is neither a delivery to count nor a failure to report.
+            if delivery.sendMode == .validateOnly { continue }
             if let span = RelayTracing.startSpan("account outcome", of: record) {
                 span.describe(record)
                 span.attributes[SpanKey.notificationID] = delivery.notificationID.rawValue

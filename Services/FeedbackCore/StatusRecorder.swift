@@ -118,6 +118,9 @@ public struct StatusRecorder: Sendable {
                 providerMessageID: delivery.providerMessageID, httpStatus: delivery.httpStatus, attempts: attempts)
         }
         switch delivery.outcome {
+        case .sent where delivery.sendMode == .validateOnly:
+            let local = delivery.reason?.name == StageReason.checkedLocally.rawValue
+            return status(local ? .checked : .validated, reason: nil)
         case .sent: return status(.sent, reason: delivery.reason?.name)
         case .alreadySent: return nil
         case .invalidToken where delivery.attempts == 0:

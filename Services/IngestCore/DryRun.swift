@@ -8,15 +8,51 @@ import PushModels
 /// published, nothing is written, no rate beyond the request's own is used, and no
 /// provider is contacted: every check is local (`"checked": "local"`).
 extension NativeController {
-    /// `dry_run`: a JSON boolean (or `"true"`/`"false"` in a form); absent is false.
-    static func isDryRun(_ body: RequestFields) throws -> Bool {
+    /// A notify's `dry_run`: off (absent, `false`), checked here (`true`, `"local"`), or
+    /// through the pipeline (`"pipeline"`).
+    enum DryRunMode {
+        case off, local, pipeline
+    }
+
+    /// `dry_run`: a JSON boolean, or `"local"`, `"pipeline"` (`"true"`/`"false"` in a form).
+    static func dryRunMode(_ body: RequestFields) throws -> DryRunMode {
         switch body.json["dry_run"] {
-        case nil, .null?: return false
-        case .bool(let flag)?: return flag
-        case .string("true")?: return true
-        case .string("false")?: return false
-        default: throw APIError.badRequest("dry_run: must be true or false", field: "dry_run")
+        case nil, .null?, .bool(false)?, .string("false")?: return .off
+        case .bool(true)?, .string("true")?, .string("local")?: return .local
+        case .string("pipeline")?: return .pipeline
+        default: throw APIError.badRequest("dry_run: must be true, false, \"local\" or \"pipeline\"", field: "dry_run")
         }
+    }
+
+    /// `"dry_run": "pipeline"`: accepted as a notify is, marked `send_mode: validate_only`
+    /// all the way, so the encryptor builds and encrypts each push, the dispatcher asks
+    /// FCM and Huawei to validate theirs and sends nothing to the others; the outcomes
+    /// are read from `GET /v1/notifications/{id}`. Only while every running dispatcher
+    /// says it can (an older one would send the push for real): 409 otherwise.
+    func pipelineDryRun(
+        server: ServerID, realm: RealmID, userID: Int64, targets: Targets, type: NotificationType, plaintext: [UInt8]
+    )
+        async throws -> Response
+    {
+        guard try await providers.everyDispatcherCan(.validateOnly) else {
+            throw APIError(
+                status: .conflict, code: "DRY_RUN_UNAVAILABLE",
+                message:
+                    "dry_run: \"pipeline\" needs every running dispatcher to support it (some run an older release, or none runs); use \"local\"",
+                field: "dry_run")
+        }
+        var answer = try await acceptNotification(
+            server: server, realm: realm, userID: userID, targets: targets, type: type, plaintext: plaintext,
+            sendMode: .validateOnly)
+        answer.fields["dry_run"] = "pipeline"
+        func names(_ validating: Bool) -> JSONValue {
+            .array(
+                Provider.allCases.filter { SendMode.validatingProviders.contains($0) == validating }.map {
+                    .string($0.rawValue)
+                })
+        }
+        answer.fields["checked"] = ["provider": names(true), "local": names(false)]
+        return answer.http
     }
 
     func dryRun(realm: RealmID, userID: Int64, ids: [DeviceID], type: NotificationType, plaintext: [UInt8])

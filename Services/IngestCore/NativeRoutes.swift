@@ -206,10 +206,15 @@ struct NativeController: Sendable {
         let (type, payload) = try notificationPayload(body, userID: userID)
         let requestedIDs = try deviceIDs(body)
         let plaintext = try Self.plaintext(payload, limit: limits.maxPlaintextBytes)
-        if try Self.isDryRun(body) {
+        let dryRunMode = try Self.dryRunMode(body)
+        if dryRunMode != .off {
             let targets = try await targets(
                 realm: realm, userID: userID, requestedIDs: requestedIDs,
                 ownerCheck: { try await ownership.requireOwn(realm, server: server) })
+            if dryRunMode == .pipeline {
+                return try await pipelineDryRun(
+                    server: server, realm: realm, userID: userID, targets: targets, type: type, plaintext: plaintext)
+            }
             return try await dryRun(realm: realm, userID: userID, ids: targets.ids, type: type, plaintext: plaintext)
         }
         guard let key else {
@@ -339,7 +344,7 @@ struct NativeController: Sendable {
     /// Counts the targets, seals and publishes one notification; the answer it gives.
     func acceptNotification(
         server: ServerID, realm: RealmID, userID: Int64, targets: Targets,
-        type: NotificationType, plaintext: [UInt8]
+        type: NotificationType, plaintext: [UInt8], sendMode: SendMode? = nil
     ) async throws -> StoredAnswer {
         var deleteIDs: [DeviceID] = []
         var deliverable = 0
@@ -353,11 +358,12 @@ struct NativeController: Sendable {
         let notificationID = NotificationID.random()
         if !targets.ids.isEmpty {
             let sealed = try sealer.seal(plaintext, notificationID: notificationID, realm: realm, userID: userID)
-            try await acceptor.publish(
-                PushRequestRecord(
-                    notificationID: notificationID, serverUUID: server, realmUUID: realm,
-                    acceptedAtMs: Wire.nowMillis(),
-                    request: .native(userID: userID, deviceIDs: targets.ids, type: type, sealedPayload: sealed)))
+            var record = PushRequestRecord(
+                notificationID: notificationID, serverUUID: server, realmUUID: realm,
+                acceptedAtMs: Wire.nowMillis(),
+                request: .native(userID: userID, deviceIDs: targets.ids, type: type, sealedPayload: sealed))
+            record.sendMode = sendMode
+            try await acceptor.publish(record)
         }
         return StoredAnswer(
             status: 202,

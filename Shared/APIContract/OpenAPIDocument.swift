@@ -101,695 +101,705 @@ public enum OpenAPIDocument {
         -F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},"user_id":{"type":"integer"},"payload":{"$ref":"#/component\##
         s/schemas/NotificationPayload"},"device_ids":{"type":["array","null"],"items":{"type":"integer"},"de\##
         scription":"The devices to push to (repeats collapse); at most 100 distinct."},"dry_run":{"type":["b\##
-        oolean","string","null"],"enum":[true,false,"true","false",null],"description":"Check, resolve and m\##
-        easure without publishing."}},"required":["realm_uuid","user_id","payload"]}}}},"security":[{"basic"\##
-        :[]}],"responses":{"200":{"description":"`dry_run`: what would be sent to each device; nothing was p\##
-        ublished.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/DryRunAnswer"}}}},"\##
-        202":{"description":"Accepted: on `push.requests` (or the first answer again, for a repeated `Idempo\##
-        tency-Key`).","content":{"application/json":{"schema":{"$ref":"#/components/schemas/NotifyAccepted"}\##
-        }}},"400":{"description":"`MALFORMED_JSON`, `BAD_REQUEST`, `INVALID_FIELD`, `INVALID_PAYLOAD` (the p\##
-        ayload field at fault in `field`), `INVALID_IDEMPOTENCY_KEY`.","content":{"application/json":{"schem\##
-        a":{"$ref":"#/components/schemas/Error"}}}},"401":{"$ref":"#/components/responses/Unauthorized"},"40\##
-        4":{"description":"`REALM_NOT_FOUND`.","content":{"application/json":{"schema":{"$ref":"#/components\##
-        /schemas/Error"}}}},"409":{"description":"`IDEMPOTENCY_KEY_IN_USE`: a request with this key is still\##
-         being handled.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}},"he\##
-        aders":{"Retry-After":{"$ref":"#/components/headers/RetryAfter"}}},"413":{"description":"`REQUEST_TO\##
-        O_LARGE`, `PAYLOAD_TOO_LARGE` (the plaintext limit) or `TOO_MANY_DEVICES` (more distinct `device_ids\##
-        ` than allowed).","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"\##
-        422":{"description":"`IDEMPOTENCY_KEY_REUSED`: the key was used before with another body.","content"\##
-        :{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"429":{"$ref":"#/components/\##
-        responses/RateLimited"},"500":{"$ref":"#/components/responses/InternalError"},"503":{"description":"\##
-        `SERVICE_UNAVAILABLE`: Kafka did not take the record within the publish timeout (or Redis is unavail\##
-        able); nothing was accepted.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/\##
-        Error"}}},"headers":{"Retry-After":{"$ref":"#/components/headers/RetryAfter"}}}}}},"/v1/feedback":{"\##
-        get":{"operationId":"getFeedback","summary":"Invalidated devices of a realm","tags":["native"],"para\##
-        meters":[{"name":"realm_uuid","in":"query","required":true,"schema":{"type":"string","format":"uuid"\##
-        ,"pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"}},{"name"\##
-        :"after","in":"query","required":false,"schema":{"type":"string","pattern":"^(0|[1-9][0-9]{0,19})-(0\##
-        |[1-9][0-9]{0,19})$"},"description":"A `cursor`/`next_cursor` this endpoint answered (`ms-seq`)."},{\##
-        "name":"limit","in":"query","required":false,"schema":{"type":"integer","minimum":1,"maximum":1000,"\##
-        default":100}}],"security":[{"basic":[]}],"responses":{"200":{"description":"Invalidated devices, ol\##
-        dest first.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/FeedbackPage"}}}}\##
-        ,"400":{"description":"`BAD_REQUEST` naming `realm_uuid`, `after` or `limit`.","content":{"applicati\##
-        on/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"401":{"$ref":"#/components/responses/Un\##
-        authorized"},"404":{"description":"`REALM_NOT_FOUND`.","content":{"application/json":{"schema":{"$re\##
-        f":"#/components/schemas/Error"}}}},"429":{"$ref":"#/components/responses/RateLimited"},"500":{"$ref\##
-        ":"#/components/responses/InternalError"},"503":{"$ref":"#/components/responses/Unavailable"}}}},"/v\##
-        1/bouncer-public-keys":{"get":{"operationId":"getBouncerPublicKeys","summary":"The relay's X25519 re\##
-        gistration keys","tags":["native"],"description":"No credentials.","security":[],"responses":{"200":\##
-        {"description":"The public keys registrations may be sealed to.","content":{"application/json":{"sch\##
-        ema":{"allOf":[{"$ref":"#/components/schemas/Success"},{"type":"object","properties":{"public_keys":\##
-        {"type":"array","items":{"type":"string","description":"base64 of 32 bytes"}}},"required":["public_k\##
-        eys"]}]}}}}}}},"/v1/notifications/{notification_id}":{"get":{"operationId":"getNotificationStatus","\##
-        summary":"Delivery status of a notification","tags":["native"],"parameters":[{"name":"notification_i\##
-        d","in":"path","required":true,"schema":{"type":"string","format":"uuid"},"description":"The `notifi\##
-        cation_id` a notify answered (lowercase UUID)."}],"security":[{"basic":[]}],"responses":{"200":{"des\##
-        cription":"Where each device's push stands.","content":{"application/json":{"schema":{"$ref":"#/comp\##
-        onents/schemas/NotificationStatus"}}}},"401":{"$ref":"#/components/responses/Unauthorized"},"404":{"\##
-        description":"`NOTIFICATION_NOT_FOUND`: unknown, expired, another server's, or not a lowercase UUID.\##
-        ","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"429":{"$ref":"#/\##
-        components/responses/RateLimited"},"500":{"$ref":"#/components/responses/InternalError"},"503":{"$re\##
-        f":"#/components/responses/Unavailable"}}}},"/api/v1/remotes/server/register":{"post":{"operationId"\##
-        :"zulipRegisterServer","summary":"Register a Zulip server (or rotate its key)","tags":["zulip"],"des\##
-        cription":"No credentials: the body carries them. Throttled per client address.","requestBody":{"req\##
-        uired":true,"content":{"application/json":{"schema":{"type":"object","properties":{"zulip_org_id":{"\##
-        type":"string","format":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{\##
-        4}-[0-9a-fA-F]{12}$"},"zulip_org_key":{"type":"string","pattern":"^[A-Za-z0-9]{64}$"},"hostname":{"t\##
-        ype":"string","minLength":1,"maxLength":255,"pattern":"^[A-Za-z0-9.:\\[\\]-]+$"},"contact_email":{"t\##
-        ype":"string","minLength":3,"maxLength":254},"new_org_key":{"type":["string","null"],"pattern":"^[A-\##
-        Za-z0-9]{64}$"}},"required":["zulip_org_id","zulip_org_key","hostname","contact_email"]}},"applicati\##
-        on/x-www-form-urlencoded":{"schema":{"type":"object","properties":{"zulip_org_id":{"type":"string","\##
-        format":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{1\##
-        2}$"},"zulip_org_key":{"type":"string","pattern":"^[A-Za-z0-9]{64}$"},"hostname":{"type":"string","m\##
-        inLength":1,"maxLength":255,"pattern":"^[A-Za-z0-9.:\\[\\]-]+$"},"contact_email":{"type":"string","m\##
-        inLength":3,"maxLength":254},"new_org_key":{"type":"string","pattern":"^[A-Za-z0-9]{64}$"}},"require\##
-        d":["zulip_org_id","zulip_org_key","hostname","contact_email"]}}}},"security":[],"responses":{"200":\##
-        {"description":"Registered (`created` true) or updated.","content":{"application/json":{"schema":{"a\##
-        llOf":[{"$ref":"#/components/schemas/Success"},{"type":"object","properties":{"created":{"type":"boo\##
-        lean"}},"required":["created"]}]}}}},"400":{"description":"A field at fault, or `INVALID_ZULIP_SERVE\##
-        R` (re-registering with another key; carries `role`).","content":{"application/json":{"schema":{"$re\##
-        f":"#/components/schemas/Error"}}}},"401":{"description":"`REALM_DEACTIVATED`: the server was deacti\##
-        vated.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"403":{"des\##
-        cription":"`REGISTRATION_CLOSED`: the relay takes no new servers.","content":{"application/json":{"s\##
-        chema":{"$ref":"#/components/schemas/Error"}}}},"413":{"$ref":"#/components/responses/RequestTooLarg\##
-        e"},"429":{"description":"`TOO_MANY_REGISTRATIONS` from this client address.","content":{"applicatio\##
-        n/json":{"schema":{"$ref":"#/components/schemas/Error"}}},"headers":{"Retry-After":{"$ref":"#/compon\##
-        ents/headers/RetryAfter"}}},"500":{"$ref":"#/components/responses/InternalError"},"503":{"$ref":"#/c\##
-        omponents/responses/Unavailable"}}}},"/api/v1/remotes/server/register/transfer":{"post":{"operationI\##
-        d":"zulipBeginRegistrationTransfer","summary":"Begin a registration transfer","tags":["zulip"],"desc\##
-        ription":"No credentials: control of the registered hostname is the proof.","requestBody":{"required\##
-        ":true,"content":{"application/json":{"schema":{"type":"object","properties":{"hostname":{"type":"st\##
-        ring"}},"required":["hostname"]}},"application/x-www-form-urlencoded":{"schema":{"type":"object","pr\##
-        operties":{"hostname":{"type":"string"}},"required":["hostname"]}}}},"security":[],"responses":{"200\##
-        ":{"description":"A secret for the server to serve at its verification URL (good for 10 s).","conten\##
-        t":{"application/json":{"schema":{"allOf":[{"$ref":"#/components/schemas/Success"},{"type":"object",\##
-        "properties":{"verification_secret":{"type":"string","pattern":"^[0-9A-F]+$"}},"required":["verifica\##
-        tion_secret"]}]}}}},"400":{"description":"`BAD_REQUEST`: hostname invalid or not registered (Zulip's\##
-         messages).","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"403":\##
-        {"description":"`TRANSFER_DISABLED`.","content":{"application/json":{"schema":{"$ref":"#/components/\##
-        schemas/Error"}}}},"413":{"$ref":"#/components/responses/RequestTooLarge"},"500":{"$ref":"#/componen\##
-        ts/responses/InternalError"},"503":{"$ref":"#/components/responses/Unavailable"}}}},"/api/v1/remotes\##
-        /server/register/verify_challenge":{"post":{"operationId":"zulipVerifyRegistrationTransfer","summary\##
-        ":"Complete a registration transfer","tags":["zulip"],"description":"No credentials. Fetches `https:\##
-        //{hostname}/api/v1/zulip-services/verify/{access_token}/`.","requestBody":{"required":true,"content\##
-        ":{"application/json":{"schema":{"type":"object","properties":{"hostname":{"type":"string"},"access_\##
-        token":{"type":"string","minLength":1,"maxLength":256,"pattern":"^[A-Za-z0-9_-]+$"}},"required":["ho\##
-        stname","access_token"]}},"application/x-www-form-urlencoded":{"schema":{"type":"object","properties\##
-        ":{"hostname":{"type":"string"},"access_token":{"type":"string","minLength":1,"maxLength":256,"patte\##
-        rn":"^[A-Za-z0-9_-]+$"}},"required":["hostname","access_token"]}}}},"security":[],"responses":{"200"\##
-        :{"description":"The registration's uuid and its new key (the old key stops working).","content":{"a\##
-        pplication/json":{"schema":{"allOf":[{"$ref":"#/components/schemas/Success"},{"type":"object","prope\##
-        rties":{"zulip_org_id":{"type":"string","format":"uuid"},"zulip_org_key":{"type":"string","pattern":\##
-        "^[A-Za-z0-9]{64}$"}},"required":["zulip_org_id","zulip_org_key"]}]}}}},"400":{"description":"`BAD_R\##
-        EQUEST`: registration not found, bad `access_token`, the host's answer, or the secret malformed, inv\##
-        alid, expired or for another hostname (Zulip's messages).","content":{"application/json":{"schema":{\##
-        "$ref":"#/components/schemas/Error"}}}},"403":{"description":"`TRANSFER_DISABLED`.","content":{"appl\##
-        ication/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"413":{"$ref":"#/components/respons\##
-        es/RequestTooLarge"},"429":{"description":"`RATE_LIMIT_HIT`: the relay-wide daily verification limit\##
-        .","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"500":{"$ref":"#\##
-        /components/responses/InternalError"},"503":{"$ref":"#/components/responses/Unavailable"}}}},"/api/v\##
-        1/remotes/server/deactivate":{"post":{"operationId":"zulipDeactivateServer","summary":"Deactivate th\##
-        e calling server","tags":["zulip"],"description":"No body is read.","security":[{"basic":[]}],"respo\##
-        nses":{"200":{"description":"Deactivated: every later call answers 401.","content":{"application/jso\##
-        n":{"schema":{"$ref":"#/components/schemas/Success"}}}},"400":{"description":"Not HTTP Basic; also a\##
-         credentials header that is not HTTP Basic, or a user's email as name (`BAD_REQUEST`)","content":{"a\##
-        pplication/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"401":{"$ref":"#/components/resp\##
-        onses/ZulipUnauthorized"},"429":{"$ref":"#/components/responses/RateLimited"},"500":{"$ref":"#/compo\##
-        nents/responses/InternalError"},"503":{"$ref":"#/components/responses/Unavailable"}}}},"/api/v1/remo\##
-        tes/server/analytics":{"post":{"operationId":"zulipUploadAnalytics","summary":"Upload analytics and \##
-        the realm list","tags":["zulip"],"description":"Rows are not stored: only each table's largest `id`,\##
-         the version facts and the realm list, which makes each listed realm the caller's.","requestBody":{"\##
-        required":true,"content":{"application/json":{"schema":{"type":"object","properties":{"realm_counts"\##
-        :{"type":["array","null"],"items":{"$ref":"#/components/schemas/ZulipAnalyticsRow"}},"installation_c\##
-        ounts":{"type":["array","null"],"items":{"$ref":"#/components/schemas/ZulipAnalyticsRow"}},"realmaud\##
-        itlog_rows":{"type":["array","null"],"items":{"$ref":"#/components/schemas/ZulipAnalyticsRow"}},"rea\##
-        lms":{"type":["array","null"],"items":{"$ref":"#/components/schemas/ZulipRealmInfo"}},"version":{"ty\##
-        pe":["string","null"]},"merge_base":{"type":["string","null"]},"api_feature_level":{"type":["integer\##
-        ","null"]}}}},"application/x-www-form-urlencoded":{"schema":{"type":"object","properties":{"realm_co\##
-        unts":{"type":"string","description":"JSON text of the value (as Zulip sends it)."},"installation_co\##
-        unts":{"type":"string","description":"JSON text of the value (as Zulip sends it)."},"realmauditlog_r\##
-        ows":{"type":"string","description":"JSON text of the value (as Zulip sends it)."},"realms":{"type":\##
-        "string","description":"JSON text of the value (as Zulip sends it)."},"version":{"type":"string","de\##
-        scription":"JSON text of the value (as Zulip sends it)."},"merge_base":{"type":"string","description\##
-        ":"JSON text of the value (as Zulip sends it)."},"api_feature_level":{"type":"string","description":\##
-        "JSON text of the value (as Zulip sends it)."}}}}}},"security":[{"basic":[]}],"responses":{"200":{"d\##
-        escription":"Every uploaded realm, with its push status.","content":{"application/json":{"schema":{"\##
-        allOf":[{"$ref":"#/components/schemas/Success"},{"type":"object","properties":{"realms":{"type":"obj\##
-        ect","additionalProperties":{"$ref":"#/components/schemas/ZulipPushStatus"},"description":"By realm \##
-        uuid."}},"required":["realms"]}]}}}},"400":{"description":"A field at fault, or \"Duplicate registra\##
-        tion detected.\" (a realm of another server); also a credentials header that is not HTTP Basic, or a\##
-         user's email as name (`BAD_REQUEST`)","content":{"application/json":{"schema":{"$ref":"#/components\##
-        /schemas/Error"}}}},"401":{"$ref":"#/components/responses/ZulipUnauthorized"},"403":{"description":"\##
-        `REALM_QUOTA_EXCEEDED`.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error\##
-        "}}}},"413":{"description":"`REQUEST_TOO_LARGE` (the analytics body limit) or `TOO_MANY_REALMS`.","c\##
-        ontent":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"429":{"$ref":"#/comp\##
-        onents/responses/RateLimited"},"500":{"$ref":"#/components/responses/InternalError"},"503":{"$ref":"\##
-        #/components/responses/Unavailable"}}}},"/api/v1/remotes/server/analytics/status":{"get":{"operation\##
-        Id":"zulipGetAnalyticsStatus","summary":"The largest analytics row ids uploaded so far","tags":["zul\##
-        ip"],"security":[{"basic":[]}],"responses":{"200":{"description":"0 for a table never uploaded.","co\##
-        ntent":{"application/json":{"schema":{"allOf":[{"$ref":"#/components/schemas/Success"},{"type":"obje\##
-        ct","properties":{"last_realm_count_id":{"type":"integer"},"last_installation_count_id":{"type":"int\##
-        eger"},"last_realmauditlog_id":{"type":"integer"}},"required":["last_realm_count_id","last_installat\##
-        ion_count_id","last_realmauditlog_id"]}]}}}},"400":{"description":"Not HTTP Basic; also a credential\##
+        oolean","string","null"],"enum":[true,false,"true","false","local","pipeline",null],"description":"`\##
+        true` or `\"local\"`: check, resolve and build each device's push here, publish nothing, answer 200 \##
+        with what would be sent. `\"pipeline\"`: accepted (202) and handled by every stage, but FCM and Huaw\##
+        ei are asked only to validate each push (`validate_only`) and no other provider is contacted; read t\##
+        he outcomes (`validated`, `checked`) from `GET /v1/notifications/{id}`. 409 `DRY_RUN_UNAVAILABLE` wh\##
+        ile a running dispatcher cannot do it."}},"required":["realm_uuid","user_id","payload"]}}}},"securit\##
+        y":[{"basic":[]}],"responses":{"200":{"description":"`dry_run`: what would be sent to each device; n\##
+        othing was published.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/DryRunA\##
+        nswer"}}}},"202":{"description":"Accepted: on `push.requests` (or the first answer again, for a repe\##
+        ated `Idempotency-Key`).","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Noti\##
+        fyAccepted"}}}},"400":{"description":"`MALFORMED_JSON`, `BAD_REQUEST`, `INVALID_FIELD`, `INVALID_PAY\##
+        LOAD` (the payload field at fault in `field`), `INVALID_IDEMPOTENCY_KEY`.","content":{"application/j\##
+        son":{"schema":{"$ref":"#/components/schemas/Error"}}}},"401":{"$ref":"#/components/responses/Unauth\##
+        orized"},"404":{"description":"`REALM_NOT_FOUND`.","content":{"application/json":{"schema":{"$ref":"\##
+        #/components/schemas/Error"}}}},"409":{"description":"`IDEMPOTENCY_KEY_IN_USE`: a request with this \##
+        key is still being handled. `DRY_RUN_UNAVAILABLE`: a `\"pipeline\"` dry run while some running dispa\##
+        tcher (an older release) cannot do it, or none runs.","content":{"application/json":{"schema":{"$ref\##
+        ":"#/components/schemas/Error"}}},"headers":{"Retry-After":{"$ref":"#/components/headers/RetryAfter"\##
+        }}},"413":{"description":"`REQUEST_TOO_LARGE`, `PAYLOAD_TOO_LARGE` (the plaintext limit) or `TOO_MAN\##
+        Y_DEVICES` (more distinct `device_ids` than allowed).","content":{"application/json":{"schema":{"$re\##
+        f":"#/components/schemas/Error"}}}},"422":{"description":"`IDEMPOTENCY_KEY_REUSED`: the key was used\##
+         before with another body.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Er\##
+        ror"}}}},"429":{"$ref":"#/components/responses/RateLimited"},"500":{"$ref":"#/components/responses/I\##
+        nternalError"},"503":{"description":"`SERVICE_UNAVAILABLE`: Kafka did not take the record within the\##
+         publish timeout (or Redis is unavailable); nothing was accepted.","content":{"application/json":{"s\##
+        chema":{"$ref":"#/components/schemas/Error"}}},"headers":{"Retry-After":{"$ref":"#/components/header\##
+        s/RetryAfter"}}}}}},"/v1/feedback":{"get":{"operationId":"getFeedback","summary":"Invalidated device\##
+        s of a realm","tags":["native"],"parameters":[{"name":"realm_uuid","in":"query","required":true,"sch\##
+        ema":{"type":"string","format":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a\##
+        -fA-F]{4}-[0-9a-fA-F]{12}$"}},{"name":"after","in":"query","required":false,"schema":{"type":"string\##
+        ","pattern":"^(0|[1-9][0-9]{0,19})-(0|[1-9][0-9]{0,19})$"},"description":"A `cursor`/`next_cursor` t\##
+        his endpoint answered (`ms-seq`)."},{"name":"limit","in":"query","required":false,"schema":{"type":"\##
+        integer","minimum":1,"maximum":1000,"default":100}}],"security":[{"basic":[]}],"responses":{"200":{"\##
+        description":"Invalidated devices, oldest first.","content":{"application/json":{"schema":{"$ref":"#\##
+        /components/schemas/FeedbackPage"}}}},"400":{"description":"`BAD_REQUEST` naming `realm_uuid`, `afte\##
+        r` or `limit`.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"40\##
+        1":{"$ref":"#/components/responses/Unauthorized"},"404":{"description":"`REALM_NOT_FOUND`.","content\##
+        ":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"429":{"$ref":"#/components\##
+        /responses/RateLimited"},"500":{"$ref":"#/components/responses/InternalError"},"503":{"$ref":"#/comp\##
+        onents/responses/Unavailable"}}}},"/v1/bouncer-public-keys":{"get":{"operationId":"getBouncerPublicK\##
+        eys","summary":"The relay's X25519 registration keys","tags":["native"],"description":"No credential\##
+        s.","security":[],"responses":{"200":{"description":"The public keys registrations may be sealed to.\##
+        ","content":{"application/json":{"schema":{"allOf":[{"$ref":"#/components/schemas/Success"},{"type":\##
+        "object","properties":{"public_keys":{"type":"array","items":{"type":"string","description":"base64 \##
+        of 32 bytes"}}},"required":["public_keys"]}]}}}}}}},"/v1/notifications/{notification_id}":{"get":{"o\##
+        perationId":"getNotificationStatus","summary":"Delivery status of a notification","tags":["native"],\##
+        "parameters":[{"name":"notification_id","in":"path","required":true,"schema":{"type":"string","forma\##
+        t":"uuid"},"description":"The `notification_id` a notify answered (lowercase UUID)."}],"security":[{\##
+        "basic":[]}],"responses":{"200":{"description":"Where each device's push stands.","content":{"applic\##
+        ation/json":{"schema":{"$ref":"#/components/schemas/NotificationStatus"}}}},"401":{"$ref":"#/compone\##
+        nts/responses/Unauthorized"},"404":{"description":"`NOTIFICATION_NOT_FOUND`: unknown, expired, anoth\##
+        er server's, or not a lowercase UUID.","content":{"application/json":{"schema":{"$ref":"#/components\##
+        /schemas/Error"}}}},"429":{"$ref":"#/components/responses/RateLimited"},"500":{"$ref":"#/components/\##
+        responses/InternalError"},"503":{"$ref":"#/components/responses/Unavailable"}}}},"/api/v1/remotes/se\##
+        rver/register":{"post":{"operationId":"zulipRegisterServer","summary":"Register a Zulip server (or r\##
+        otate its key)","tags":["zulip"],"description":"No credentials: the body carries them. Throttled per\##
+         client address.","requestBody":{"required":true,"content":{"application/json":{"schema":{"type":"ob\##
+        ject","properties":{"zulip_org_id":{"type":"string","format":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a\##
+        -fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},"zulip_org_key":{"type":"string","pattern\##
+        ":"^[A-Za-z0-9]{64}$"},"hostname":{"type":"string","minLength":1,"maxLength":255,"pattern":"^[A-Za-z\##
+        0-9.:\\[\\]-]+$"},"contact_email":{"type":"string","minLength":3,"maxLength":254},"new_org_key":{"ty\##
+        pe":["string","null"],"pattern":"^[A-Za-z0-9]{64}$"}},"required":["zulip_org_id","zulip_org_key","ho\##
+        stname","contact_email"]}},"application/x-www-form-urlencoded":{"schema":{"type":"object","propertie\##
+        s":{"zulip_org_id":{"type":"string","format":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-\##
+        fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},"zulip_org_key":{"type":"string","pattern":"^[A-Za-z0-9]{\##
+        64}$"},"hostname":{"type":"string","minLength":1,"maxLength":255,"pattern":"^[A-Za-z0-9.:\\[\\]-]+$"\##
+        },"contact_email":{"type":"string","minLength":3,"maxLength":254},"new_org_key":{"type":"string","pa\##
+        ttern":"^[A-Za-z0-9]{64}$"}},"required":["zulip_org_id","zulip_org_key","hostname","contact_email"]}\##
+        }}},"security":[],"responses":{"200":{"description":"Registered (`created` true) or updated.","conte\##
+        nt":{"application/json":{"schema":{"allOf":[{"$ref":"#/components/schemas/Success"},{"type":"object"\##
+        ,"properties":{"created":{"type":"boolean"}},"required":["created"]}]}}}},"400":{"description":"A fi\##
+        eld at fault, or `INVALID_ZULIP_SERVER` (re-registering with another key; carries `role`).","content\##
+        ":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"401":{"description":"`REAL\##
+        M_DEACTIVATED`: the server was deactivated.","content":{"application/json":{"schema":{"$ref":"#/comp\##
+        onents/schemas/Error"}}}},"403":{"description":"`REGISTRATION_CLOSED`: the relay takes no new server\##
+        s.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"413":{"$ref":"\##
+        #/components/responses/RequestTooLarge"},"429":{"description":"`TOO_MANY_REGISTRATIONS` from this cl\##
+        ient address.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}},"head\##
+        ers":{"Retry-After":{"$ref":"#/components/headers/RetryAfter"}}},"500":{"$ref":"#/components/respons\##
+        es/InternalError"},"503":{"$ref":"#/components/responses/Unavailable"}}}},"/api/v1/remotes/server/re\##
+        gister/transfer":{"post":{"operationId":"zulipBeginRegistrationTransfer","summary":"Begin a registra\##
+        tion transfer","tags":["zulip"],"description":"No credentials: control of the registered hostname is\##
+         the proof.","requestBody":{"required":true,"content":{"application/json":{"schema":{"type":"object"\##
+        ,"properties":{"hostname":{"type":"string"}},"required":["hostname"]}},"application/x-www-form-urlen\##
+        coded":{"schema":{"type":"object","properties":{"hostname":{"type":"string"}},"required":["hostname"\##
+        ]}}}},"security":[],"responses":{"200":{"description":"A secret for the server to serve at its verif\##
+        ication URL (good for 10 s).","content":{"application/json":{"schema":{"allOf":[{"$ref":"#/component\##
+        s/schemas/Success"},{"type":"object","properties":{"verification_secret":{"type":"string","pattern":\##
+        "^[0-9A-F]+$"}},"required":["verification_secret"]}]}}}},"400":{"description":"`BAD_REQUEST`: hostna\##
+        me invalid or not registered (Zulip's messages).","content":{"application/json":{"schema":{"$ref":"#\##
+        /components/schemas/Error"}}}},"403":{"description":"`TRANSFER_DISABLED`.","content":{"application/j\##
+        son":{"schema":{"$ref":"#/components/schemas/Error"}}}},"413":{"$ref":"#/components/responses/Reques\##
+        tTooLarge"},"500":{"$ref":"#/components/responses/InternalError"},"503":{"$ref":"#/components/respon\##
+        ses/Unavailable"}}}},"/api/v1/remotes/server/register/verify_challenge":{"post":{"operationId":"zuli\##
+        pVerifyRegistrationTransfer","summary":"Complete a registration transfer","tags":["zulip"],"descript\##
+        ion":"No credentials. Fetches `https://{hostname}/api/v1/zulip-services/verify/{access_token}/`.","r\##
+        equestBody":{"required":true,"content":{"application/json":{"schema":{"type":"object","properties":{\##
+        "hostname":{"type":"string"},"access_token":{"type":"string","minLength":1,"maxLength":256,"pattern"\##
+        :"^[A-Za-z0-9_-]+$"}},"required":["hostname","access_token"]}},"application/x-www-form-urlencoded":{\##
+        "schema":{"type":"object","properties":{"hostname":{"type":"string"},"access_token":{"type":"string"\##
+        ,"minLength":1,"maxLength":256,"pattern":"^[A-Za-z0-9_-]+$"}},"required":["hostname","access_token"]\##
+        }}}},"security":[],"responses":{"200":{"description":"The registration's uuid and its new key (the o\##
+        ld key stops working).","content":{"application/json":{"schema":{"allOf":[{"$ref":"#/components/sche\##
+        mas/Success"},{"type":"object","properties":{"zulip_org_id":{"type":"string","format":"uuid"},"zulip\##
+        _org_key":{"type":"string","pattern":"^[A-Za-z0-9]{64}$"}},"required":["zulip_org_id","zulip_org_key\##
+        "]}]}}}},"400":{"description":"`BAD_REQUEST`: registration not found, bad `access_token`, the host's\##
+         answer, or the secret malformed, invalid, expired or for another hostname (Zulip's messages).","con\##
+        tent":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"403":{"description":"`\##
+        TRANSFER_DISABLED`.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}\##
+        },"413":{"$ref":"#/components/responses/RequestTooLarge"},"429":{"description":"`RATE_LIMIT_HIT`: th\##
+        e relay-wide daily verification limit.","content":{"application/json":{"schema":{"$ref":"#/component\##
+        s/schemas/Error"}}}},"500":{"$ref":"#/components/responses/InternalError"},"503":{"$ref":"#/componen\##
+        ts/responses/Unavailable"}}}},"/api/v1/remotes/server/deactivate":{"post":{"operationId":"zulipDeact\##
+        ivateServer","summary":"Deactivate the calling server","tags":["zulip"],"description":"No body is re\##
+        ad.","security":[{"basic":[]}],"responses":{"200":{"description":"Deactivated: every later call answ\##
+        ers 401.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Success"}}}},"400":{\##
+        "description":"Not HTTP Basic; also a credentials header that is not HTTP Basic, or a user's email a\##
+        s name (`BAD_REQUEST`)","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"\##
+        }}}},"401":{"$ref":"#/components/responses/ZulipUnauthorized"},"429":{"$ref":"#/components/responses\##
+        /RateLimited"},"500":{"$ref":"#/components/responses/InternalError"},"503":{"$ref":"#/components/res\##
+        ponses/Unavailable"}}}},"/api/v1/remotes/server/analytics":{"post":{"operationId":"zulipUploadAnalyt\##
+        ics","summary":"Upload analytics and the realm list","tags":["zulip"],"description":"Rows are not st\##
+        ored: only each table's largest `id`, the version facts and the realm list, which makes each listed \##
+        realm the caller's.","requestBody":{"required":true,"content":{"application/json":{"schema":{"type":\##
+        "object","properties":{"realm_counts":{"type":["array","null"],"items":{"$ref":"#/components/schemas\##
+        /ZulipAnalyticsRow"}},"installation_counts":{"type":["array","null"],"items":{"$ref":"#/components/s\##
+        chemas/ZulipAnalyticsRow"}},"realmauditlog_rows":{"type":["array","null"],"items":{"$ref":"#/compone\##
+        nts/schemas/ZulipAnalyticsRow"}},"realms":{"type":["array","null"],"items":{"$ref":"#/components/sch\##
+        emas/ZulipRealmInfo"}},"version":{"type":["string","null"]},"merge_base":{"type":["string","null"]},\##
+        "api_feature_level":{"type":["integer","null"]}}}},"application/x-www-form-urlencoded":{"schema":{"t\##
+        ype":"object","properties":{"realm_counts":{"type":"string","description":"JSON text of the value (a\##
+        s Zulip sends it)."},"installation_counts":{"type":"string","description":"JSON text of the value (a\##
+        s Zulip sends it)."},"realmauditlog_rows":{"type":"string","description":"JSON text of the value (as\##
+         Zulip sends it)."},"realms":{"type":"string","description":"JSON text of the value (as Zulip sends \##
+        it)."},"version":{"type":"string","description":"JSON text of the value (as Zulip sends it)."},"merg\##
+        e_base":{"type":"string","description":"JSON text of the value (as Zulip sends it)."},"api_feature_l\##
+        evel":{"type":"string","description":"JSON text of the value (as Zulip sends it)."}}}}}},"security":\##
+        [{"basic":[]}],"responses":{"200":{"description":"Every uploaded realm, with its push status.","cont\##
+        ent":{"application/json":{"schema":{"allOf":[{"$ref":"#/components/schemas/Success"},{"type":"object\##
+        ","properties":{"realms":{"type":"object","additionalProperties":{"$ref":"#/components/schemas/Zulip\##
+        PushStatus"},"description":"By realm uuid."}},"required":["realms"]}]}}}},"400":{"description":"A fi\##
+        eld at fault, or \"Duplicate registration detected.\" (a realm of another server); also a credential\##
         s header that is not HTTP Basic, or a user's email as name (`BAD_REQUEST`)","content":{"application/\##
         json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"401":{"$ref":"#/components/responses/Zulip\##
-        Unauthorized"},"429":{"$ref":"#/components/responses/RateLimited"},"500":{"$ref":"#/components/respo\##
-        nses/InternalError"},"503":{"$ref":"#/components/responses/Unavailable"}}}},"/api/v1/remotes/push/e2\##
-        ee/register":{"post":{"operationId":"zulipRegisterE2eeDevice","summary":"Register an E2EE device","t\##
-        ags":["zulip"],"requestBody":{"required":true,"content":{"application/json":{"schema":{"type":"objec\##
-        t","properties":{"realm_uuid":{"type":"string","format":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-F\##
-        ]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},"token_id":{"type":"string","description":"Zul\##
-        ip 12: base64 of the first 8 bytes of SHA-256 of the token."},"push_account_id":{"type":"integer","d\##
-        escription":"Zulip 11.x (when no `token_id`)."},"encrypted_push_registration":{"type":"string"},"bou\##
-        ncer_public_key":{"type":"string"}},"required":["realm_uuid","encrypted_push_registration","bouncer_\##
-        public_key"],"anyOf":[{"required":["token_id"]},{"required":["push_account_id"]}]}},"application/x-w\##
-        ww-form-urlencoded":{"schema":{"type":"object","properties":{"realm_uuid":{"type":"string","format":\##
+        Unauthorized"},"403":{"description":"`REALM_QUOTA_EXCEEDED`.","content":{"application/json":{"schema\##
+        ":{"$ref":"#/components/schemas/Error"}}}},"413":{"description":"`REQUEST_TOO_LARGE` (the analytics \##
+        body limit) or `TOO_MANY_REALMS`.","content":{"application/json":{"schema":{"$ref":"#/components/sch\##
+        emas/Error"}}}},"429":{"$ref":"#/components/responses/RateLimited"},"500":{"$ref":"#/components/resp\##
+        onses/InternalError"},"503":{"$ref":"#/components/responses/Unavailable"}}}},"/api/v1/remotes/server\##
+        /analytics/status":{"get":{"operationId":"zulipGetAnalyticsStatus","summary":"The largest analytics \##
+        row ids uploaded so far","tags":["zulip"],"security":[{"basic":[]}],"responses":{"200":{"description\##
+        ":"0 for a table never uploaded.","content":{"application/json":{"schema":{"allOf":[{"$ref":"#/compo\##
+        nents/schemas/Success"},{"type":"object","properties":{"last_realm_count_id":{"type":"integer"},"las\##
+        t_installation_count_id":{"type":"integer"},"last_realmauditlog_id":{"type":"integer"}},"required":[\##
+        "last_realm_count_id","last_installation_count_id","last_realmauditlog_id"]}]}}}},"400":{"descriptio\##
+        n":"Not HTTP Basic; also a credentials header that is not HTTP Basic, or a user's email as name (`BA\##
+        D_REQUEST`)","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"401":\##
+        {"$ref":"#/components/responses/ZulipUnauthorized"},"429":{"$ref":"#/components/responses/RateLimite\##
+        d"},"500":{"$ref":"#/components/responses/InternalError"},"503":{"$ref":"#/components/responses/Unav\##
+        ailable"}}}},"/api/v1/remotes/push/e2ee/register":{"post":{"operationId":"zulipRegisterE2eeDevice","\##
+        summary":"Register an E2EE device","tags":["zulip"],"requestBody":{"required":true,"content":{"appli\##
+        cation/json":{"schema":{"type":"object","properties":{"realm_uuid":{"type":"string","format":"uuid",\##
+        "pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},"token_id\##
+        ":{"type":"string","description":"Zulip 12: base64 of the first 8 bytes of SHA-256 of the token."},"\##
+        push_account_id":{"type":"integer","description":"Zulip 11.x (when no `token_id`)."},"encrypted_push\##
+        _registration":{"type":"string"},"bouncer_public_key":{"type":"string"}},"required":["realm_uuid","e\##
+        ncrypted_push_registration","bouncer_public_key"],"anyOf":[{"required":["token_id"]},{"required":["p\##
+        ush_account_id"]}]}},"application/x-www-form-urlencoded":{"schema":{"type":"object","properties":{"r\##
+        ealm_uuid":{"type":"string","format":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}\##
+        -[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},"token_id":{"type":"string","description":"Zulip 12: base64 of th\##
+        e first 8 bytes of SHA-256 of the token."},"push_account_id":{"type":"integer","description":"Zulip \##
+        11.x (when no `token_id`)."},"encrypted_push_registration":{"type":"string"},"bouncer_public_key":{"\##
+        type":"string"}},"required":["realm_uuid","encrypted_push_registration","bouncer_public_key"],"anyOf\##
+        ":[{"required":["token_id"]},{"required":["push_account_id"]}]}}}},"security":[{"basic":[]}],"respon\##
+        ses":{"200":{"description":"Registered: `device_id` for Zulip 11.x (`push_account_id`); plain succes\##
+        s for Zulip 12 (`token_id`).","content":{"application/json":{"schema":{"allOf":[{"$ref":"#/component\##
+        s/schemas/Success"},{"type":"object","properties":{"device_id":{"type":"integer"}}}]}}}},"400":{"des\##
+        cription":"`INVALID_BOUNCER_PUBLIC_KEY`, `REQUEST_EXPIRED`, `BAD_REQUEST` (\"Invalid encrypted_push_\##
+        registration\", a field at fault); also a credentials header that is not HTTP Basic, or a user's ema\##
+        il as name (`BAD_REQUEST`)","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Er\##
+        ror"}}}},"401":{"$ref":"#/components/responses/ZulipUnauthorized"},"403":{"description":"`MISSING_RE\##
+        MOTE_REALM` (realm never uploaded), `REMOTE_REALM_SERVER_MISMATCH_ERROR`: the realm belongs to anoth\##
+        er server, or `DEVICE_QUOTA_EXCEEDED`.","content":{"application/json":{"schema":{"$ref":"#/component\##
+        s/schemas/Error"}}}},"413":{"$ref":"#/components/responses/RequestTooLarge"},"429":{"$ref":"#/compon\##
+        ents/responses/RateLimited"},"500":{"$ref":"#/components/responses/InternalError"},"503":{"$ref":"#/\##
+        components/responses/Unavailable"}}}},"/api/v1/remotes/push/e2ee/notify":{"post":{"operationId":"zul\##
+        ipSendE2eeNotification","summary":"Send E2EE notifications","tags":["zulip"],"description":"Items na\##
+        me their device by `token_id` (Zulip 12) or `device_id` (11.x), all alike; payloads are already encr\##
+        ypted by the realm and travel unchanged.","requestBody":{"required":true,"content":{"application/jso\##
+        n":{"schema":{"type":"object","properties":{"realm_uuid":{"type":"string","format":"uuid","pattern":\##
+        "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},"push_requests":{"t\##
+        ype":"array","items":{"$ref":"#/components/schemas/ZulipE2EEPushRequest"}}},"required":["realm_uuid"\##
+        ,"push_requests"]}}}},"security":[{"basic":[]}],"responses":{"200":{"description":"Accepted for send\##
+        ing.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/ZulipE2EENotifyAnswer"}}\##
+        }},"400":{"description":"`BAD_REQUEST` / `INVALID_FIELD` naming the field; also a credentials header\##
+         that is not HTTP Basic, or a user's email as name (`BAD_REQUEST`)","content":{"application/json":{"\##
+        schema":{"$ref":"#/components/schemas/Error"}}}},"401":{"$ref":"#/components/responses/ZulipUnauthor\##
+        ized"},"403":{"description":"`MISSING_REMOTE_REALM` or `REMOTE_REALM_SERVER_MISMATCH_ERROR`: the rea\##
+        lm belongs to another server.","content":{"application/json":{"schema":{"$ref":"#/components/schemas\##
+        /Error"}}}},"413":{"description":"`REQUEST_TOO_LARGE` or `TOO_MANY_DEVICES` (distinct `push_requests\##
+        `).","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"429":{"$ref":\##
+        "#/components/responses/RateLimited"},"500":{"$ref":"#/components/responses/InternalError"},"503":{"\##
+        $ref":"#/components/responses/Unavailable"}}}},"/api/v1/remotes/push/register":{"post":{"operationId\##
+        ":"zulipLegacyRegister","summary":"Register a legacy (non-E2EE) token","tags":["zulip"],"requestBody\##
+        ":{"required":true,"content":{"application/json":{"schema":{"type":"object","properties":{"user_id":\##
+        {"type":"integer"},"user_uuid":{"type":"string","format":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-\##
+        F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},"token":{"type":"string","minLength":1},"toke\##
+        n_kind":{"type":"integer","enum":[1,2],"description":"1 APNs, 2 FCM."},"ios_app_id":{"type":["string\##
+        ","null"]},"realm_uuid":{"type":["string","null"],"format":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a-f\##
+        A-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"}},"required":["token","token_kind"],"anyOf":\##
+        [{"required":["user_id"]},{"required":["user_uuid"]}]}},"application/x-www-form-urlencoded":{"schema\##
+        ":{"type":"object","properties":{"user_id":{"type":"integer"},"user_uuid":{"type":"string","format":\##
         "uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},"t\##
-        oken_id":{"type":"string","description":"Zulip 12: base64 of the first 8 bytes of SHA-256 of the tok\##
-        en."},"push_account_id":{"type":"integer","description":"Zulip 11.x (when no `token_id`)."},"encrypt\##
-        ed_push_registration":{"type":"string"},"bouncer_public_key":{"type":"string"}},"required":["realm_u\##
-        uid","encrypted_push_registration","bouncer_public_key"],"anyOf":[{"required":["token_id"]},{"requir\##
-        ed":["push_account_id"]}]}}}},"security":[{"basic":[]}],"responses":{"200":{"description":"Registere\##
-        d: `device_id` for Zulip 11.x (`push_account_id`); plain success for Zulip 12 (`token_id`).","conten\##
-        t":{"application/json":{"schema":{"allOf":[{"$ref":"#/components/schemas/Success"},{"type":"object",\##
-        "properties":{"device_id":{"type":"integer"}}}]}}}},"400":{"description":"`INVALID_BOUNCER_PUBLIC_KE\##
-        Y`, `REQUEST_EXPIRED`, `BAD_REQUEST` (\"Invalid encrypted_push_registration\", a field at fault); al\##
-        so a credentials header that is not HTTP Basic, or a user's email as name (`BAD_REQUEST`)","content"\##
-        :{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"401":{"$ref":"#/components/\##
-        responses/ZulipUnauthorized"},"403":{"description":"`MISSING_REMOTE_REALM` (realm never uploaded), `\##
-        REMOTE_REALM_SERVER_MISMATCH_ERROR`: the realm belongs to another server, or `DEVICE_QUOTA_EXCEEDED`\##
-        .","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"413":{"$ref":"#\##
-        /components/responses/RequestTooLarge"},"429":{"$ref":"#/components/responses/RateLimited"},"500":{"\##
-        $ref":"#/components/responses/InternalError"},"503":{"$ref":"#/components/responses/Unavailable"}}}}\##
-        ,"/api/v1/remotes/push/e2ee/notify":{"post":{"operationId":"zulipSendE2eeNotification","summary":"Se\##
-        nd E2EE notifications","tags":["zulip"],"description":"Items name their device by `token_id` (Zulip \##
-        12) or `device_id` (11.x), all alike; payloads are already encrypted by the realm and travel unchang\##
-        ed.","requestBody":{"required":true,"content":{"application/json":{"schema":{"type":"object","proper\##
-        ties":{"realm_uuid":{"type":"string","format":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a\##
-        -fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},"push_requests":{"type":"array","items":{"$ref":"#/compo\##
-        nents/schemas/ZulipE2EEPushRequest"}}},"required":["realm_uuid","push_requests"]}}}},"security":[{"b\##
-        asic":[]}],"responses":{"200":{"description":"Accepted for sending.","content":{"application/json":{\##
-        "schema":{"$ref":"#/components/schemas/ZulipE2EENotifyAnswer"}}}},"400":{"description":"`BAD_REQUEST\##
-        ` / `INVALID_FIELD` naming the field; also a credentials header that is not HTTP Basic, or a user's \##
-        email as name (`BAD_REQUEST`)","content":{"application/json":{"schema":{"$ref":"#/components/schemas\##
-        /Error"}}}},"401":{"$ref":"#/components/responses/ZulipUnauthorized"},"403":{"description":"`MISSING\##
-        _REMOTE_REALM` or `REMOTE_REALM_SERVER_MISMATCH_ERROR`: the realm belongs to another server.","conte\##
-        nt":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"413":{"description":"`RE\##
-        QUEST_TOO_LARGE` or `TOO_MANY_DEVICES` (distinct `push_requests`).","content":{"application/json":{"\##
-        schema":{"$ref":"#/components/schemas/Error"}}}},"429":{"$ref":"#/components/responses/RateLimited"}\##
-        ,"500":{"$ref":"#/components/responses/InternalError"},"503":{"$ref":"#/components/responses/Unavail\##
-        able"}}}},"/api/v1/remotes/push/register":{"post":{"operationId":"zulipLegacyRegister","summary":"Re\##
-        gister a legacy (non-E2EE) token","tags":["zulip"],"requestBody":{"required":true,"content":{"applic\##
-        ation/json":{"schema":{"type":"object","properties":{"user_id":{"type":"integer"},"user_uuid":{"type\##
-        ":"string","format":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[\##
-        0-9a-fA-F]{12}$"},"token":{"type":"string","minLength":1},"token_kind":{"type":"integer","enum":[1,2\##
-        ],"description":"1 APNs, 2 FCM."},"ios_app_id":{"type":["string","null"]},"realm_uuid":{"type":["str\##
-        ing","null"],"format":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}\##
-        -[0-9a-fA-F]{12}$"}},"required":["token","token_kind"],"anyOf":[{"required":["user_id"]},{"required"\##
-        :["user_uuid"]}]}},"application/x-www-form-urlencoded":{"schema":{"type":"object","properties":{"use\##
-        r_id":{"type":"integer"},"user_uuid":{"type":"string","format":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-\##
-        9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},"token":{"type":"string","minLength":1}\##
-        ,"token_kind":{"type":"integer","enum":[1,2],"description":"1 APNs, 2 FCM."},"ios_app_id":{"type":"s\##
-        tring"},"realm_uuid":{"type":"string","format":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9\##
-        a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"}},"required":["token","token_kind"],"anyOf":[{"required"\##
-        :["user_id"]},{"required":["user_uuid"]}]}}}},"security":[{"basic":[]}],"responses":{"200":{"descrip\##
-        tion":"Registered.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Success"}}\##
-        }},"400":{"description":"Zulip's messages: \"Missing ios_app_id\", \"Invalid APNS token\", \"Invalid\##
-         token type\", \"Missing user_id or user_uuid\", …; also a credentials header that is not HTTP Basic\##
-        , or a user's email as name (`BAD_REQUEST`)","content":{"application/json":{"schema":{"$ref":"#/comp\##
-        onents/schemas/Error"}}}},"401":{"$ref":"#/components/responses/ZulipUnauthorized"},"403":{"descript\##
-        ion":"`REMOTE_REALM_SERVER_MISMATCH_ERROR`: the realm belongs to another server, or `DEVICE_QUOTA_EX\##
-        CEEDED`.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"413":{"$\##
-        ref":"#/components/responses/RequestTooLarge"},"429":{"$ref":"#/components/responses/RateLimited"},"\##
-        500":{"$ref":"#/components/responses/InternalError"},"503":{"$ref":"#/components/responses/Unavailab\##
-        le"}}}},"/api/v1/remotes/push/unregister":{"post":{"operationId":"zulipLegacyUnregister","summary":"\##
-        Remove a user's legacy token","tags":["zulip"],"requestBody":{"required":true,"content":{"applicatio\##
-        n/json":{"schema":{"type":"object","properties":{"user_id":{"type":"integer"},"user_uuid":{"type":"s\##
-        tring","format":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a\##
-        -fA-F]{12}$"},"token":{"type":"string","minLength":1},"token_kind":{"type":"integer","enum":[1,2],"d\##
-        escription":"1 APNs, 2 FCM."},"realm_uuid":{"type":["string","null"],"format":"uuid","pattern":"^[0-\##
-        9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"}},"required":["token","to\##
-        ken_kind"],"anyOf":[{"required":["user_id"]},{"required":["user_uuid"]}]}},"application/x-www-form-u\##
-        rlencoded":{"schema":{"type":"object","properties":{"user_id":{"type":"integer"},"user_uuid":{"type"\##
-        :"string","format":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0\##
-        -9a-fA-F]{12}$"},"token":{"type":"string","minLength":1},"token_kind":{"type":"integer","enum":[1,2]\##
-        ,"description":"1 APNs, 2 FCM."},"realm_uuid":{"type":"string","format":"uuid","pattern":"^[0-9a-fA-\##
-        F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"}},"required":["token","token_ki\##
-        nd"],"anyOf":[{"required":["user_id"]},{"required":["user_uuid"]}]}}}},"security":[{"basic":[]}],"re\##
-        sponses":{"200":{"description":"Removed.","content":{"application/json":{"schema":{"$ref":"#/compone\##
-        nts/schemas/Success"}}}},"400":{"description":"\"Token does not exist\", \"Missing user_id or user_u\##
-        uid\", a field at fault; also a credentials header that is not HTTP Basic, or a user's email as name\##
-         (`BAD_REQUEST`)","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"\##
-        401":{"$ref":"#/components/responses/ZulipUnauthorized"},"403":{"description":"`REMOTE_REALM_SERVER_\##
-        MISMATCH_ERROR`: the realm belongs to another server.","content":{"application/json":{"schema":{"$re\##
-        f":"#/components/schemas/Error"}}}},"413":{"$ref":"#/components/responses/RequestTooLarge"},"429":{"\##
-        $ref":"#/components/responses/RateLimited"},"500":{"$ref":"#/components/responses/InternalError"},"5\##
-        03":{"$ref":"#/components/responses/Unavailable"}}}},"/api/v1/remotes/push/unregister/all":{"post":{\##
-        "operationId":"zulipLegacyUnregisterAll","summary":"Remove all of a user's legacy tokens","tags":["z\##
+        oken":{"type":"string","minLength":1},"token_kind":{"type":"integer","enum":[1,2],"description":"1 A\##
+        PNs, 2 FCM."},"ios_app_id":{"type":"string"},"realm_uuid":{"type":"string","format":"uuid","pattern"\##
+        :"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"}},"required":["toke\##
+        n","token_kind"],"anyOf":[{"required":["user_id"]},{"required":["user_uuid"]}]}}}},"security":[{"bas\##
+        ic":[]}],"responses":{"200":{"description":"Registered.","content":{"application/json":{"schema":{"$\##
+        ref":"#/components/schemas/Success"}}}},"400":{"description":"Zulip's messages: \"Missing ios_app_id\##
+        \", \"Invalid APNS token\", \"Invalid token type\", \"Missing user_id or user_uuid\", …; also a cred\##
+        entials header that is not HTTP Basic, or a user's email as name (`BAD_REQUEST`)","content":{"applic\##
+        ation/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"401":{"$ref":"#/components/responses\##
+        /ZulipUnauthorized"},"403":{"description":"`REMOTE_REALM_SERVER_MISMATCH_ERROR`: the realm belongs t\##
+        o another server, or `DEVICE_QUOTA_EXCEEDED`.","content":{"application/json":{"schema":{"$ref":"#/co\##
+        mponents/schemas/Error"}}}},"413":{"$ref":"#/components/responses/RequestTooLarge"},"429":{"$ref":"#\##
+        /components/responses/RateLimited"},"500":{"$ref":"#/components/responses/InternalError"},"503":{"$r\##
+        ef":"#/components/responses/Unavailable"}}}},"/api/v1/remotes/push/unregister":{"post":{"operationId\##
+        ":"zulipLegacyUnregister","summary":"Remove a user's legacy token","tags":["zulip"],"requestBody":{"\##
+        required":true,"content":{"application/json":{"schema":{"type":"object","properties":{"user_id":{"ty\##
+        pe":"integer"},"user_uuid":{"type":"string","format":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4\##
+        }-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},"token":{"type":"string","minLength":1},"token_ki\##
+        nd":{"type":"integer","enum":[1,2],"description":"1 APNs, 2 FCM."},"realm_uuid":{"type":["string","n\##
+        ull"],"format":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-\##
+        fA-F]{12}$"}},"required":["token","token_kind"],"anyOf":[{"required":["user_id"]},{"required":["user\##
+        _uuid"]}]}},"application/x-www-form-urlencoded":{"schema":{"type":"object","properties":{"user_id":{\##
+        "type":"integer"},"user_uuid":{"type":"string","format":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-F\##
+        ]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},"token":{"type":"string","minLength":1},"token\##
+        _kind":{"type":"integer","enum":[1,2],"description":"1 APNs, 2 FCM."},"realm_uuid":{"type":"string",\##
+        "format":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{\##
+        12}$"}},"required":["token","token_kind"],"anyOf":[{"required":["user_id"]},{"required":["user_uuid"\##
+        ]}]}}}},"security":[{"basic":[]}],"responses":{"200":{"description":"Removed.","content":{"applicati\##
+        on/json":{"schema":{"$ref":"#/components/schemas/Success"}}}},"400":{"description":"\"Token does not\##
+         exist\", \"Missing user_id or user_uuid\", a field at fault; also a credentials header that is not \##
+        HTTP Basic, or a user's email as name (`BAD_REQUEST`)","content":{"application/json":{"schema":{"$re\##
+        f":"#/components/schemas/Error"}}}},"401":{"$ref":"#/components/responses/ZulipUnauthorized"},"403":\##
+        {"description":"`REMOTE_REALM_SERVER_MISMATCH_ERROR`: the realm belongs to another server.","content\##
+        ":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"413":{"$ref":"#/components\##
+        /responses/RequestTooLarge"},"429":{"$ref":"#/components/responses/RateLimited"},"500":{"$ref":"#/co\##
+        mponents/responses/InternalError"},"503":{"$ref":"#/components/responses/Unavailable"}}}},"/api/v1/r\##
+        emotes/push/unregister/all":{"post":{"operationId":"zulipLegacyUnregisterAll","summary":"Remove all \##
+        of a user's legacy tokens","tags":["zulip"],"requestBody":{"required":true,"content":{"application/j\##
+        son":{"schema":{"type":"object","properties":{"user_id":{"type":"integer"},"user_uuid":{"type":"stri\##
+        ng","format":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA\##
+        -F]{12}$"},"realm_uuid":{"type":["string","null"],"format":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a-f\##
+        A-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"}},"anyOf":[{"required":["user_id"]},{"requir\##
+        ed":["user_uuid"]}]}},"application/x-www-form-urlencoded":{"schema":{"type":"object","properties":{"\##
+        user_id":{"type":"integer"},"user_uuid":{"type":"string","format":"uuid","pattern":"^[0-9a-fA-F]{8}-\##
+        [0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},"realm_uuid":{"type":"string","forma\##
+        t":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"}\##
+        },"anyOf":[{"required":["user_id"]},{"required":["user_uuid"]}]}}}},"security":[{"basic":[]}],"respo\##
+        nses":{"200":{"description":"Removed (also when there were none).","content":{"application/json":{"s\##
+        chema":{"$ref":"#/components/schemas/Success"}}}},"400":{"description":"\"Missing user_id or user_uu\##
+        id\", a field at fault; also a credentials header that is not HTTP Basic, or a user's email as name \##
+        (`BAD_REQUEST`)","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"4\##
+        01":{"$ref":"#/components/responses/ZulipUnauthorized"},"403":{"description":"`REMOTE_REALM_SERVER_M\##
+        ISMATCH_ERROR`: the realm belongs to another server.","content":{"application/json":{"schema":{"$ref\##
+        ":"#/components/schemas/Error"}}}},"413":{"$ref":"#/components/responses/RequestTooLarge"},"429":{"$\##
+        ref":"#/components/responses/RateLimited"},"500":{"$ref":"#/components/responses/InternalError"},"50\##
+        3":{"$ref":"#/components/responses/Unavailable"}}}},"/api/v1/remotes/push/notify":{"post":{"operatio\##
+        nId":"zulipLegacyNotify","summary":"Send a legacy notification to every device of a user","tags":["z\##
         ulip"],"requestBody":{"required":true,"content":{"application/json":{"schema":{"type":"object","prop\##
         erties":{"user_id":{"type":"integer"},"user_uuid":{"type":"string","format":"uuid","pattern":"^[0-9a\##
         -fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},"realm_uuid":{"type":["str\##
         ing","null"],"format":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}\##
-        -[0-9a-fA-F]{12}$"}},"anyOf":[{"required":["user_id"]},{"required":["user_uuid"]}]}},"application/x-\##
-        www-form-urlencoded":{"schema":{"type":"object","properties":{"user_id":{"type":"integer"},"user_uui\##
-        d":{"type":"string","format":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-f\##
-        A-F]{4}-[0-9a-fA-F]{12}$"},"realm_uuid":{"type":"string","format":"uuid","pattern":"^[0-9a-fA-F]{8}-\##
-        [0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"}},"anyOf":[{"required":["user_id"]},{\##
-        "required":["user_uuid"]}]}}}},"security":[{"basic":[]}],"responses":{"200":{"description":"Removed \##
-        (also when there were none).","content":{"application/json":{"schema":{"$ref":"#/components/schemas/\##
-        Success"}}}},"400":{"description":"\"Missing user_id or user_uuid\", a field at fault; also a creden\##
-        tials header that is not HTTP Basic, or a user's email as name (`BAD_REQUEST`)","content":{"applicat\##
-        ion/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"401":{"$ref":"#/components/responses/Z\##
-        ulipUnauthorized"},"403":{"description":"`REMOTE_REALM_SERVER_MISMATCH_ERROR`: the realm belongs to \##
-        another server.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"4\##
-        13":{"$ref":"#/components/responses/RequestTooLarge"},"429":{"$ref":"#/components/responses/RateLimi\##
-        ted"},"500":{"$ref":"#/components/responses/InternalError"},"503":{"$ref":"#/components/responses/Un\##
-        available"}}}},"/api/v1/remotes/push/notify":{"post":{"operationId":"zulipLegacyNotify","summary":"S\##
-        end a legacy notification to every device of a user","tags":["zulip"],"requestBody":{"required":true\##
-        ,"content":{"application/json":{"schema":{"type":"object","properties":{"user_id":{"type":"integer"}\##
-        ,"user_uuid":{"type":"string","format":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{\##
-        4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},"realm_uuid":{"type":["string","null"],"format":"uuid","pattern\##
-        ":"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},"apns_payload":{"\##
-        type":"object","description":"Defaults to `{}`."},"gcm_payload":{"type":"object","description":"Defa\##
-        ults to `{}`."},"gcm_options":{"type":["object","null"],"properties":{"priority":{"type":["string","\##
-        null"],"enum":["high","normal",null]}},"additionalProperties":false},"android_devices":{"type":["arr\##
-        ay","null"],"items":{"type":"string"},"maxItems":10000},"apple_devices":{"type":["array","null"],"it\##
-        ems":{"type":"string"},"maxItems":10000}},"anyOf":[{"required":["user_id"]},{"required":["user_uuid"\##
-        ]}]}}}},"security":[{"basic":[]}],"responses":{"200":{"description":"Accepted for sending.","content\##
-        ":{"application/json":{"schema":{"$ref":"#/components/schemas/ZulipLegacyNotifyAnswer"}}}},"400":{"d\##
-        escription":"A field at fault, \"Invalid GCM option…\", \"Missing user_id or user_uuid\"; also a cre\##
-        dentials header that is not HTTP Basic, or a user's email as name (`BAD_REQUEST`)","content":{"appli\##
-        cation/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"401":{"$ref":"#/components/response\##
-        s/ZulipUnauthorized"},"403":{"description":"`REMOTE_REALM_SERVER_MISMATCH_ERROR`: the realm belongs \##
-        to another server.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}}\##
-        ,"413":{"description":"`REQUEST_TOO_LARGE`: the body, or the payloads together.","content":{"applica\##
-        tion/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"429":{"$ref":"#/components/responses/\##
-        RateLimited"},"500":{"$ref":"#/components/responses/InternalError"},"503":{"$ref":"#/components/resp\##
-        onses/Unavailable"}}}},"/api/v1/remotes/push/test_notification":{"post":{"operationId":"zulipLegacyT\##
-        estNotification","summary":"Send a test notification to one legacy device","tags":["zulip"],"request\##
-        Body":{"required":true,"content":{"application/json":{"schema":{"type":"object","properties":{"user_\##
-        id":{"type":"integer"},"user_uuid":{"type":"string","format":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a\##
-        -fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},"token":{"type":"string","minLength":1},"\##
-        token_kind":{"type":"integer","enum":[1,2],"description":"1 APNs, 2 FCM."},"realm_uuid":{"type":["st\##
-        ring","null"],"format":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4\##
-        }-[0-9a-fA-F]{12}$"},"base_payload":{"type":"object","description":"Defaults to `{}`."}},"required":\##
-        ["token","token_kind"],"anyOf":[{"required":["user_id"]},{"required":["user_uuid"]}]}}}},"security":\##
-        [{"basic":[]}],"responses":{"200":{"description":"Accepted for sending.","content":{"application/jso\##
-        n":{"schema":{"$ref":"#/components/schemas/Success"}}}},"400":{"description":"`INVALID_REMOTE_PUSH_D\##
-        EVICE_TOKEN` (a token the relay does not hold for the user), a field at fault; also a credentials he\##
-        ader that is not HTTP Basic, or a user's email as name (`BAD_REQUEST`)","content":{"application/json\##
-        ":{"schema":{"$ref":"#/components/schemas/Error"}}}},"401":{"$ref":"#/components/responses/ZulipUnau\##
-        thorized"},"403":{"description":"`REMOTE_REALM_SERVER_MISMATCH_ERROR`: the realm belongs to another \##
-        server.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"413":{"$r\##
-        ef":"#/components/responses/RequestTooLarge"},"429":{"$ref":"#/components/responses/RateLimited"},"5\##
-        00":{"$ref":"#/components/responses/InternalError"},"503":{"$ref":"#/components/responses/Unavailabl\##
-        e"}}}},"/api/push":{"post":{"operationId":"gorushPush","summary":"Send notifications (gorush's API)"\##
-        ,"tags":["gorush"],"parameters":[{"name":"sync","in":"query","required":false,"schema":{"type":"stri\##
-        ng"},"description":"`true`/`1`: answer once every push has its outcome; `false`/`0`: answer on accep\##
-        tance; anything else: the relay's default (`PUSHRELAY_GORUSH_SYNC`)."},{"name":"dry_run","in":"query\##
-        ","required":false,"schema":{"type":"string","enum":["true","1","false","0"]},"description":"`true`/\##
-        `1`: check and build each token's push, register, count and publish nothing, and say per token what \##
-        would be sent (the relay's extension; gorush has no such mode)."}],"requestBody":{"required":true,"c\##
-        ontent":{"application/json":{"schema":{"$ref":"#/components/schemas/GorushPushRequest"}}}},"security\##
-        ":[{"basic":[]}],"responses":{"200":{"description":"Accepted (or, in sync mode, every push has its o\##
-        utcome). gorush's answer.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Gor\##
-        ushPushAnswer"}}},"headers":{"X-GORUSH-VERSION":{"$ref":"#/components/headers/GorushVersion"},"X-Pus\##
-        hRelay-Notification-Ids":{"description":"The relay's notification ids of what was accepted, comma-se\##
-        parated, in request order.","schema":{"type":"string"}}}},"400":{"description":"`MISSING_NOTIFICATIO\##
-        NS`, `EMPTY_NOTIFICATIONS`, `TOO_MANY_NOTIFICATIONS`, `TOO_MANY_TOKENS`, `INVALID_NOTIFICATION` (`fi\##
-        eld` names it), `PLATFORM_NOT_ENABLED`, `BAD_REQUEST` (`field`: `dry_run`) for a `dry_run` that is n\##
-        ot `true` or `false`.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/GorushE\##
-        rror"}}}},"401":{"$ref":"#/components/responses/GorushUnauthorized"},"403":{"description":"`REALM_QU\##
-        OTA_EXCEEDED` or `DEVICE_QUOTA_EXCEEDED`.","content":{"application/json":{"schema":{"$ref":"#/compon\##
-        ents/schemas/GorushError"}}}},"413":{"$ref":"#/components/responses/GorushRequestTooLarge"},"429":{"\##
-        $ref":"#/components/responses/GorushRateLimited"},"500":{"$ref":"#/components/responses/GorushIntern\##
-        alError"},"503":{"description":"`SERVICE_UNAVAILABLE`: Kafka did not take the records, Redis is unav\##
-        ailable, or sync mode cannot read outcomes; nothing was accepted.","content":{"application/json":{"s\##
-        chema":{"$ref":"#/components/schemas/GorushError"}}},"headers":{"Retry-After":{"$ref":"#/components/\##
-        headers/RetryAfter"}}}}}},"/api/stat/app":{"get":{"operationId":"gorushGetAppStats","summary":"gorus\##
-        h's app statistics, for the calling server","tags":["gorush"],"security":[{"basic":[]}],"responses":\##
-        {"200":{"description":"The calling server's figures.","content":{"application/json":{"schema":{"$ref\##
-        ":"#/components/schemas/GorushAppStats"}}},"headers":{"X-GORUSH-VERSION":{"$ref":"#/components/heade\##
-        rs/GorushVersion"}}},"401":{"$ref":"#/components/responses/GorushUnauthorized"},"429":{"$ref":"#/com\##
-        ponents/responses/GorushRateLimited"},"500":{"$ref":"#/components/responses/GorushInternalError"},"5\##
-        03":{"$ref":"#/components/responses/GorushUnavailable"}}}},"/api/stat/go":{"get":{"operationId":"gor\##
-        ushGetRuntimeStats","summary":"gorush's runtime statistics (of this ingest process)","tags":["gorush\##
-        "],"security":[{"basic":[]}],"responses":{"200":{"description":"fukata/golang-stats-api-handler's fi\##
-        elds, with what a Swift process can say.","content":{"application/json":{"schema":{"$ref":"#/compone\##
-        nts/schemas/GorushGoStats"}}},"headers":{"X-GORUSH-VERSION":{"$ref":"#/components/headers/GorushVers\##
-        ion"}}},"401":{"$ref":"#/components/responses/GorushUnauthorized"},"429":{"$ref":"#/components/respo\##
-        nses/GorushRateLimited"},"500":{"$ref":"#/components/responses/GorushInternalError"},"503":{"$ref":"\##
-        #/components/responses/GorushUnavailable"}}}},"/api/config":{"get":{"operationId":"gorushGetConfig",\##
-        "summary":"gorush's configuration as it applies to the caller (YAML)","tags":["gorush"],"security":[\##
-        {"basic":[]}],"responses":{"200":{"description":"YAML; secrets `[REDACTED]`.","content":{"applicatio\##
-        n/yaml":{}},"headers":{"X-GORUSH-VERSION":{"$ref":"#/components/headers/GorushVersion"}}},"401":{"$r\##
-        ef":"#/components/responses/GorushUnauthorized"},"429":{"$ref":"#/components/responses/GorushRateLim\##
-        ited"},"500":{"$ref":"#/components/responses/GorushInternalError"},"503":{"$ref":"#/components/respo\##
-        nses/GorushUnavailable"}}}},"/api/feedback-hook":{"put":{"operationId":"gorushSetFeedbackHook","summ\##
-        ary":"Set the feedback hook URL (a new signing secret)","tags":["gorush"],"requestBody":{"required":\##
-        true,"content":{"application/json":{"schema":{"type":"object","properties":{"url":{"type":"string","\##
-        format":"uri"}},"required":["url"]}}}},"security":[{"basic":[]}],"responses":{"200":{"description":"\##
-        The URL and its new signing secret, answered once.","content":{"application/json":{"schema":{"type":\##
-        "object","properties":{"url":{"type":"string"},"secret":{"type":"string"}},"required":["url","secret\##
-        "]}}},"headers":{"X-GORUSH-VERSION":{"$ref":"#/components/headers/GorushVersion"}}},"400":{"descript\##
-        ion":"`MALFORMED_JSON`, `BAD_REQUEST`, `INVALID_FIELD`, `INVALID_URL` (https only, through the endpo\##
-        int guard).","content":{"application/json":{"schema":{"$ref":"#/components/schemas/GorushError"}}}},\##
-        "401":{"$ref":"#/components/responses/GorushUnauthorized"},"413":{"$ref":"#/components/responses/Gor\##
-        ushRequestTooLarge"},"429":{"$ref":"#/components/responses/GorushRateLimited"},"500":{"$ref":"#/comp\##
-        onents/responses/GorushInternalError"},"503":{"$ref":"#/components/responses/GorushUnavailable"}}},"\##
-        get":{"operationId":"gorushGetFeedbackHook","summary":"The feedback hook URL","tags":["gorush"],"sec\##
-        urity":[{"basic":[]}],"responses":{"200":{"description":"The URL, or null when none is set.","conten\##
-        t":{"application/json":{"schema":{"$ref":"#/components/schemas/GorushHookURL"}}},"headers":{"X-GORUS\##
-        H-VERSION":{"$ref":"#/components/headers/GorushVersion"}}},"401":{"$ref":"#/components/responses/Gor\##
-        ushUnauthorized"},"429":{"$ref":"#/components/responses/GorushRateLimited"},"500":{"$ref":"#/compone\##
-        nts/responses/GorushInternalError"},"503":{"$ref":"#/components/responses/GorushUnavailable"}}},"del\##
-        ete":{"operationId":"gorushDeleteFeedbackHook","summary":"Remove the feedback hook","tags":["gorush"\##
-        ],"security":[{"basic":[]}],"responses":{"200":{"description":"Removed.","content":{"application/jso\##
-        n":{"schema":{"type":"object","properties":{"url":{"type":"null"}},"required":["url"]}}},"headers":{\##
-        "X-GORUSH-VERSION":{"$ref":"#/components/headers/GorushVersion"}}},"401":{"$ref":"#/components/respo\##
-        nses/GorushUnauthorized"},"429":{"$ref":"#/components/responses/GorushRateLimited"},"500":{"$ref":"#\##
-        /components/responses/GorushInternalError"},"503":{"$ref":"#/components/responses/GorushUnavailable"\##
-        }}}},"/":{"get":{"operationId":"gorushWelcome","summary":"gorush's welcome","tags":["gorush"],"secur\##
-        ity":[],"responses":{"200":{"description":"gorush's exact bytes.","content":{"application/json":{"sc\##
-        hema":{"type":"object","properties":{"text":{"type":"string","const":"Welcome to notification server\##
-        ."}},"required":["text"]}}},"headers":{"X-GORUSH-VERSION":{"$ref":"#/components/headers/GorushVersio\##
-        n"}}}}}},"/sys/stats":{"get":{"operationId":"gorushGetSysStats","summary":"thoas/stats' figures of t\##
-        his ingest process's answers","tags":["gorush"],"security":[{"basic":[]}],"responses":{"200":{"descr\##
-        iption":"thoas/stats' `Data`.","content":{"application/json":{"schema":{"$ref":"#/components/schemas\##
-        /GorushSysStats"}}},"headers":{"X-GORUSH-VERSION":{"$ref":"#/components/headers/GorushVersion"}}},"4\##
-        01":{"$ref":"#/components/responses/GorushUnauthorized"},"429":{"$ref":"#/components/responses/Gorus\##
-        hRateLimited"},"500":{"$ref":"#/components/responses/GorushInternalError"},"503":{"$ref":"#/componen\##
-        ts/responses/GorushUnavailable"}}}},"/metrics":{"get":{"operationId":"gorushGetMetrics","summary":"g\##
-        orush's Prometheus series, for the calling server","tags":["gorush"],"security":[{"basic":[]}],"resp\##
-        onses":{"200":{"description":"Prometheus text: gorush's eleven series. (The relay's own metrics are \##
-        on the ops port.)","content":{"text/plain":{"schema":{"type":"string"}}},"headers":{"X-GORUSH-VERSIO\##
-        N":{"$ref":"#/components/headers/GorushVersion"}}},"401":{"$ref":"#/components/responses/GorushUnaut\##
-        horized"},"429":{"$ref":"#/components/responses/GorushRateLimited"},"500":{"$ref":"#/components/resp\##
-        onses/GorushInternalError"},"503":{"$ref":"#/components/responses/GorushUnavailable"}}}},"/healthz":\##
-        {"get":{"operationId":"gorushHealthz","summary":"Health (gorush's)","tags":["gorush"],"security":[],\##
-        "responses":{"200":{"description":"Healthy; empty body.","headers":{"X-GORUSH-VERSION":{"$ref":"#/co\##
-        mponents/headers/GorushVersion"}}}}},"head":{"operationId":"gorushHealthzHead","summary":"Health (go\##
-        rush's), HEAD","tags":["gorush"],"security":[],"responses":{"200":{"description":"Healthy; empty bod\##
-        y.","headers":{"X-GORUSH-VERSION":{"$ref":"#/components/headers/GorushVersion"}}}}}},"/version":{"ge\##
-        t":{"operationId":"gorushGetVersion","summary":"gorush's version answer","tags":["gorush"],"security\##
-        ":[],"responses":{"200":{"description":"The relay's gorush-API version.","content":{"application/jso\##
-        n":{"schema":{"type":"object","properties":{"source":{"type":"string"},"version":{"type":"string"}},\##
-        "required":["source","version"]}}},"headers":{"X-GORUSH-VERSION":{"$ref":"#/components/headers/Gorus\##
-        hVersion"}}}}}},"/status/v1/server":{"get":{"operationId":"statusGetServer","summary":"The Status pu\##
-        sh server's public key","tags":["status"],"security":[],"responses":{"200":{"description":"The serve\##
-        r's compressed secp256k1 public key (hex).","content":{"application/json":{"schema":{"allOf":[{"$ref\##
-        ":"#/components/schemas/Success"},{"type":"object","properties":{"public_key":{"type":"string","patt\##
-        ern":"^[0-9a-f]{66}$"},"query_topic_hash":{"type":"string"}},"required":["public_key","query_topic_h\##
-        ash"]}]}}}},"404":{"description":"`STATUS_DISABLED`: the Status push server is not enabled here.","c\##
-        ontent":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}}}}},"/status/v1/regist\##
-        ration":{"post":{"operationId":"statusRegister","summary":"Register (or unregister) a Status install\##
-        ation","tags":["status"],"description":"Type 16 `PushNotificationRegistration`, encrypted to the ser\##
-        ver. No credentials.","requestBody":{"required":true,"description":"A signed protobuf `ApplicationMe\##
-        tadataMessage`.","content":{"application/x-protobuf":{"schema":{"type":"string","format":"binary"}}}\##
-        },"security":[],"responses":{"200":{"description":"A signed `PushNotificationRegistrationResponse` (\##
-        type 17).","content":{"application/x-protobuf":{"schema":{"type":"string","format":"binary"}}}},"400\##
-        ":{"description":"`MALFORMED_MESSAGE` (not an `ApplicationMetadataMessage`, or its payload not the e\##
-        xpected message), `BAD_SIGNATURE`, `WRONG_MESSAGE_TYPE`, `UNDECRYPTABLE`: discarded, no protobuf ans\##
-        wer.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"404":{"descr\##
-        iption":"`STATUS_DISABLED`: the Status push server is not enabled here.","content":{"application/jso\##
-        n":{"schema":{"$ref":"#/components/schemas/Error"}}}},"413":{"$ref":"#/components/responses/RequestT\##
-        ooLarge"},"429":{"description":"`RATE_LIMITED`: too many Status requests from this address.","conten\##
-        t":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}},"headers":{"Retry-After":{"\##
-        $ref":"#/components/headers/RetryAfter"}}},"500":{"$ref":"#/components/responses/InternalError"},"50\##
-        3":{"description":"`STATUS_REALM_TAKEN` (misconfigured) or `SERVICE_UNAVAILABLE` (Redis or Kafka).",\##
-        "content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}},"headers":{"Retry-Af\##
-        ter":{"$ref":"#/components/headers/RetryAfter"}}}}}},"/status/v1/query":{"post":{"operationId":"stat\##
-        usQuery","summary":"Query the registrations of hashed public keys","tags":["status"],"description":"\##
-        Type 18 `PushNotificationQuery`. No credentials.","requestBody":{"required":true,"description":"A si\##
-        gned protobuf `ApplicationMetadataMessage`.","content":{"application/x-protobuf":{"schema":{"type":"\##
-        string","format":"binary"}}}},"security":[],"responses":{"200":{"description":"A signed `PushNotific\##
-        ationQueryResponse` (type 19).","content":{"application/x-protobuf":{"schema":{"type":"string","form\##
-        at":"binary"}}}},"400":{"description":"`MALFORMED_MESSAGE` (not an `ApplicationMetadataMessage`, or \##
-        its payload not the expected message), `BAD_SIGNATURE`, `WRONG_MESSAGE_TYPE`, `TOO_MANY_KEYS`.","con\##
-        tent":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"404":{"description":"`\##
-        STATUS_DISABLED`: the Status push server is not enabled here.","content":{"application/json":{"schem\##
-        a":{"$ref":"#/components/schemas/Error"}}}},"413":{"$ref":"#/components/responses/RequestTooLarge"},\##
-        "429":{"description":"`RATE_LIMITED`: too many Status requests from this address.","content":{"appli\##
-        cation/json":{"schema":{"$ref":"#/components/schemas/Error"}}},"headers":{"Retry-After":{"$ref":"#/c\##
-        omponents/headers/RetryAfter"}}},"500":{"$ref":"#/components/responses/InternalError"},"503":{"descr\##
-        iption":"`STATUS_REALM_TAKEN` (misconfigured) or `SERVICE_UNAVAILABLE` (Redis or Kafka).","content":\##
-        {"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}},"headers":{"Retry-After":{"$re\##
-        f":"#/components/headers/RetryAfter"}}}}}},"/status/v1/notify":{"post":{"operationId":"statusNotify"\##
-        ,"summary":"Request notifications to Status installations","tags":["status"],"description":"Type 20 \##
-        `PushNotificationRequest`. No credentials.","requestBody":{"required":true,"description":"A signed p\##
-        rotobuf `ApplicationMetadataMessage`.","content":{"application/x-protobuf":{"schema":{"type":"string\##
-        ","format":"binary"}}}},"security":[],"responses":{"200":{"description":"A signed `PushNotificationR\##
-        esponse` (type 21), one report per target; a repeated request gets the first answer.","content":{"ap\##
-        plication/x-protobuf":{"schema":{"type":"string","format":"binary"}}}},"400":{"description":"`MALFOR\##
-        MED_MESSAGE` (not an `ApplicationMetadataMessage`, or its payload not the expected message), `BAD_SI\##
-        GNATURE`, `WRONG_MESSAGE_TYPE`, `TOO_MANY_TARGETS`.","content":{"application/json":{"schema":{"$ref"\##
-        :"#/components/schemas/Error"}}}},"404":{"description":"`STATUS_DISABLED`: the Status push server is\##
-         not enabled here.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}}\##
-        ,"409":{"description":"`DUPLICATE_REQUEST`: the same message is being handled, or its answer was not\##
-         kept.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"413":{"$re\##
-        f":"#/components/responses/RequestTooLarge"},"429":{"description":"`RATE_LIMITED`: too many Status r\##
-        equests from this address.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Er\##
-        ror"}}},"headers":{"Retry-After":{"$ref":"#/components/headers/RetryAfter"}}},"500":{"$ref":"#/compo\##
-        nents/responses/InternalError"},"503":{"description":"`STATUS_REALM_TAKEN` (misconfigured) or `SERVI\##
-        CE_UNAVAILABLE` (Redis or Kafka).","content":{"application/json":{"schema":{"$ref":"#/components/sch\##
-        emas/Error"}}},"headers":{"Retry-After":{"$ref":"#/components/headers/RetryAfter"}}}}}},"/openapi.js\##
-        on":{"get":{"operationId":"getOpenApiDocument","summary":"This document","tags":["meta"],"security":\##
-        [],"responses":{"200":{"description":"The OpenAPI 3.1 document of ingest's API.","content":{"applica\##
-        tion/json":{"schema":{"type":"object"}}}}}}}},"components":{"securitySchemes":{"basic":{"type":"http\##
-        ","scheme":"basic","description":"HTTP Basic `server_uuid:api_key` (for Zulip servers `zulip_org_id:\##
-        zulip_org_key`)."}},"schemas":{"Success":{"type":"object","properties":{"result":{"type":"string","c\##
-        onst":"success"},"msg":{"type":"string"}},"required":["result","msg"],"description":"Every success o\##
-        f the native and Zulip APIs carries these."},"Error":{"type":"object","properties":{"result":{"type"\##
-        :"string","const":"error"},"code":{"type":"string","description":"Machine-readable, e.g. `UNAUTHORIZ\##
-        ED`, `INVALID_FIELD`."},"msg":{"type":"string"},"field":{"type":"string","description":"The request \##
-        field at fault, when there is one."},"retry-after":{"type":"number","description":"`RATE_LIMIT_HIT` \##
-        (Zulip's field)."},"role":{"type":"string","description":"`INVALID_ZULIP_SERVER`: the server uuid."}\##
-        },"required":["result","code","msg"],"description":"The error shape of the native, Zulip and Status \##
-        APIs (Zulip's)."},"GorushError":{"type":"object","properties":{"code":{"type":"integer","description\##
-        ":"The HTTP status."},"message":{"type":"string"},"error":{"type":"string","description":"Machine-re\##
-        adable code (the relay's)."},"field":{"type":"string"}},"required":["code","message","error"],"descr\##
-        iption":"gorush's error shape, plus `error` and `field`."},"RealmRegistered":{"allOf":[{"$ref":"#/co\##
-        mponents/schemas/Success"},{"type":"object","properties":{"realm_uuid":{"type":"string","format":"uu\##
-        id"},"created":{"type":"boolean"}},"required":["realm_uuid","created"]}]},"DeviceRegistered":{"allOf\##
-        ":[{"$ref":"#/components/schemas/Success"},{"type":"object","properties":{"device_id":{"type":"integ\##
-        er"},"created":{"type":"boolean"}},"required":["device_id","created"]}]},"WebPushSubscription":{"typ\##
-        e":"object","properties":{"endpoint":{"type":"string"},"keys":{"type":"object","properties":{"p256dh\##
-        ":{"type":"string"},"auth":{"type":"string"}},"required":["p256dh","auth"]}},"required":["endpoint",\##
-        "keys"]},"Device":{"type":"object","properties":{"device_id":{"type":"integer"},"token_kind":{"type"\##
-        :"string","enum":["apns","fcm","apns_voip","webpush","simplepush","hms","wns"]},"token_type":{"type"\##
-        :"integer","description":"Telegram's number for the kind."},"token":{"type":"string","description":"\##
-        Redacted: first and last four characters."},"status":{"type":"string","enum":["active","invalid"]},"\##
-        invalid_reason":{"type":"string"},"registered_at_ms":{"type":"integer"},"push_key_ids":{"type":"arra\##
-        y","items":{"type":"integer"}},"current_push_key_id":{"type":"integer"},"encryption":{"type":"string\##
-        "},"ios_app_id":{"type":"string"},"push_account_id":{"type":"integer"}},"required":["device_id","tok\##
-        en_kind","token","status","registered_at_ms","push_key_ids","encryption"]},"DeviceList":{"allOf":[{"\##
-        $ref":"#/components/schemas/Success"},{"type":"object","properties":{"devices":{"type":"array","item\##
-        s":{"$ref":"#/components/schemas/Device"}}},"required":["devices"]}]},"NotifyAccepted":{"allOf":[{"$\##
-        ref":"#/components/schemas/Success"},{"type":"object","properties":{"notification_id":{"type":"strin\##
-        g","format":"uuid"},"device_count":{"type":"integer","minimum":0,"description":"Deliverable devices.\##
-        "},"delete_device_ids":{"type":"array","items":{"type":"integer"},"description":"Targets that are un\##
-        known, another user's or invalidated."}},"required":["notification_id","device_count","delete_device\##
-        _ids"]}]},"DryRunDevice":{"type":"object","properties":{"device_id":{"type":"integer"},"result":{"ty\##
-        pe":"string","enum":["send","skip","fail"]},"reason":{"type":"string","description":"`skip`: `unknow\##
-        n_device`, `not_users_device`, `device_invalid`; `fail`: `no_push_key`, `payload_too_large`, …"},"pr\##
-        ovider":{"type":"string","enum":["apns","fcm","apns_voip","webpush","simplepush","hms","wns"]},"push\##
-        _type":{"type":"string"},"priority":{"type":["integer","string","null"]},"expires_at":{"type":"integ\##
-        er","description":"Unix seconds."},"collapse_id":{"type":["string","null"]},"body_bytes":{"type":"in\##
-        teger"},"provider_configured":{"type":"boolean"}},"required":["device_id","result"]},"DryRunAnswer":\##
-        {"allOf":[{"$ref":"#/components/schemas/Success"},{"type":"object","properties":{"dry_run":{"type":"\##
-        boolean","const":true},"checked":{"type":"string","const":"local"},"device_count":{"type":"integer",\##
-        "minimum":0},"delete_device_ids":{"type":"array","items":{"type":"integer"}},"devices":{"type":"arra\##
-        y","items":{"$ref":"#/components/schemas/DryRunDevice"}}},"required":["dry_run","checked","device_co\##
-        unt","delete_device_ids","devices"]}]},"FeedbackPage":{"allOf":[{"$ref":"#/components/schemas/Succes\##
-        s"},{"type":"object","properties":{"invalidated":{"type":"array","items":{"type":"object","propertie\##
-        s":{"device_id":{"type":"integer"},"reason":{"type":"string"},"at_ms":{"type":"integer"},"cursor":{"\##
-        type":"string"}},"required":["device_id","reason","at_ms","cursor"]}},"next_cursor":{"type":["string\##
-        ","null"]}},"required":["invalidated","next_cursor"]}]},"DeliveryState":{"type":"object","properties\##
-        ":{"state":{"type":"string","enum":["accepted","retrying","skipped","sent","invalid_token","expired"\##
-        ,"failed","dead_lettered"]},"at_ms":{"type":"integer"},"provider":{"type":"string"},"reason":{"type"\##
-        :"string"},"provider_message_id":{"type":"string"},"http_status":{"type":"integer"},"attempts":{"typ\##
-        e":"integer"},"next_attempt_at_ms":{"type":"integer"}},"required":["state","at_ms"]},"NotificationSt\##
-        atus":{"allOf":[{"$ref":"#/components/schemas/Success"},{"type":"object","properties":{"notification\##
-        _id":{"type":"string","format":"uuid"},"realm_uuid":{"type":"string","format":"uuid"},"accepted_at_m\##
-        s":{"type":["integer","null"]},"devices_truncated":{"type":"boolean"},"summary":{"type":"object","ad\##
-        ditionalProperties":{"type":"integer"},"description":"Devices per state."},"devices":{"type":"array"\##
-        ,"items":{"allOf":[{"$ref":"#/components/schemas/DeliveryState"},{"type":"object","properties":{"dev\##
-        ice_id":{"type":"integer"}},"required":["device_id"]}]}},"notification":{"$ref":"#/components/schema\##
-        s/DeliveryState"}},"required":["notification_id","realm_uuid","accepted_at_ms","devices_truncated","\##
-        summary","devices"]}]},"NotificationPayload":{"description":"A Zulip plaintext notification, or Tele\##
-        gram's `{\"data\": {…}}`. Encrypted for the device as sent.","anyOf":[{"$ref":"#/components/schemas/\##
-        ZulipMessageChannelPayload"},{"$ref":"#/components/schemas/ZulipMessageDirectPayload"},{"$ref":"#/co\##
-        mponents/schemas/ZulipRemovePayload"},{"$ref":"#/components/schemas/ZulipTestPayload"},{"$ref":"#/co\##
-        mponents/schemas/TelegramPayload"}]},"ZulipMessageChannelPayload":{"type":"object","properties":{"ty\##
-        pe":{"const":"message"},"realm_url":{"type":"string"},"realm_name":{"type":"string"},"user_id":{"typ\##
-        e":"integer"},"sender_id":{"type":"integer"},"sender_full_name":{"type":"string"},"sender_avatar_url\##
-        ":{"type":"string"},"message_id":{"type":"integer"},"time":{"type":"integer"},"content":{"type":"str\##
-        ing"},"recipient_type":{"const":"channel"},"channel_id":{"type":"integer"},"channel_name":{"type":"s\##
-        tring"},"topic":{"type":"string"},"mentioned_user_group_id":{"type":"integer"},"mentioned_user_group\##
-        _name":{"type":"string"}},"required":["type","realm_url","realm_name","user_id","sender_id","sender_\##
-        full_name","sender_avatar_url","message_id","time","content","recipient_type","channel_id","channel_\##
-        name","topic"]},"ZulipMessageDirectPayload":{"type":"object","properties":{"type":{"const":"message"\##
-        },"realm_url":{"type":"string"},"realm_name":{"type":"string"},"user_id":{"type":"integer"},"sender_\##
-        id":{"type":"integer"},"sender_full_name":{"type":"string"},"sender_avatar_url":{"type":"string"},"m\##
-        essage_id":{"type":"integer"},"time":{"type":"integer"},"content":{"type":"string"},"recipient_type"\##
-        :{"const":"direct"},"recipient_user_ids":{"type":"array","items":{"type":"integer"},"description":"S\##
-        orted ascending; includes `user_id` and `sender_id`."},"pm_users":{"type":"string","description":"Ol\##
-        der servers: comma-separated user ids."}},"required":["type","realm_url","realm_name","user_id","sen\##
-        der_id","sender_full_name","sender_avatar_url","message_id","time","content","recipient_type"]},"Zul\##
-        ipRemovePayload":{"type":"object","properties":{"type":{"const":"remove"},"realm_url":{"type":"strin\##
-        g"},"realm_name":{"type":"string"},"user_id":{"type":"integer"},"message_ids":{"type":"array","items\##
-        ":{"type":"integer"},"minItems":1}},"required":["type","realm_url","realm_name","user_id","message_i\##
-        ds"]},"ZulipTestPayload":{"type":"object","properties":{"type":{"const":"test"},"realm_url":{"type":\##
-        "string"},"realm_name":{"type":"string"},"user_id":{"type":"integer"},"time":{"type":"integer"}},"re\##
-        quired":["type","realm_url","realm_name","user_id","time"]},"TelegramPayload":{"type":"object","prop\##
-        erties":{"data":{"type":"object","properties":{"loc_key":{"type":"string","pattern":"^[A-Z_0-9]{1,64\##
-        }$"},"loc_args":{"type":"array","items":{"type":"string"}},"user_id":{"oneOf":[{"type":"integer"},{"\##
-        type":"string","pattern":"^-?[0-9]+$"}]},"custom":{"type":"object"},"sound":{"type":"string"},"annou\##
-        ncement":{"type":"string"}},"required":["loc_key"]}},"required":["data"],"not":{"required":["type"]}\##
-        },"ZulipPushStatus":{"type":"object","properties":{"can_push":{"type":"boolean"},"expected_end_times\##
-        tamp":{"type":["integer","null"]}},"required":["can_push","expected_end_timestamp"]},"ZulipAnalytics\##
-        Row":{"type":"object","properties":{"id":{"type":"integer","minimum":0}},"required":["id"]},"ZulipRe\##
-        almInfo":{"type":"object","properties":{"uuid":{"type":"string","format":"uuid","pattern":"^[0-9a-fA\##
-        -F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},"host":{"type":["string","nul\##
-        l"],"maxLength":1024},"url":{"type":["string","null"],"maxLength":1024},"name":{"type":["string","nu\##
-        ll"],"maxLength":1024},"org_type":{"type":["integer","null"]},"deactivated":{"type":["boolean","null\##
-        "]},"is_system_bot_realm":{"type":["boolean","null"]},"uuid_owner_secret":{"type":["string","null"],\##
-        "maxLength":1024}},"required":["uuid"]},"ZulipE2EEPushRequest":{"type":"object","properties":{"devic\##
-        e_id":{"type":"integer","description":"Zulip 11.x."},"token_id":{"type":"string","minLength":1,"maxL\##
-        ength":64,"pattern":"^[\\x21-\\x7e]+$","description":"Zulip 12."},"payload":{"type":"object","proper\##
-        ties":{"encrypted_data":{"type":"string","minLength":1,"maxLength":4096,"pattern":"^[A-Za-z0-9+/=_-]\##
-        +$"},"push_key_id":{"type":"integer","minimum":0,"maximum":4294967295},"push_account_id":{"type":"in\##
-        teger"}},"required":["encrypted_data"],"anyOf":[{"required":["push_key_id"]},{"required":["push_acco\##
-        unt_id"]}]},"http_headers":{"type":["object","null"],"description":"APNs entries.","properties":{"ap\##
-        ns_priority":{"type":["integer","null"],"enum":[10,5,1,null]},"apns_push_type":{"type":["string","nu\##
-        ll"],"enum":["alert","background",null]}}},"fcm_priority":{"type":["string","null"],"enum":["high","\##
-        normal",null],"description":"FCM entries."}},"required":["payload"],"anyOf":[{"required":["device_id\##
-        "]},{"required":["token_id"]}]},"ZulipE2EENotifyAnswer":{"allOf":[{"$ref":"#/components/schemas/Succ\##
-        ess"},{"type":"object","properties":{"apple_successfully_sent_count":{"type":"integer"},"android_suc\##
-        cessfully_sent_count":{"type":"integer"},"realm_push_status":{"$ref":"#/components/schemas/ZulipPush\##
-        Status"},"delete_token_ids":{"type":"array","items":{"type":"string"},"description":"Zulip 12 (by `t\##
-        oken_id`)."},"delete_device_ids":{"type":"array","items":{"type":"integer"},"description":"Zulip 11.\##
-        x (by `device_id`)."}},"required":["apple_successfully_sent_count","android_successfully_sent_count"\##
-        ,"realm_push_status"]}]},"ZulipLegacyNotifyAnswer":{"allOf":[{"$ref":"#/components/schemas/Success"}\##
-        ,{"type":"object","properties":{"total_android_devices":{"type":"integer"},"total_apple_devices":{"t\##
-        ype":"integer"},"deleted_devices":{"type":"object","properties":{"android_devices":{"type":"array","\##
-        items":{"type":"string"}},"apple_devices":{"type":"array","items":{"type":"string"}}},"required":["a\##
-        ndroid_devices","apple_devices"]},"realm":{"oneOf":[{"$ref":"#/components/schemas/ZulipPushStatus"},\##
-        {"type":"null"}],"description":"null when the realm was never uploaded (or not given)."}},"required"\##
-        :["total_android_devices","total_apple_devices","deleted_devices","realm"]}]},"GorushPushRequest":{"\##
-        type":"object","properties":{"notifications":{"type":"array","minItems":1,"items":{"$ref":"#/compone\##
-        nts/schemas/GorushNotification"},"description":"At most `PUSHRELAY_GORUSH_MAX_NOTIFICATIONS` (100)."\##
-        }},"required":["notifications"]},"GorushPushAnswer":{"type":"object","properties":{"counts":{"type":\##
-        "integer","description":"The tokens given, plus one per `topic`."},"logs":{"type":"array","items":{"\##
-        $ref":"#/components/schemas/GorushLogEntry"}},"success":{"type":"string","const":"ok"},"dry_run":{"t\##
-        ype":"boolean","description":"`?dry_run=true` only: nothing was registered, counted or published."},\##
-        "checked":{"type":"string","const":"local","description":"`?dry_run=true` only: no provider was cont\##
-        acted."},"notifications":{"type":"array","description":"`?dry_run=true` only: per notification, in r\##
-        equest order, what would be sent to each token.","items":{"type":"object","properties":{"devices":{"\##
-        type":"array","items":{"$ref":"#/components/schemas/GorushDryRunToken"}}},"required":["devices"]}}},\##
-        "required":["counts","logs","success"]},"GorushLogEntry":{"type":"object","properties":{"notif_id":{\##
-        "type":"string"},"type":{"type":"string","const":"failed-push"},"platform":{"type":"string","enum":[\##
-        "ios","android","huawei"]},"token":{"type":"string","description":"Masked as gorush masks it."},"mes\##
-        sage":{"type":"string"},"error":{"type":"string"}},"required":["type","platform","token","message","\##
-        error"]},"GorushAppStats":{"type":"object","properties":{"version":{"type":"string"},"busy_workers":\##
-        {"type":"integer"},"success_tasks":{"type":"integer"},"failure_tasks":{"type":"integer"},"submitted_\##
-        tasks":{"type":"integer"},"total_count":{"type":"integer"},"ios":{"$ref":"#/components/schemas/Gorus\##
-        hPlatformStats"},"android":{"$ref":"#/components/schemas/GorushPlatformStats"},"huawei":{"$ref":"#/c\##
-        omponents/schemas/GorushPlatformStats"}},"required":["version","busy_workers","success_tasks","failu\##
-        re_tasks","submitted_tasks","total_count","ios","android","huawei"]},"GorushPlatformStats":{"type":"\##
-        object","properties":{"push_success":{"type":"integer"},"push_error":{"type":"integer"}},"required":\##
-        ["push_success","push_error"]},"GorushGoStats":{"type":"object","properties":{"time":{"type":"intege\##
-        r"},"cpu_num":{"type":"integer"},"goroutine_num":{"type":"integer"},"gomaxprocs":{"type":"integer"},\##
-        "cgo_call_num":{"type":"integer"},"memory_alloc":{"type":"integer"},"memory_total_alloc":{"type":"in\##
-        teger"},"memory_sys":{"type":"integer"},"memory_lookups":{"type":"integer"},"memory_mallocs":{"type"\##
-        :"integer"},"memory_frees":{"type":"integer"},"memory_stack":{"type":"integer"},"heap_alloc":{"type"\##
-        :"integer"},"heap_sys":{"type":"integer"},"heap_idle":{"type":"integer"},"heap_inuse":{"type":"integ\##
-        er"},"heap_released":{"type":"integer"},"heap_objects":{"type":"integer"},"gc_next":{"type":"integer\##
-        "},"gc_last":{"type":"integer"},"gc_num":{"type":"integer"},"gc_per_second":{"type":"number"},"gc_pa\##
-        use_per_second":{"type":"number"},"gc_pause":{"type":"array","items":{"type":"number"}},"go_version"\##
-        :{"type":"string"},"go_os":{"type":"string"},"go_arch":{"type":"string"},"uptime_sec":{"type":"numbe\##
-        r"}},"required":["time","go_version","go_os","go_arch","cpu_num","goroutine_num","gomaxprocs","memor\##
-        y_alloc","memory_sys","heap_alloc","heap_sys","heap_idle","heap_inuse","gc_pause","uptime_sec"]},"Go\##
-        rushSysStats":{"type":"object","properties":{"pid":{"type":"integer"},"hostname":{"type":"string"},"\##
-        uptime":{"type":"string"},"uptime_sec":{"type":"number"},"time":{"type":"string"},"unixtime":{"type"\##
-        :"integer"},"status_code_count":{"type":"object","additionalProperties":{"type":"integer"},"descript\##
-        ion":"By status, over the last whole second."},"total_status_code_count":{"type":"object","additiona\##
-        lProperties":{"type":"integer"}},"count":{"type":"integer"},"total_count":{"type":"integer"},"total_\##
-        response_time":{"type":"string"},"total_response_time_sec":{"type":"number"},"total_response_size":{\##
-        "type":"integer"},"average_response_size":{"type":"integer"},"average_response_time":{"type":"string\##
-        "},"average_response_time_sec":{"type":"number"},"total_metrics_counts":{"type":"object"},"average_m\##
-        etrics_timers":{"type":"object"}},"required":["pid","hostname","uptime","uptime_sec","time","unixtim\##
-        e","status_code_count","total_status_code_count","count","total_count","total_response_time","total_\##
-        response_time_sec","total_response_size","average_response_size","average_response_time","average_re\##
-        sponse_time_sec","total_metrics_counts","average_metrics_timers"]},"GorushHookURL":{"type":"object",\##
-        "properties":{"url":{"type":["string","null"]}},"required":["url"]},"GorushNotification":{"type":"ob\##
-        ject","properties":{"platform":{"type":"integer","enum":[1,2,3],"description":"1 iOS, 2 Android, 3 H\##
-        uawei."},"tokens":{"type":["array","null"],"items":{"type":"string"},"description":"At least one tok\##
-        en (or `to`, Android and Huawei); at most 500 for Android and Huawei."},"notif_id":{"type":["string"\##
-        ,"null"]},"to":{"type":["string","null"]},"topic":{"type":["string","null"],"description":"iOS: the \##
-        app's bundle id (required unless `PUSHRELAY_GORUSH_APNS_TOPIC` is set)."},"message":{"type":["string\##
-        ","null"]},"title":{"type":["string","null"]},"image":{"type":["string","null"]},"priority":{"type":\##
-        ["string","null"],"description":"`high` or `normal` (Android and Huawei refuse anything else)."},"co\##
-        ndition":{"type":["string","null"]},"app_id":{"type":["string","null"]},"app_secret":{"type":["strin\##
-        g","null"]},"huawei_data":{"type":["string","null"]},"huawei_ttl":{"type":["string","null"]},"bi_tag\##
-        ":{"type":["string","null"]},"apns_id":{"type":["string","null"]},"collapse_id":{"type":["string","n\##
-        ull"]},"push_type":{"type":["string","null"]},"category":{"type":["string","null"]},"thread-id":{"ty\##
-        pe":["string","null"]},"name":{"type":["string","null"]},"interruption_level":{"type":["string","nul\##
-        l"]},"event":{"type":["string","null"]},"attributes-type":{"type":["string","null"]},"content_availa\##
-        ble":{"type":["boolean","null"]},"mutable_content":{"type":["boolean","null"]},"production":{"type":\##
-        ["boolean","null"]},"development":{"type":["boolean","null"]},"retry":{"type":["integer","null"]},"h\##
-        uawei_collapse_key":{"type":["integer","null"]},"fast_app_target":{"type":["integer","null"]},"expir\##
-        ation":{"type":["integer","null"]},"badge":{"type":["integer","null"]},"stale-date":{"type":["intege\##
-        r","null"]},"dismissal-date":{"type":["integer","null"]},"timestamp":{"type":["integer","null"]},"vo\##
-        lume":{"type":["number","null"]},"relevance-score":{"type":["number","null"]},"data":{"type":["objec\##
-        t","null"]},"notification":{"type":["object","null"]},"android":{"type":["object","null"]},"webpush"\##
-        :{"type":["object","null"]},"apns":{"type":["object","null"]},"fcm_options":{"type":["object","null"\##
-        ]},"huawei_notification":{"type":["object","null"]},"content-state":{"type":["object","null"]},"attr\##
-        ibutes":{"type":["object","null"]},"alert":{"type":["object","null"],"properties":{"action":{"type":\##
-        ["string","null"]},"action-loc-key":{"type":["string","null"]},"body":{"type":["string","null"]},"la\##
-        unch-image":{"type":["string","null"]},"loc-key":{"type":["string","null"]},"title":{"type":["string\##
-        ","null"]},"subtitle":{"type":["string","null"]},"title-loc-key":{"type":["string","null"]},"summary\##
-        -arg":{"type":["string","null"]}}},"sound":{"type":["string","object","null"]}},"required":["platfor\##
-        m"],"description":"gorush's `PushNotification` (docs/api/gorush.md)."},"GorushDryRunToken":{"type":"\##
-        object","description":"What would be sent to one token of a notification (`?dry_run=true`), named by\##
-         its index in `tokens`.","properties":{"token_index":{"type":"integer","minimum":0},"result":{"type"\##
-        :"string","enum":["send","fail"]},"reason":{"type":"string","description":"`fail`: what the provider\##
-         would answer for the token's form (`BadDeviceToken`, `InvalidRegistration`)."},"provider":{"type":"\##
-        string","enum":["apns","fcm","hms"]},"push_type":{"type":"string"},"priority":{"type":["integer","st\##
-        ring","null"]},"expires_at":{"type":["integer","null"],"description":"Unix seconds; null: the provid\##
-        er's default."},"collapse_id":{"type":["string","null"]},"body_bytes":{"type":"integer"}},"required"\##
-        :["token_index","result","provider"]}},"responses":{"Unauthorized":{"description":"`UNAUTHORIZED`: m\##
-        issing or invalid server credentials, or a deactivated server.","content":{"application/json":{"sche\##
-        ma":{"$ref":"#/components/schemas/Error"}}},"headers":{"WWW-Authenticate":{"$ref":"#/components/head\##
-        ers/WWWAuthenticate"}}},"ZulipUnauthorized":{"description":"`UNAUTHORIZED` (Zulip's messages): missi\##
-        ng or invalid credentials, or a deactivated server.","content":{"application/json":{"schema":{"$ref"\##
-        :"#/components/schemas/Error"}}},"headers":{"WWW-Authenticate":{"$ref":"#/components/headers/WWWAuth\##
-        enticate"}}},"RequestTooLarge":{"description":"`REQUEST_TOO_LARGE`: the body is over its limit (answ\##
-        ered with `Connection: close`).","content":{"application/json":{"schema":{"$ref":"#/components/schem\##
-        as/Error"}}}},"RateLimited":{"description":"`RATE_LIMIT_HIT` (the server's request rate; `retry-afte\##
-        r` in the body) or `TOO_MANY_FAILED_AUTHENTICATIONS` (this client address).","content":{"application\##
-        /json":{"schema":{"$ref":"#/components/schemas/Error"}}},"headers":{"Retry-After":{"$ref":"#/compone\##
-        nts/headers/RetryAfter"}}},"InternalError":{"description":"`INTERNAL_ERROR`: nothing was accepted.",\##
-        "content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"Unavailable":{"des\##
-        cription":"`SERVICE_UNAVAILABLE`: Redis or Kafka cannot take work right now; retry later.","content"\##
-        :{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}},"headers":{"Retry-After":{"$r\##
-        ef":"#/components/headers/RetryAfter"}}},"GorushUnauthorized":{"description":"`UNAUTHORIZED`: missin\##
-        g or invalid server credentials (HTTP Basic `server_uuid:api_key`).","content":{"application/json":{\##
-        "schema":{"$ref":"#/components/schemas/GorushError"}}},"headers":{"WWW-Authenticate":{"$ref":"#/comp\##
-        onents/headers/WWWAuthenticate"},"X-GORUSH-VERSION":{"$ref":"#/components/headers/GorushVersion"}}},\##
-        "GorushRequestTooLarge":{"description":"`REQUEST_TOO_LARGE`.","content":{"application/json":{"schema\##
-        ":{"$ref":"#/components/schemas/GorushError"}}},"headers":{"X-GORUSH-VERSION":{"$ref":"#/components/\##
-        headers/GorushVersion"}}},"GorushRateLimited":{"description":"`RATE_LIMIT_HIT` or `TOO_MANY_FAILED_A\##
-        UTHENTICATIONS`.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/GorushError"\##
-        }}},"headers":{"Retry-After":{"$ref":"#/components/headers/RetryAfter"},"X-GORUSH-VERSION":{"$ref":"\##
-        #/components/headers/GorushVersion"}}},"GorushInternalError":{"description":"`INTERNAL_ERROR`.","con\##
-        tent":{"application/json":{"schema":{"$ref":"#/components/schemas/GorushError"}}},"headers":{"X-GORU\##
-        SH-VERSION":{"$ref":"#/components/headers/GorushVersion"}}},"GorushUnavailable":{"description":"`SER\##
-        VICE_UNAVAILABLE`.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/GorushErro\##
-        r"}}},"headers":{"Retry-After":{"$ref":"#/components/headers/RetryAfter"},"X-GORUSH-VERSION":{"$ref"\##
-        :"#/components/headers/GorushVersion"}}}},"headers":{"RetryAfter":{"description":"Seconds to wait be\##
-        fore retrying.","schema":{"type":"string","pattern":"^[0-9]+$"}},"WWWAuthenticate":{"description":"`\##
-        Basic realm=\"pushrelay\"` (or `\"zulip\"`).","schema":{"type":"string"}},"GorushVersion":{"descript\##
-        ion":"Set on every answer of ingest's API port (`pushrelay-1.0`).","schema":{"type":"string"}}}}}
+        -[0-9a-fA-F]{12}$"},"apns_payload":{"type":"object","description":"Defaults to `{}`."},"gcm_payload"\##
+        :{"type":"object","description":"Defaults to `{}`."},"gcm_options":{"type":["object","null"],"proper\##
+        ties":{"priority":{"type":["string","null"],"enum":["high","normal",null]}},"additionalProperties":f\##
+        alse},"android_devices":{"type":["array","null"],"items":{"type":"string"},"maxItems":10000},"apple_\##
+        devices":{"type":["array","null"],"items":{"type":"string"},"maxItems":10000}},"anyOf":[{"required":\##
+        ["user_id"]},{"required":["user_uuid"]}]}}}},"security":[{"basic":[]}],"responses":{"200":{"descript\##
+        ion":"Accepted for sending.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Z\##
+        ulipLegacyNotifyAnswer"}}}},"400":{"description":"A field at fault, \"Invalid GCM option…\", \"Missi\##
+        ng user_id or user_uuid\"; also a credentials header that is not HTTP Basic, or a user's email as na\##
+        me (`BAD_REQUEST`)","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}}\##
+        ,"401":{"$ref":"#/components/responses/ZulipUnauthorized"},"403":{"description":"`REMOTE_REALM_SERVE\##
+        R_MISMATCH_ERROR`: the realm belongs to another server.","content":{"application/json":{"schema":{"$\##
+        ref":"#/components/schemas/Error"}}}},"413":{"description":"`REQUEST_TOO_LARGE`: the body, or the pa\##
+        yloads together.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"\##
+        429":{"$ref":"#/components/responses/RateLimited"},"500":{"$ref":"#/components/responses/InternalErr\##
+        or"},"503":{"$ref":"#/components/responses/Unavailable"}}}},"/api/v1/remotes/push/test_notification"\##
+        :{"post":{"operationId":"zulipLegacyTestNotification","summary":"Send a test notification to one leg\##
+        acy device","tags":["zulip"],"requestBody":{"required":true,"content":{"application/json":{"schema":\##
+        {"type":"object","properties":{"user_id":{"type":"integer"},"user_uuid":{"type":"string","format":"u\##
+        uid","pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},"tok\##
+        en":{"type":"string","minLength":1},"token_kind":{"type":"integer","enum":[1,2],"description":"1 APN\##
+        s, 2 FCM."},"realm_uuid":{"type":["string","null"],"format":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a-\##
+        fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},"base_payload":{"type":"object","descripti\##
+        on":"Defaults to `{}`."}},"required":["token","token_kind"],"anyOf":[{"required":["user_id"]},{"requ\##
+        ired":["user_uuid"]}]}}}},"security":[{"basic":[]}],"responses":{"200":{"description":"Accepted for \##
+        sending.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Success"}}}},"400":{\##
+        "description":"`INVALID_REMOTE_PUSH_DEVICE_TOKEN` (a token the relay does not hold for the user), a \##
+        field at fault; also a credentials header that is not HTTP Basic, or a user's email as name (`BAD_RE\##
+        QUEST`)","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"401":{"$r\##
+        ef":"#/components/responses/ZulipUnauthorized"},"403":{"description":"`REMOTE_REALM_SERVER_MISMATCH_\##
+        ERROR`: the realm belongs to another server.","content":{"application/json":{"schema":{"$ref":"#/com\##
+        ponents/schemas/Error"}}}},"413":{"$ref":"#/components/responses/RequestTooLarge"},"429":{"$ref":"#/\##
+        components/responses/RateLimited"},"500":{"$ref":"#/components/responses/InternalError"},"503":{"$re\##
+        f":"#/components/responses/Unavailable"}}}},"/api/push":{"post":{"operationId":"gorushPush","summary\##
+        ":"Send notifications (gorush's API)","tags":["gorush"],"parameters":[{"name":"sync","in":"query","r\##
+        equired":false,"schema":{"type":"string"},"description":"`true`/`1`: answer once every push has its \##
+        outcome; `false`/`0`: answer on acceptance; anything else: the relay's default (`PUSHRELAY_GORUSH_SY\##
+        NC`)."},{"name":"dry_run","in":"query","required":false,"schema":{"type":"string","enum":["true","1"\##
+        ,"false","0"]},"description":"`true`/`1`: check and build each token's push, register, count and pub\##
+        lish nothing, and say per token what would be sent (the relay's extension; gorush has no such mode).\##
+        "}],"requestBody":{"required":true,"content":{"application/json":{"schema":{"$ref":"#/components/sch\##
+        emas/GorushPushRequest"}}}},"security":[{"basic":[]}],"responses":{"200":{"description":"Accepted (o\##
+        r, in sync mode, every push has its outcome). gorush's answer.","content":{"application/json":{"sche\##
+        ma":{"$ref":"#/components/schemas/GorushPushAnswer"}}},"headers":{"X-GORUSH-VERSION":{"$ref":"#/comp\##
+        onents/headers/GorushVersion"},"X-PushRelay-Notification-Ids":{"description":"The relay's notificati\##
+        on ids of what was accepted, comma-separated, in request order.","schema":{"type":"string"}}}},"400"\##
+        :{"description":"`MISSING_NOTIFICATIONS`, `EMPTY_NOTIFICATIONS`, `TOO_MANY_NOTIFICATIONS`, `TOO_MANY\##
+        _TOKENS`, `INVALID_NOTIFICATION` (`field` names it), `PLATFORM_NOT_ENABLED`, `BAD_REQUEST` (`field`:\##
+         `dry_run`) for a `dry_run` that is not `true` or `false`.","content":{"application/json":{"schema":\##
+        {"$ref":"#/components/schemas/GorushError"}}}},"401":{"$ref":"#/components/responses/GorushUnauthori\##
+        zed"},"403":{"description":"`REALM_QUOTA_EXCEEDED` or `DEVICE_QUOTA_EXCEEDED`.","content":{"applicat\##
+        ion/json":{"schema":{"$ref":"#/components/schemas/GorushError"}}}},"413":{"$ref":"#/components/respo\##
+        nses/GorushRequestTooLarge"},"429":{"$ref":"#/components/responses/GorushRateLimited"},"500":{"$ref"\##
+        :"#/components/responses/GorushInternalError"},"503":{"description":"`SERVICE_UNAVAILABLE`: Kafka di\##
+        d not take the records, Redis is unavailable, or sync mode cannot read outcomes; nothing was accepte\##
+        d.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/GorushError"}}},"headers":\##
+        {"Retry-After":{"$ref":"#/components/headers/RetryAfter"}}}}}},"/api/stat/app":{"get":{"operationId"\##
+        :"gorushGetAppStats","summary":"gorush's app statistics, for the calling server","tags":["gorush"],"\##
+        security":[{"basic":[]}],"responses":{"200":{"description":"The calling server's figures.","content"\##
+        :{"application/json":{"schema":{"$ref":"#/components/schemas/GorushAppStats"}}},"headers":{"X-GORUSH\##
+        -VERSION":{"$ref":"#/components/headers/GorushVersion"}}},"401":{"$ref":"#/components/responses/Goru\##
+        shUnauthorized"},"429":{"$ref":"#/components/responses/GorushRateLimited"},"500":{"$ref":"#/componen\##
+        ts/responses/GorushInternalError"},"503":{"$ref":"#/components/responses/GorushUnavailable"}}}},"/ap\##
+        i/stat/go":{"get":{"operationId":"gorushGetRuntimeStats","summary":"gorush's runtime statistics (of \##
+        this ingest process)","tags":["gorush"],"security":[{"basic":[]}],"responses":{"200":{"description":\##
+        "fukata/golang-stats-api-handler's fields, with what a Swift process can say.","content":{"applicati\##
+        on/json":{"schema":{"$ref":"#/components/schemas/GorushGoStats"}}},"headers":{"X-GORUSH-VERSION":{"$\##
+        ref":"#/components/headers/GorushVersion"}}},"401":{"$ref":"#/components/responses/GorushUnauthorize\##
+        d"},"429":{"$ref":"#/components/responses/GorushRateLimited"},"500":{"$ref":"#/components/responses/\##
+        GorushInternalError"},"503":{"$ref":"#/components/responses/GorushUnavailable"}}}},"/api/config":{"g\##
+        et":{"operationId":"gorushGetConfig","summary":"gorush's configuration as it applies to the caller (\##
+        YAML)","tags":["gorush"],"security":[{"basic":[]}],"responses":{"200":{"description":"YAML; secrets \##
+        `[REDACTED]`.","content":{"application/yaml":{}},"headers":{"X-GORUSH-VERSION":{"$ref":"#/components\##
+        /headers/GorushVersion"}}},"401":{"$ref":"#/components/responses/GorushUnauthorized"},"429":{"$ref":\##
+        "#/components/responses/GorushRateLimited"},"500":{"$ref":"#/components/responses/GorushInternalErro\##
+        r"},"503":{"$ref":"#/components/responses/GorushUnavailable"}}}},"/api/feedback-hook":{"put":{"opera\##
+        tionId":"gorushSetFeedbackHook","summary":"Set the feedback hook URL (a new signing secret)","tags":\##
+        ["gorush"],"requestBody":{"required":true,"content":{"application/json":{"schema":{"type":"object","\##
+        properties":{"url":{"type":"string","format":"uri"}},"required":["url"]}}}},"security":[{"basic":[]}\##
+        ],"responses":{"200":{"description":"The URL and its new signing secret, answered once.","content":{\##
+        "application/json":{"schema":{"type":"object","properties":{"url":{"type":"string"},"secret":{"type"\##
+        :"string"}},"required":["url","secret"]}}},"headers":{"X-GORUSH-VERSION":{"$ref":"#/components/heade\##
+        rs/GorushVersion"}}},"400":{"description":"`MALFORMED_JSON`, `BAD_REQUEST`, `INVALID_FIELD`, `INVALI\##
+        D_URL` (https only, through the endpoint guard).","content":{"application/json":{"schema":{"$ref":"#\##
+        /components/schemas/GorushError"}}}},"401":{"$ref":"#/components/responses/GorushUnauthorized"},"413\##
+        ":{"$ref":"#/components/responses/GorushRequestTooLarge"},"429":{"$ref":"#/components/responses/Goru\##
+        shRateLimited"},"500":{"$ref":"#/components/responses/GorushInternalError"},"503":{"$ref":"#/compone\##
+        nts/responses/GorushUnavailable"}}},"get":{"operationId":"gorushGetFeedbackHook","summary":"The feed\##
+        back hook URL","tags":["gorush"],"security":[{"basic":[]}],"responses":{"200":{"description":"The UR\##
+        L, or null when none is set.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/\##
+        GorushHookURL"}}},"headers":{"X-GORUSH-VERSION":{"$ref":"#/components/headers/GorushVersion"}}},"401\##
+        ":{"$ref":"#/components/responses/GorushUnauthorized"},"429":{"$ref":"#/components/responses/GorushR\##
+        ateLimited"},"500":{"$ref":"#/components/responses/GorushInternalError"},"503":{"$ref":"#/components\##
+        /responses/GorushUnavailable"}}},"delete":{"operationId":"gorushDeleteFeedbackHook","summary":"Remov\##
+        e the feedback hook","tags":["gorush"],"security":[{"basic":[]}],"responses":{"200":{"description":"\##
+        Removed.","content":{"application/json":{"schema":{"type":"object","properties":{"url":{"type":"null\##
+        "}},"required":["url"]}}},"headers":{"X-GORUSH-VERSION":{"$ref":"#/components/headers/GorushVersion"\##
+        }}},"401":{"$ref":"#/components/responses/GorushUnauthorized"},"429":{"$ref":"#/components/responses\##
+        /GorushRateLimited"},"500":{"$ref":"#/components/responses/GorushInternalError"},"503":{"$ref":"#/co\##
+        mponents/responses/GorushUnavailable"}}}},"/":{"get":{"operationId":"gorushWelcome","summary":"gorus\##
+        h's welcome","tags":["gorush"],"security":[],"responses":{"200":{"description":"gorush's exact bytes\##
+        .","content":{"application/json":{"schema":{"type":"object","properties":{"text":{"type":"string","c\##
+        onst":"Welcome to notification server."}},"required":["text"]}}},"headers":{"X-GORUSH-VERSION":{"$re\##
+        f":"#/components/headers/GorushVersion"}}}}}},"/sys/stats":{"get":{"operationId":"gorushGetSysStats"\##
+        ,"summary":"thoas/stats' figures of this ingest process's answers","tags":["gorush"],"security":[{"b\##
+        asic":[]}],"responses":{"200":{"description":"thoas/stats' `Data`.","content":{"application/json":{"\##
+        schema":{"$ref":"#/components/schemas/GorushSysStats"}}},"headers":{"X-GORUSH-VERSION":{"$ref":"#/co\##
+        mponents/headers/GorushVersion"}}},"401":{"$ref":"#/components/responses/GorushUnauthorized"},"429":\##
+        {"$ref":"#/components/responses/GorushRateLimited"},"500":{"$ref":"#/components/responses/GorushInte\##
+        rnalError"},"503":{"$ref":"#/components/responses/GorushUnavailable"}}}},"/metrics":{"get":{"operati\##
+        onId":"gorushGetMetrics","summary":"gorush's Prometheus series, for the calling server","tags":["gor\##
+        ush"],"security":[{"basic":[]}],"responses":{"200":{"description":"Prometheus text: gorush's eleven \##
+        series. (The relay's own metrics are on the ops port.)","content":{"text/plain":{"schema":{"type":"s\##
+        tring"}}},"headers":{"X-GORUSH-VERSION":{"$ref":"#/components/headers/GorushVersion"}}},"401":{"$ref\##
+        ":"#/components/responses/GorushUnauthorized"},"429":{"$ref":"#/components/responses/GorushRateLimit\##
+        ed"},"500":{"$ref":"#/components/responses/GorushInternalError"},"503":{"$ref":"#/components/respons\##
+        es/GorushUnavailable"}}}},"/healthz":{"get":{"operationId":"gorushHealthz","summary":"Health (gorush\##
+        's)","tags":["gorush"],"security":[],"responses":{"200":{"description":"Healthy; empty body.","heade\##
+        rs":{"X-GORUSH-VERSION":{"$ref":"#/components/headers/GorushVersion"}}}}},"head":{"operationId":"gor\##
+        ushHealthzHead","summary":"Health (gorush's), HEAD","tags":["gorush"],"security":[],"responses":{"20\##
+        0":{"description":"Healthy; empty body.","headers":{"X-GORUSH-VERSION":{"$ref":"#/components/headers\##
+        /GorushVersion"}}}}}},"/version":{"get":{"operationId":"gorushGetVersion","summary":"gorush's versio\##
+        n answer","tags":["gorush"],"security":[],"responses":{"200":{"description":"The relay's gorush-API \##
+        version.","content":{"application/json":{"schema":{"type":"object","properties":{"source":{"type":"s\##
+        tring"},"version":{"type":"string"}},"required":["source","version"]}}},"headers":{"X-GORUSH-VERSION\##
+        ":{"$ref":"#/components/headers/GorushVersion"}}}}}},"/status/v1/server":{"get":{"operationId":"stat\##
+        usGetServer","summary":"The Status push server's public key","tags":["status"],"security":[],"respon\##
+        ses":{"200":{"description":"The server's compressed secp256k1 public key (hex).","content":{"applica\##
+        tion/json":{"schema":{"allOf":[{"$ref":"#/components/schemas/Success"},{"type":"object","properties"\##
+        :{"public_key":{"type":"string","pattern":"^[0-9a-f]{66}$"},"query_topic_hash":{"type":"string"}},"r\##
+        equired":["public_key","query_topic_hash"]}]}}}},"404":{"description":"`STATUS_DISABLED`: the Status\##
+         push server is not enabled here.","content":{"application/json":{"schema":{"$ref":"#/components/sch\##
+        emas/Error"}}}}}}},"/status/v1/registration":{"post":{"operationId":"statusRegister","summary":"Regi\##
+        ster (or unregister) a Status installation","tags":["status"],"description":"Type 16 `PushNotificati\##
+        onRegistration`, encrypted to the server. No credentials.","requestBody":{"required":true,"descripti\##
+        on":"A signed protobuf `ApplicationMetadataMessage`.","content":{"application/x-protobuf":{"schema":\##
+        {"type":"string","format":"binary"}}}},"security":[],"responses":{"200":{"description":"A signed `Pu\##
+        shNotificationRegistrationResponse` (type 17).","content":{"application/x-protobuf":{"schema":{"type\##
+        ":"string","format":"binary"}}}},"400":{"description":"`MALFORMED_MESSAGE` (not an `ApplicationMetad\##
+        ataMessage`, or its payload not the expected message), `BAD_SIGNATURE`, `WRONG_MESSAGE_TYPE`, `UNDEC\##
+        RYPTABLE`: discarded, no protobuf answer.","content":{"application/json":{"schema":{"$ref":"#/compon\##
+        ents/schemas/Error"}}}},"404":{"description":"`STATUS_DISABLED`: the Status push server is not enabl\##
+        ed here.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"413":{"$\##
+        ref":"#/components/responses/RequestTooLarge"},"429":{"description":"`RATE_LIMITED`: too many Status\##
+         requests from this address.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/\##
+        Error"}}},"headers":{"Retry-After":{"$ref":"#/components/headers/RetryAfter"}}},"500":{"$ref":"#/com\##
+        ponents/responses/InternalError"},"503":{"description":"`STATUS_REALM_TAKEN` (misconfigured) or `SER\##
+        VICE_UNAVAILABLE` (Redis or Kafka).","content":{"application/json":{"schema":{"$ref":"#/components/s\##
+        chemas/Error"}}},"headers":{"Retry-After":{"$ref":"#/components/headers/RetryAfter"}}}}}},"/status/v\##
+        1/query":{"post":{"operationId":"statusQuery","summary":"Query the registrations of hashed public ke\##
+        ys","tags":["status"],"description":"Type 18 `PushNotificationQuery`. No credentials.","requestBody"\##
+        :{"required":true,"description":"A signed protobuf `ApplicationMetadataMessage`.","content":{"applic\##
+        ation/x-protobuf":{"schema":{"type":"string","format":"binary"}}}},"security":[],"responses":{"200":\##
+        {"description":"A signed `PushNotificationQueryResponse` (type 19).","content":{"application/x-proto\##
+        buf":{"schema":{"type":"string","format":"binary"}}}},"400":{"description":"`MALFORMED_MESSAGE` (not\##
+         an `ApplicationMetadataMessage`, or its payload not the expected message), `BAD_SIGNATURE`, `WRONG_\##
+        MESSAGE_TYPE`, `TOO_MANY_KEYS`.","content":{"application/json":{"schema":{"$ref":"#/components/schem\##
+        as/Error"}}}},"404":{"description":"`STATUS_DISABLED`: the Status push server is not enabled here.",\##
+        "content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"413":{"$ref":"#/co\##
+        mponents/responses/RequestTooLarge"},"429":{"description":"`RATE_LIMITED`: too many Status requests \##
+        from this address.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}},\##
+        "headers":{"Retry-After":{"$ref":"#/components/headers/RetryAfter"}}},"500":{"$ref":"#/components/re\##
+        sponses/InternalError"},"503":{"description":"`STATUS_REALM_TAKEN` (misconfigured) or `SERVICE_UNAVA\##
+        ILABLE` (Redis or Kafka).","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Err\##
+        or"}}},"headers":{"Retry-After":{"$ref":"#/components/headers/RetryAfter"}}}}}},"/status/v1/notify":\##
+        {"post":{"operationId":"statusNotify","summary":"Request notifications to Status installations","tag\##
+        s":["status"],"description":"Type 20 `PushNotificationRequest`. No credentials.","requestBody":{"req\##
+        uired":true,"description":"A signed protobuf `ApplicationMetadataMessage`.","content":{"application/\##
+        x-protobuf":{"schema":{"type":"string","format":"binary"}}}},"security":[],"responses":{"200":{"desc\##
+        ription":"A signed `PushNotificationResponse` (type 21), one report per target; a repeated request g\##
+        ets the first answer.","content":{"application/x-protobuf":{"schema":{"type":"string","format":"bina\##
+        ry"}}}},"400":{"description":"`MALFORMED_MESSAGE` (not an `ApplicationMetadataMessage`, or its paylo\##
+        ad not the expected message), `BAD_SIGNATURE`, `WRONG_MESSAGE_TYPE`, `TOO_MANY_TARGETS`.","content":\##
+        {"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"404":{"description":"`STATUS\##
+        _DISABLED`: the Status push server is not enabled here.","content":{"application/json":{"schema":{"$\##
+        ref":"#/components/schemas/Error"}}}},"409":{"description":"`DUPLICATE_REQUEST`: the same message is\##
+         being handled, or its answer was not kept.","content":{"application/json":{"schema":{"$ref":"#/comp\##
+        onents/schemas/Error"}}}},"413":{"$ref":"#/components/responses/RequestTooLarge"},"429":{"descriptio\##
+        n":"`RATE_LIMITED`: too many Status requests from this address.","content":{"application/json":{"sch\##
+        ema":{"$ref":"#/components/schemas/Error"}}},"headers":{"Retry-After":{"$ref":"#/components/headers/\##
+        RetryAfter"}}},"500":{"$ref":"#/components/responses/InternalError"},"503":{"description":"`STATUS_R\##
+        EALM_TAKEN` (misconfigured) or `SERVICE_UNAVAILABLE` (Redis or Kafka).","content":{"application/json\##
+        ":{"schema":{"$ref":"#/components/schemas/Error"}}},"headers":{"Retry-After":{"$ref":"#/components/h\##
+        eaders/RetryAfter"}}}}}},"/openapi.json":{"get":{"operationId":"getOpenApiDocument","summary":"This \##
+        document","tags":["meta"],"security":[],"responses":{"200":{"description":"The OpenAPI 3.1 document \##
+        of ingest's API.","content":{"application/json":{"schema":{"type":"object"}}}}}}}},"components":{"se\##
+        curitySchemes":{"basic":{"type":"http","scheme":"basic","description":"HTTP Basic `server_uuid:api_k\##
+        ey` (for Zulip servers `zulip_org_id:zulip_org_key`)."}},"schemas":{"Success":{"type":"object","prop\##
+        erties":{"result":{"type":"string","const":"success"},"msg":{"type":"string"}},"required":["result",\##
+        "msg"],"description":"Every success of the native and Zulip APIs carries these."},"Error":{"type":"o\##
+        bject","properties":{"result":{"type":"string","const":"error"},"code":{"type":"string","description\##
+        ":"Machine-readable, e.g. `UNAUTHORIZED`, `INVALID_FIELD`."},"msg":{"type":"string"},"field":{"type"\##
+        :"string","description":"The request field at fault, when there is one."},"retry-after":{"type":"num\##
+        ber","description":"`RATE_LIMIT_HIT` (Zulip's field)."},"role":{"type":"string","description":"`INVA\##
+        LID_ZULIP_SERVER`: the server uuid."}},"required":["result","code","msg"],"description":"The error s\##
+        hape of the native, Zulip and Status APIs (Zulip's)."},"GorushError":{"type":"object","properties":{\##
+        "code":{"type":"integer","description":"The HTTP status."},"message":{"type":"string"},"error":{"typ\##
+        e":"string","description":"Machine-readable code (the relay's)."},"field":{"type":"string"}},"requir\##
+        ed":["code","message","error"],"description":"gorush's error shape, plus `error` and `field`."},"Rea\##
+        lmRegistered":{"allOf":[{"$ref":"#/components/schemas/Success"},{"type":"object","properties":{"real\##
+        m_uuid":{"type":"string","format":"uuid"},"created":{"type":"boolean"}},"required":["realm_uuid","cr\##
+        eated"]}]},"DeviceRegistered":{"allOf":[{"$ref":"#/components/schemas/Success"},{"type":"object","pr\##
+        operties":{"device_id":{"type":"integer"},"created":{"type":"boolean"}},"required":["device_id","cre\##
+        ated"]}]},"WebPushSubscription":{"type":"object","properties":{"endpoint":{"type":"string"},"keys":{\##
+        "type":"object","properties":{"p256dh":{"type":"string"},"auth":{"type":"string"}},"required":["p256\##
+        dh","auth"]}},"required":["endpoint","keys"]},"Device":{"type":"object","properties":{"device_id":{"\##
+        type":"integer"},"token_kind":{"type":"string","enum":["apns","fcm","apns_voip","webpush","simplepus\##
+        h","hms","wns"]},"token_type":{"type":"integer","description":"Telegram's number for the kind."},"to\##
+        ken":{"type":"string","description":"Redacted: first and last four characters."},"status":{"type":"s\##
+        tring","enum":["active","invalid"]},"invalid_reason":{"type":"string"},"registered_at_ms":{"type":"i\##
+        nteger"},"push_key_ids":{"type":"array","items":{"type":"integer"}},"current_push_key_id":{"type":"i\##
+        nteger"},"encryption":{"type":"string"},"ios_app_id":{"type":"string"},"push_account_id":{"type":"in\##
+        teger"}},"required":["device_id","token_kind","token","status","registered_at_ms","push_key_ids","en\##
+        cryption"]},"DeviceList":{"allOf":[{"$ref":"#/components/schemas/Success"},{"type":"object","propert\##
+        ies":{"devices":{"type":"array","items":{"$ref":"#/components/schemas/Device"}}},"required":["device\##
+        s"]}]},"NotifyAccepted":{"allOf":[{"$ref":"#/components/schemas/Success"},{"type":"object","properti\##
+        es":{"notification_id":{"type":"string","format":"uuid"},"device_count":{"type":"integer","minimum":\##
+        0,"description":"Deliverable devices."},"delete_device_ids":{"type":"array","items":{"type":"integer\##
+        "},"description":"Targets that are unknown, another user's or invalidated."},"dry_run":{"type":"stri\##
+        ng","const":"pipeline","description":"`\"dry_run\": \"pipeline\"` only."},"checked":{"type":"object"\##
+        ,"description":"`\"dry_run\": \"pipeline\"` only: which providers check the push themselves (`valida\##
+        te_only`) and which are only checked here (not sent).","properties":{"provider":{"type":"array","ite\##
+        ms":{"type":"string"}},"local":{"type":"array","items":{"type":"string"}}},"required":["provider","l\##
+        ocal"]}},"required":["notification_id","device_count","delete_device_ids"]}]},"DryRunDevice":{"type"\##
+        :"object","properties":{"device_id":{"type":"integer"},"result":{"type":"string","enum":["send","ski\##
+        p","fail"]},"reason":{"type":"string","description":"`skip`: `unknown_device`, `not_users_device`, `\##
+        device_invalid`; `fail`: `no_push_key`, `payload_too_large`, …"},"provider":{"type":"string","enum":\##
+        ["apns","fcm","apns_voip","webpush","simplepush","hms","wns"]},"push_type":{"type":"string"},"priori\##
+        ty":{"type":["integer","string","null"]},"expires_at":{"type":"integer","description":"Unix seconds.\##
+        "},"collapse_id":{"type":["string","null"]},"body_bytes":{"type":"integer"},"provider_configured":{"\##
+        type":"boolean"}},"required":["device_id","result"]},"DryRunAnswer":{"allOf":[{"$ref":"#/components/\##
+        schemas/Success"},{"type":"object","properties":{"dry_run":{"type":"boolean","const":true},"checked"\##
+        :{"type":"string","const":"local"},"device_count":{"type":"integer","minimum":0},"delete_device_ids"\##
+        :{"type":"array","items":{"type":"integer"}},"devices":{"type":"array","items":{"$ref":"#/components\##
+        /schemas/DryRunDevice"}}},"required":["dry_run","checked","device_count","delete_device_ids","device\##
+        s"]}]},"FeedbackPage":{"allOf":[{"$ref":"#/components/schemas/Success"},{"type":"object","properties\##
+        ":{"invalidated":{"type":"array","items":{"type":"object","properties":{"device_id":{"type":"integer\##
+        "},"reason":{"type":"string"},"at_ms":{"type":"integer"},"cursor":{"type":"string"}},"required":["de\##
+        vice_id","reason","at_ms","cursor"]}},"next_cursor":{"type":["string","null"]}},"required":["invalid\##
+        ated","next_cursor"]}]},"DeliveryState":{"type":"object","properties":{"state":{"type":"string","enu\##
+        m":["accepted","retrying","skipped","sent","invalid_token","expired","failed","dead_lettered","valid\##
+        ated","checked"]},"at_ms":{"type":"integer"},"provider":{"type":"string"},"reason":{"type":"string"}\##
+        ,"provider_message_id":{"type":"string"},"http_status":{"type":"integer"},"attempts":{"type":"intege\##
+        r"},"next_attempt_at_ms":{"type":"integer"}},"required":["state","at_ms"]},"NotificationStatus":{"al\##
+        lOf":[{"$ref":"#/components/schemas/Success"},{"type":"object","properties":{"notification_id":{"typ\##
+        e":"string","format":"uuid"},"realm_uuid":{"type":"string","format":"uuid"},"accepted_at_ms":{"type"\##
+        :["integer","null"]},"devices_truncated":{"type":"boolean"},"summary":{"type":"object","additionalPr\##
+        operties":{"type":"integer"},"description":"Devices per state."},"devices":{"type":"array","items":{\##
+        "allOf":[{"$ref":"#/components/schemas/DeliveryState"},{"type":"object","properties":{"device_id":{"\##
+        type":"integer"}},"required":["device_id"]}]}},"notification":{"$ref":"#/components/schemas/Delivery\##
+        State"}},"required":["notification_id","realm_uuid","accepted_at_ms","devices_truncated","summary","\##
+        devices"]}]},"NotificationPayload":{"description":"A Zulip plaintext notification, or Telegram's `{\\##
+        "data\": {…}}`. Encrypted for the device as sent.","anyOf":[{"$ref":"#/components/schemas/ZulipMessa\##
+        geChannelPayload"},{"$ref":"#/components/schemas/ZulipMessageDirectPayload"},{"$ref":"#/components/s\##
+        chemas/ZulipRemovePayload"},{"$ref":"#/components/schemas/ZulipTestPayload"},{"$ref":"#/components/s\##
+        chemas/TelegramPayload"}]},"ZulipMessageChannelPayload":{"type":"object","properties":{"type":{"cons\##
+        t":"message"},"realm_url":{"type":"string"},"realm_name":{"type":"string"},"user_id":{"type":"intege\##
+        r"},"sender_id":{"type":"integer"},"sender_full_name":{"type":"string"},"sender_avatar_url":{"type":\##
+        "string"},"message_id":{"type":"integer"},"time":{"type":"integer"},"content":{"type":"string"},"rec\##
+        ipient_type":{"const":"channel"},"channel_id":{"type":"integer"},"channel_name":{"type":"string"},"t\##
+        opic":{"type":"string"},"mentioned_user_group_id":{"type":"integer"},"mentioned_user_group_name":{"t\##
+        ype":"string"}},"required":["type","realm_url","realm_name","user_id","sender_id","sender_full_name"\##
+        ,"sender_avatar_url","message_id","time","content","recipient_type","channel_id","channel_name","top\##
+        ic"]},"ZulipMessageDirectPayload":{"type":"object","properties":{"type":{"const":"message"},"realm_u\##
+        rl":{"type":"string"},"realm_name":{"type":"string"},"user_id":{"type":"integer"},"sender_id":{"type\##
+        ":"integer"},"sender_full_name":{"type":"string"},"sender_avatar_url":{"type":"string"},"message_id"\##
+        :{"type":"integer"},"time":{"type":"integer"},"content":{"type":"string"},"recipient_type":{"const":\##
+        "direct"},"recipient_user_ids":{"type":"array","items":{"type":"integer"},"description":"Sorted asce\##
+        nding; includes `user_id` and `sender_id`."},"pm_users":{"type":"string","description":"Older server\##
+        s: comma-separated user ids."}},"required":["type","realm_url","realm_name","user_id","sender_id","s\##
+        ender_full_name","sender_avatar_url","message_id","time","content","recipient_type"]},"ZulipRemovePa\##
+        yload":{"type":"object","properties":{"type":{"const":"remove"},"realm_url":{"type":"string"},"realm\##
+        _name":{"type":"string"},"user_id":{"type":"integer"},"message_ids":{"type":"array","items":{"type":\##
+        "integer"},"minItems":1}},"required":["type","realm_url","realm_name","user_id","message_ids"]},"Zul\##
+        ipTestPayload":{"type":"object","properties":{"type":{"const":"test"},"realm_url":{"type":"string"},\##
+        "realm_name":{"type":"string"},"user_id":{"type":"integer"},"time":{"type":"integer"}},"required":["\##
+        type","realm_url","realm_name","user_id","time"]},"TelegramPayload":{"type":"object","properties":{"\##
+        data":{"type":"object","properties":{"loc_key":{"type":"string","pattern":"^[A-Z_0-9]{1,64}$"},"loc_\##
+        args":{"type":"array","items":{"type":"string"}},"user_id":{"oneOf":[{"type":"integer"},{"type":"str\##
+        ing","pattern":"^-?[0-9]+$"}]},"custom":{"type":"object"},"sound":{"type":"string"},"announcement":{\##
+        "type":"string"}},"required":["loc_key"]}},"required":["data"],"not":{"required":["type"]}},"ZulipPu\##
+        shStatus":{"type":"object","properties":{"can_push":{"type":"boolean"},"expected_end_timestamp":{"ty\##
+        pe":["integer","null"]}},"required":["can_push","expected_end_timestamp"]},"ZulipAnalyticsRow":{"typ\##
+        e":"object","properties":{"id":{"type":"integer","minimum":0}},"required":["id"]},"ZulipRealmInfo":{\##
+        "type":"object","properties":{"uuid":{"type":"string","format":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-\##
+        9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},"host":{"type":["string","null"],"maxLe\##
+        ngth":1024},"url":{"type":["string","null"],"maxLength":1024},"name":{"type":["string","null"],"maxL\##
+        ength":1024},"org_type":{"type":["integer","null"]},"deactivated":{"type":["boolean","null"]},"is_sy\##
+        stem_bot_realm":{"type":["boolean","null"]},"uuid_owner_secret":{"type":["string","null"],"maxLength\##
+        ":1024}},"required":["uuid"]},"ZulipE2EEPushRequest":{"type":"object","properties":{"device_id":{"ty\##
+        pe":"integer","description":"Zulip 11.x."},"token_id":{"type":"string","minLength":1,"maxLength":64,\##
+        "pattern":"^[\\x21-\\x7e]+$","description":"Zulip 12."},"payload":{"type":"object","properties":{"en\##
+        crypted_data":{"type":"string","minLength":1,"maxLength":4096,"pattern":"^[A-Za-z0-9+/=_-]+$"},"push\##
+        _key_id":{"type":"integer","minimum":0,"maximum":4294967295},"push_account_id":{"type":"integer"}},"\##
+        required":["encrypted_data"],"anyOf":[{"required":["push_key_id"]},{"required":["push_account_id"]}]\##
+        },"http_headers":{"type":["object","null"],"description":"APNs entries.","properties":{"apns_priorit\##
+        y":{"type":["integer","null"],"enum":[10,5,1,null]},"apns_push_type":{"type":["string","null"],"enum\##
+        ":["alert","background",null]}}},"fcm_priority":{"type":["string","null"],"enum":["high","normal",nu\##
+        ll],"description":"FCM entries."}},"required":["payload"],"anyOf":[{"required":["device_id"]},{"requ\##
+        ired":["token_id"]}]},"ZulipE2EENotifyAnswer":{"allOf":[{"$ref":"#/components/schemas/Success"},{"ty\##
+        pe":"object","properties":{"apple_successfully_sent_count":{"type":"integer"},"android_successfully_\##
+        sent_count":{"type":"integer"},"realm_push_status":{"$ref":"#/components/schemas/ZulipPushStatus"},"\##
+        delete_token_ids":{"type":"array","items":{"type":"string"},"description":"Zulip 12 (by `token_id`).\##
+        "},"delete_device_ids":{"type":"array","items":{"type":"integer"},"description":"Zulip 11.x (by `dev\##
+        ice_id`)."}},"required":["apple_successfully_sent_count","android_successfully_sent_count","realm_pu\##
+        sh_status"]}]},"ZulipLegacyNotifyAnswer":{"allOf":[{"$ref":"#/components/schemas/Success"},{"type":"\##
+        object","properties":{"total_android_devices":{"type":"integer"},"total_apple_devices":{"type":"inte\##
+        ger"},"deleted_devices":{"type":"object","properties":{"android_devices":{"type":"array","items":{"t\##
+        ype":"string"}},"apple_devices":{"type":"array","items":{"type":"string"}}},"required":["android_dev\##
+        ices","apple_devices"]},"realm":{"oneOf":[{"$ref":"#/components/schemas/ZulipPushStatus"},{"type":"n\##
+        ull"}],"description":"null when the realm was never uploaded (or not given)."}},"required":["total_a\##
+        ndroid_devices","total_apple_devices","deleted_devices","realm"]}]},"GorushPushRequest":{"type":"obj\##
+        ect","properties":{"notifications":{"type":"array","minItems":1,"items":{"$ref":"#/components/schema\##
+        s/GorushNotification"},"description":"At most `PUSHRELAY_GORUSH_MAX_NOTIFICATIONS` (100)."}},"requir\##
+        ed":["notifications"]},"GorushPushAnswer":{"type":"object","properties":{"counts":{"type":"integer",\##
+        "description":"The tokens given, plus one per `topic`."},"logs":{"type":"array","items":{"$ref":"#/c\##
+        omponents/schemas/GorushLogEntry"}},"success":{"type":"string","const":"ok"},"dry_run":{"type":"bool\##
+        ean","description":"`?dry_run=true` only: nothing was registered, counted or published."},"checked":\##
+        {"type":"string","const":"local","description":"`?dry_run=true` only: no provider was contacted."},"\##
+        notifications":{"type":"array","description":"`?dry_run=true` only: per notification, in request ord\##
+        er, what would be sent to each token.","items":{"type":"object","properties":{"devices":{"type":"arr\##
+        ay","items":{"$ref":"#/components/schemas/GorushDryRunToken"}}},"required":["devices"]}}},"required"\##
+        :["counts","logs","success"]},"GorushLogEntry":{"type":"object","properties":{"notif_id":{"type":"st\##
+        ring"},"type":{"type":"string","const":"failed-push"},"platform":{"type":"string","enum":["ios","and\##
+        roid","huawei"]},"token":{"type":"string","description":"Masked as gorush masks it."},"message":{"ty\##
+        pe":"string"},"error":{"type":"string"}},"required":["type","platform","token","message","error"]},"\##
+        GorushAppStats":{"type":"object","properties":{"version":{"type":"string"},"busy_workers":{"type":"i\##
+        nteger"},"success_tasks":{"type":"integer"},"failure_tasks":{"type":"integer"},"submitted_tasks":{"t\##
+        ype":"integer"},"total_count":{"type":"integer"},"ios":{"$ref":"#/components/schemas/GorushPlatformS\##
+        tats"},"android":{"$ref":"#/components/schemas/GorushPlatformStats"},"huawei":{"$ref":"#/components/\##
+        schemas/GorushPlatformStats"}},"required":["version","busy_workers","success_tasks","failure_tasks",\##
+        "submitted_tasks","total_count","ios","android","huawei"]},"GorushPlatformStats":{"type":"object","p\##
+        roperties":{"push_success":{"type":"integer"},"push_error":{"type":"integer"}},"required":["push_suc\##
+        cess","push_error"]},"GorushGoStats":{"type":"object","properties":{"time":{"type":"integer"},"cpu_n\##
+        um":{"type":"integer"},"goroutine_num":{"type":"integer"},"gomaxprocs":{"type":"integer"},"cgo_call_\##
+        num":{"type":"integer"},"memory_alloc":{"type":"integer"},"memory_total_alloc":{"type":"integer"},"m\##
+        emory_sys":{"type":"integer"},"memory_lookups":{"type":"integer"},"memory_mallocs":{"type":"integer"\##
+        },"memory_frees":{"type":"integer"},"memory_stack":{"type":"integer"},"heap_alloc":{"type":"integer"\##
+        },"heap_sys":{"type":"integer"},"heap_idle":{"type":"integer"},"heap_inuse":{"type":"integer"},"heap\##
+        _released":{"type":"integer"},"heap_objects":{"type":"integer"},"gc_next":{"type":"integer"},"gc_las\##
+        t":{"type":"integer"},"gc_num":{"type":"integer"},"gc_per_second":{"type":"number"},"gc_pause_per_se\##
+        cond":{"type":"number"},"gc_pause":{"type":"array","items":{"type":"number"}},"go_version":{"type":"\##
+        string"},"go_os":{"type":"string"},"go_arch":{"type":"string"},"uptime_sec":{"type":"number"}},"requ\##
+        ired":["time","go_version","go_os","go_arch","cpu_num","goroutine_num","gomaxprocs","memory_alloc","\##
+        memory_sys","heap_alloc","heap_sys","heap_idle","heap_inuse","gc_pause","uptime_sec"]},"GorushSysSta\##
+        ts":{"type":"object","properties":{"pid":{"type":"integer"},"hostname":{"type":"string"},"uptime":{"\##
+        type":"string"},"uptime_sec":{"type":"number"},"time":{"type":"string"},"unixtime":{"type":"integer"\##
+        },"status_code_count":{"type":"object","additionalProperties":{"type":"integer"},"description":"By s\##
+        tatus, over the last whole second."},"total_status_code_count":{"type":"object","additionalPropertie\##
+        s":{"type":"integer"}},"count":{"type":"integer"},"total_count":{"type":"integer"},"total_response_t\##
+        ime":{"type":"string"},"total_response_time_sec":{"type":"number"},"total_response_size":{"type":"in\##
+        teger"},"average_response_size":{"type":"integer"},"average_response_time":{"type":"string"},"averag\##
+        e_response_time_sec":{"type":"number"},"total_metrics_counts":{"type":"object"},"average_metrics_tim\##
+        ers":{"type":"object"}},"required":["pid","hostname","uptime","uptime_sec","time","unixtime","status\##
+        _code_count","total_status_code_count","count","total_count","total_response_time","total_response_t\##
+        ime_sec","total_response_size","average_response_size","average_response_time","average_response_tim\##
+        e_sec","total_metrics_counts","average_metrics_timers"]},"GorushHookURL":{"type":"object","propertie\##
+        s":{"url":{"type":["string","null"]}},"required":["url"]},"GorushNotification":{"type":"object","pro\##
+        perties":{"platform":{"type":"integer","enum":[1,2,3],"description":"1 iOS, 2 Android, 3 Huawei."},"\##
+        tokens":{"type":["array","null"],"items":{"type":"string"},"description":"At least one token (or `to\##
+        `, Android and Huawei); at most 500 for Android and Huawei."},"notif_id":{"type":["string","null"]},\##
+        "to":{"type":["string","null"]},"topic":{"type":["string","null"],"description":"iOS: the app's bund\##
+        le id (required unless `PUSHRELAY_GORUSH_APNS_TOPIC` is set)."},"message":{"type":["string","null"]}\##
+        ,"title":{"type":["string","null"]},"image":{"type":["string","null"]},"priority":{"type":["string",\##
+        "null"],"description":"`high` or `normal` (Android and Huawei refuse anything else)."},"condition":{\##
+        "type":["string","null"]},"app_id":{"type":["string","null"]},"app_secret":{"type":["string","null"]\##
+        },"huawei_data":{"type":["string","null"]},"huawei_ttl":{"type":["string","null"]},"bi_tag":{"type":\##
+        ["string","null"]},"apns_id":{"type":["string","null"]},"collapse_id":{"type":["string","null"]},"pu\##
+        sh_type":{"type":["string","null"]},"category":{"type":["string","null"]},"thread-id":{"type":["stri\##
+        ng","null"]},"name":{"type":["string","null"]},"interruption_level":{"type":["string","null"]},"even\##
+        t":{"type":["string","null"]},"attributes-type":{"type":["string","null"]},"content_available":{"typ\##
+        e":["boolean","null"]},"mutable_content":{"type":["boolean","null"]},"production":{"type":["boolean"\##
+        ,"null"]},"development":{"type":["boolean","null"]},"retry":{"type":["integer","null"]},"huawei_coll\##
+        apse_key":{"type":["integer","null"]},"fast_app_target":{"type":["integer","null"]},"expiration":{"t\##
+        ype":["integer","null"]},"badge":{"type":["integer","null"]},"stale-date":{"type":["integer","null"]\##
+        },"dismissal-date":{"type":["integer","null"]},"timestamp":{"type":["integer","null"]},"volume":{"ty\##
+        pe":["number","null"]},"relevance-score":{"type":["number","null"]},"data":{"type":["object","null"]\##
+        },"notification":{"type":["object","null"]},"android":{"type":["object","null"]},"webpush":{"type":[\##
+        "object","null"]},"apns":{"type":["object","null"]},"fcm_options":{"type":["object","null"]},"huawei\##
+        _notification":{"type":["object","null"]},"content-state":{"type":["object","null"]},"attributes":{"\##
+        type":["object","null"]},"alert":{"type":["object","null"],"properties":{"action":{"type":["string",\##
+        "null"]},"action-loc-key":{"type":["string","null"]},"body":{"type":["string","null"]},"launch-image\##
+        ":{"type":["string","null"]},"loc-key":{"type":["string","null"]},"title":{"type":["string","null"]}\##
+        ,"subtitle":{"type":["string","null"]},"title-loc-key":{"type":["string","null"]},"summary-arg":{"ty\##
+        pe":["string","null"]}}},"sound":{"type":["string","object","null"]}},"required":["platform"],"descr\##
+        iption":"gorush's `PushNotification` (docs/api/gorush.md)."},"GorushDryRunToken":{"type":"object","d\##
+        escription":"What would be sent to one token of a notification (`?dry_run=true`), named by its index\##
+         in `tokens`.","properties":{"token_index":{"type":"integer","minimum":0},"result":{"type":"string",\##
+        "enum":["send","fail"]},"reason":{"type":"string","description":"`fail`: what the provider would ans\##
+        wer for the token's form (`BadDeviceToken`, `InvalidRegistration`)."},"provider":{"type":"string","e\##
+        num":["apns","fcm","hms"]},"push_type":{"type":"string"},"priority":{"type":["integer","string","nul\##
+        l"]},"expires_at":{"type":["integer","null"],"description":"Unix seconds; null: the provider's defau\##
+        lt."},"collapse_id":{"type":["string","null"]},"body_bytes":{"type":"integer"}},"required":["token_i\##
+        ndex","result","provider"]}},"responses":{"Unauthorized":{"description":"`UNAUTHORIZED`: missing or \##
+        invalid server credentials, or a deactivated server.","content":{"application/json":{"schema":{"$ref\##
+        ":"#/components/schemas/Error"}}},"headers":{"WWW-Authenticate":{"$ref":"#/components/headers/WWWAut\##
+        henticate"}}},"ZulipUnauthorized":{"description":"`UNAUTHORIZED` (Zulip's messages): missing or inva\##
+        lid credentials, or a deactivated server.","content":{"application/json":{"schema":{"$ref":"#/compon\##
+        ents/schemas/Error"}}},"headers":{"WWW-Authenticate":{"$ref":"#/components/headers/WWWAuthenticate"}\##
+        }},"RequestTooLarge":{"description":"`REQUEST_TOO_LARGE`: the body is over its limit (answered with \##
+        `Connection: close`).","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}\##
+        }}},"RateLimited":{"description":"`RATE_LIMIT_HIT` (the server's request rate; `retry-after` in the \##
+        body) or `TOO_MANY_FAILED_AUTHENTICATIONS` (this client address).","content":{"application/json":{"s\##
+        chema":{"$ref":"#/components/schemas/Error"}}},"headers":{"Retry-After":{"$ref":"#/components/header\##
+        s/RetryAfter"}}},"InternalError":{"description":"`INTERNAL_ERROR`: nothing was accepted.","content":\##
+        {"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"Unavailable":{"description":\##
+        "`SERVICE_UNAVAILABLE`: Redis or Kafka cannot take work right now; retry later.","content":{"applica\##
+        tion/json":{"schema":{"$ref":"#/components/schemas/Error"}}},"headers":{"Retry-After":{"$ref":"#/com\##
+        ponents/headers/RetryAfter"}}},"GorushUnauthorized":{"description":"`UNAUTHORIZED`: missing or inval\##
+        id server credentials (HTTP Basic `server_uuid:api_key`).","content":{"application/json":{"schema":{\##
+        "$ref":"#/components/schemas/GorushError"}}},"headers":{"WWW-Authenticate":{"$ref":"#/components/hea\##
+        ders/WWWAuthenticate"},"X-GORUSH-VERSION":{"$ref":"#/components/headers/GorushVersion"}}},"GorushReq\##
+        uestTooLarge":{"description":"`REQUEST_TOO_LARGE`.","content":{"application/json":{"schema":{"$ref":\##
+        "#/components/schemas/GorushError"}}},"headers":{"X-GORUSH-VERSION":{"$ref":"#/components/headers/Go\##
+        rushVersion"}}},"GorushRateLimited":{"description":"`RATE_LIMIT_HIT` or `TOO_MANY_FAILED_AUTHENTICAT\##
+        IONS`.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/GorushError"}}},"heade\##
+        rs":{"Retry-After":{"$ref":"#/components/headers/RetryAfter"},"X-GORUSH-VERSION":{"$ref":"#/componen\##
+        ts/headers/GorushVersion"}}},"GorushInternalError":{"description":"`INTERNAL_ERROR`.","content":{"ap\##
+        plication/json":{"schema":{"$ref":"#/components/schemas/GorushError"}}},"headers":{"X-GORUSH-VERSION\##
+        ":{"$ref":"#/components/headers/GorushVersion"}}},"GorushUnavailable":{"description":"`SERVICE_UNAVA\##
+        ILABLE`.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/GorushError"}}},"hea\##
+        ders":{"Retry-After":{"$ref":"#/components/headers/RetryAfter"},"X-GORUSH-VERSION":{"$ref":"#/compon\##
+        ents/headers/GorushVersion"}}}},"headers":{"RetryAfter":{"description":"Seconds to wait before retry\##
+        ing.","schema":{"type":"string","pattern":"^[0-9]+$"}},"WWWAuthenticate":{"description":"`Basic real\##
+        m=\"pushrelay\"` (or `\"zulip\"`).","schema":{"type":"string"}},"GorushVersion":{"description":"Set \##
+        on every answer of ingest's API port (`pushrelay-1.0`).","schema":{"type":"string"}}}}}
         """##.utf8)
 }

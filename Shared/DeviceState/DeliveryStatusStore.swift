@@ -20,6 +20,12 @@ public struct DeviceDeliveryStatus: Sendable, Equatable {
         case failed
         /// Given up and kept on the dead-letter topic for an operator to re-drive.
         case deadLettered = "dead_lettered"
+        /// A pipeline dry run: the provider checked the message without delivering it
+        /// (FCM's and Huawei's `validate_only`) and would take it.
+        case validated
+        /// A pipeline dry run to a provider that has no check-only mode: built and
+        /// encrypted, not sent.
+        case checked
     }
 
     public var state: State
@@ -53,7 +59,7 @@ public struct DeviceDeliveryStatus: Sendable, Equatable {
         switch state {
         case .accepted: 0
         case .retrying: 1
-        case .skipped, .sent, .invalidToken, .expired, .failed: 2
+        case .skipped, .sent, .invalidToken, .expired, .failed, .validated, .checked: 2
         case .deadLettered: 3
         }
     }

@@ -7,6 +7,22 @@ import RedisClient
 public protocol ProviderDirectory: Sendable {
     /// The providers some dispatcher can send to; nil while no dispatcher has said.
     func enabledProviders(nowMs: Int64) async throws -> Set<Provider>?
+    /// Whether every dispatcher whose word is current (and at least one) can do
+    /// `capability`: a record only such a dispatcher handles right may then be written.
+    func everyDispatcherCan(_ capability: DispatcherCapability, nowMs: Int64) async throws -> Bool
+}
+
+extension ProviderDirectory {
+    public func everyDispatcherCan(_ capability: DispatcherCapability, nowMs: Int64) async throws -> Bool { false }
+}
+
+/// What a dispatcher announces it can do beyond sending, as `+{name}` beside its
+/// providers (a dispatcher from before announces none; an ingest from before ignores
+/// them, as names that are no provider).
+public enum DispatcherCapability: String, Sendable, CaseIterable {
+    /// Sends a `send_mode: validate_only` push as a check: FCM and Huawei with
+    /// `validate_only`, no other provider at all. A dispatcher without it would send it.
+    case validateOnly = "validate_only"
 }
 
 /// The announcements in one Redis hash (`RedisKeys.providers`): a field per dispatcher
@@ -27,8 +43,12 @@ public struct ProviderAnnouncements: ProviderDirectory {
     }
 
     /// One dispatcher's word, good until `untilMs`; stale words of stopped dispatchers go.
-    public func announce(process: String, providers: Set<Provider>, untilMs: Int64, nowMs: Int64) async throws {
-        let list = providers.map(\.rawValue).sorted().joined(separator: ",")
+    public func announce(
+        process: String, providers: Set<Provider>, capabilities: Set<DispatcherCapability> = [], untilMs: Int64,
+        nowMs: Int64
+    ) async throws {
+        let list = (providers.map(\.rawValue).sorted() + capabilities.map { "+\($0.rawValue)" }.sorted()).joined(
+            separator: ",")
         try await redis.command(
             "HSET", RedisArgument(keys.providers), RedisArgument(process), RedisArgument("\(untilMs)|\(list)"))
         let stale = try await announcements().filter { $0.untilMs < nowMs.saturatingSubtract(Self.forgetAfterMs) }
@@ -41,10 +61,16 @@ public struct ProviderAnnouncements: ProviderDirectory {
         Self.enabled(try await announcements(), nowMs: nowMs)
     }
 
+    public func everyDispatcherCan(_ capability: DispatcherCapability, nowMs: Int64) async throws -> Bool {
+        let current = try await announcements().filter { $0.untilMs >= nowMs }
+        return !current.isEmpty && current.allSatisfy { $0.capabilities.contains(capability) }
+    }
+
     struct Announcement: Equatable {
         var process: String
         var untilMs: Int64
         var providers: Set<Provider>
+        var capabilities: Set<DispatcherCapability> = []
     }
 
     /// What every current word names, or the latest word's when none is current.
@@ -67,11 +93,18 @@ public struct ProviderAnnouncements: ProviderDirectory {
             // A word that does not read is left out, never guessed.
             guard parts.count == 2, let until = Int64(parts[0]) else { continue }
             var providers = Set<Provider>()
+            var capabilities = Set<DispatcherCapability>()
             for name in parts[1].split(separator: ",") {
-                guard let provider = Provider(rawValue: String(name)) else { continue }
-                providers.insert(provider)
+                if name.hasPrefix("+") {
+                    if let capability = DispatcherCapability(rawValue: String(name.dropFirst())) {
+                        capabilities.insert(capability)
+                    }
+                } else if let provider = Provider(rawValue: String(name)) {
+                    providers.insert(provider)
+                }
             }
-            found.append(Announcement(process: process, untilMs: until, providers: providers))
+            found.append(
+                Announcement(process: process, untilMs: until, providers: providers, capabilities: capabilities))
         }
         return found
     }

@@ -190,7 +190,7 @@ public struct RedisDeliveryStatusStore: DeliveryStatusStore {
 enum StoredStatus {
     static let codes: [DeviceDeliveryStatus.State: String] = [
         .accepted: "A", .retrying: "R", .skipped: "K", .sent: "S", .invalidToken: "I", .expired: "E", .failed: "F",
-        .deadLettered: "D",
+        .deadLettered: "D", .validated: "V", .checked: "C",
     ]
     static let states = Dictionary(uniqueKeysWithValues: codes.map { ($1, $0) })
 

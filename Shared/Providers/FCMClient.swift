@@ -194,7 +194,7 @@ public final class FCMClient: PushProviderClient {
             fields["android"] = .object(android)
         }
         fields["token"] = .string(push.token)
-        return Wire.canonical(.object(["message": .object(fields), "validate_only": false]))
+        return Wire.canonical(.object(["message": .object(fields), "validate_only": .bool(push.validateOnly)]))
     }
 
     /// The data message the encryptor's data object goes in; nil when the body is not an
@@ -218,7 +218,7 @@ public final class FCMClient: PushProviderClient {
         message += push.body
         message += Array(#","token":"#.utf8)
         message += Wire.canonical(.string(push.token))
-        message += Array(#"},"validate_only":false}"#.utf8)
+        message += Array((push.validateOnly ? #"},"validate_only":true}"# : #"},"validate_only":false}"#).utf8)
         return message
     }
 

@@ -157,7 +157,7 @@ public final class HMSClient: PushProviderClient {
         var message = fields
         if !android.isEmpty { message["android"] = .object(android) }
         message["token"] = [.string(push.token)]
-        return Wire.canonical(["validate_only": false, "message": .object(message)])
+        return Wire.canonical(["validate_only": .bool(push.validateOnly), "message": .object(message)])
     }
 
     static func collapseKey(_ text: String) -> Int64? {

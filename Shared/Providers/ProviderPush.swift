@@ -34,6 +34,9 @@ public struct ProviderPush: Sendable, Equatable {
     /// from them.
     public var notificationID: NotificationID
     public var deviceID: DeviceID
+    /// A pipeline dry run: FCM and Huawei are asked to check it without delivering it
+    /// (`validate_only`); no other client is called with one.
+    public var validateOnly = false
 
     public init(
         provider: Provider, token: String, appID: String? = nil, delivery: DeliveryClass, body: [UInt8],
@@ -61,5 +64,6 @@ public struct ProviderPush: Sendable, Equatable {
             expiresAt: record.providerExpiry == .providerDefault ? nil : record.expiresAt,
             collapseID: record.collapseID,
             notificationID: record.notificationID, deviceID: record.deviceID)
+        validateOnly = record.sendMode == .validateOnly
     }
 }

@@ -67,6 +67,8 @@ public enum StageReason: String, Sendable, Hashable, CaseIterable {
     case deviceInvalid = "device_invalid"
     /// Sent again after a send whose answer never came: the device may get it twice.
     case resentAfterInterruptedSend = "resent_after_interrupted_send"
+    /// A pipeline dry run's push to a provider without a check-only mode: built, and not sent.
+    case checkedLocally = "checked_locally"
 
     // The dispatcher's, about a send.
 

@@ -188,6 +188,18 @@ public enum ProviderExpiry: String, Sendable, Equatable {
     case providerDefault = "provider_default"
 }
 
+/// How a push is to be sent, when not for real (`send_mode` on `push.requests`,
+/// `push.outbound` and `push.deliveries`).
+public enum SendMode: String, Sendable, Equatable {
+    /// A pipeline dry run: FCM and Huawei are asked to check the message without
+    /// delivering it (`validate_only`); no other provider is contacted (checked locally).
+    case validateOnly = "validate_only"
+
+    /// The providers that check a message without delivering it (FCM's and Huawei's
+    /// `validate_only`); a dry run's push to any other is not sent at all.
+    public static let validatingProviders: Set<Provider> = [.fcm, .hms]
+}
+
 /// How a provider body is to be read (`OutboundRecord.bodyForm`).
 public enum BodyForm: String, Sendable, Equatable {
     /// The provider message's fields, without the token.

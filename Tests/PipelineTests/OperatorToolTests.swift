@@ -72,6 +72,68 @@ extension StackTests {
             #expect(!wrong.errors.contains(realm.apiKey))
         }
 
+        /// `"dry_run": "pipeline"`: FCM validates (and delivers nothing), APNs is not
+        /// contacted, a dead token is found dead; each read at the fakes and in the status.
+        @Test func aPipelineDryRunIsValidatedByFCMAndSentNowhere() async throws {
+            let stack = try await Stack.get()
+            let realm = try await RealmClient.registered(stack)
+            let key = try RealmClient.pushKey()
+            let apnsToken = RealmClient.apnsToken()
+            let apns = try await realm.device(userID: 94, kind: "apns", token: apnsToken, key: key)
+            let fcmToken = RealmClient.fcmToken()
+            let fcm = try await realm.device(userID: 94, kind: "fcm", token: fcmToken, key: key)
+            let deadToken = RealmClient.fcmToken()
+            let dead = try await realm.device(userID: 94, kind: "fcm", token: deadToken, key: key)
+            try await stack.unregister("fcm", token: deadToken)
+
+            let body: JSONValue = [
+                "realm_uuid": .string(realm.realmUUID), "user_id": 94,
+                "payload": realm.messagePayload(userID: 94, messageID: 9401), "dry_run": "pipeline",
+            ]
+            var reply = HTTP.Reply(status: 0, body: [], headers: [])
+            // The dispatchers announce what they can within a few seconds of starting.
+            try await Stack.waitFor("the dispatchers to take pipeline dry runs", timeout: .seconds(40)) {
+                reply =
+                    (try? await HTTP.send("POST", "\(stack.ingestURL)/v1/notify", json: body, auth: realm.auth))
+                    ?? reply
+                return reply.status != 409
+            }
+            #expect(
+                reply.status == 202 && reply.json["dry_run"] == "pipeline",
+                "\(String(decoding: reply.body, as: UTF8.self))")
+            let id = try #require(reply.json["notification_id"]?.stringValue)
+            var answer = HTTP.Reply(status: 0, body: [], headers: [])
+            try await Stack.waitFor("every device's dry-run outcome", timeout: .seconds(30)) {
+                answer = (try? await HTTP.get("\(stack.ingestURL)/v1/notifications/\(id)", auth: realm.auth)) ?? answer
+                let states = answer.json["devices"]?.arrayValue?.compactMap { $0["state"]?.stringValue } ?? []
+                return states.count == 3 && !states.contains("accepted") && !states.contains("retrying")
+            }
+            let devices = Dictionary(
+                uniqueKeysWithValues: (answer.json["devices"]?.arrayValue ?? []).compactMap { entry in
+                    entry["device_id"]?.intValue.map { ($0, entry) }
+                })
+            let text = String(decoding: answer.body, as: UTF8.self)
+            #expect(devices[fcm]?["state"] == "validated", "\(text)")
+            #expect(devices[fcm]?["provider_message_id"]?.stringValue?.hasSuffix("/messages/fake_message_id") == true)
+            #expect(devices[apns]?["state"] == "checked" && devices[apns]?["provider"] == "apns", "\(text)")
+            #expect(devices[dead]?["state"] == "invalid_token" && devices[dead]?["reason"] == "UNREGISTERED", "\(text)")
+
+            // At the fakes: FCM was asked to validate only; APNs got nothing.
+            let atFCM = try await stack.received("fcm").filter { $0.token == fcmToken }
+            #expect(atFCM.count == 1 && atFCM.first?.headers["validate_only"] == "true", "\(atFCM)")
+            #expect(try await stack.received("apns").filter { $0.token == apnsToken }.isEmpty)
+
+            // A real notify afterwards is delivered to both, for real.
+            let real = try await realm.notify(userID: 94, payload: realm.messagePayload(userID: 94, messageID: 9402))
+            #expect(real.status == 202)
+            let delivered = try await stack.waitForPushes("apns") { $0.contains { $0.token == apnsToken } }
+            #expect(delivered.filter { $0.token == apnsToken }.count == 1)
+            let fcmPushes = try await stack.waitForPushes("fcm") {
+                $0.filter { $0.token == fcmToken }.count == 2
+            }.filter { $0.token == fcmToken }
+            #expect(fcmPushes.last?.headers["validate_only"] == nil)
+        }
+
         /// A gorush push whose expiry comes before APNs' Retry-After: `expired`, read through
         /// the status API with the ids gorush's answer carries.
         @Test func aGorushPushThatCannotBeSentInTimeReadsExpired() async throws {

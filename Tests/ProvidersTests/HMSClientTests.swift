@@ -326,6 +326,24 @@ func nowSeconds() -> Int64 { Int64(Date().timeIntervalSince1970) }
         }
     }
 
+    /// A pipeline dry run's push: Huawei and FCM are asked to validate it only.
+    @Test func aDryRunsPushAsksForValidationOnly() throws {
+        var push = providerPush(.hms, token: "tok")
+        push.validateOnly = true
+        let hms = try Wire.decode(
+            JSONValue.self,
+            from: HMSClient.message(
+                push, fields: ["data": .string(String(decoding: push.body, as: UTF8.self))], now: Date()))
+        #expect(hms["validate_only"] == true)
+        var fcm = providerPush(.fcm, token: "tok")
+        fcm.validateOnly = true
+        let message = try #require(FCMClient.message(fields: Wire.canonical(["data": ["k": "v"]]), push: fcm))
+        #expect(try Wire.decode(JSONValue.self, from: message)["validate_only"] == true)
+        fcm.validateOnly = false
+        let real = try #require(FCMClient.message(fields: Wire.canonical(["data": ["k": "v"]]), push: fcm))
+        #expect(try Wire.decode(JSONValue.self, from: real)["validate_only"] == false)
+    }
+
     @Test func theFakeRefusesWhatPushKitRefuses() async throws {
         let fake = FakeHMS(state: FakeState(), appID: Self.appID, clientID: Self.appID, clientSecret: Self.secret)
         try await withFakeServer(routes: fake.addRoutes) { server in

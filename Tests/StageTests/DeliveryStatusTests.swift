@@ -1,5 +1,5 @@
 @testable import DeviceState
-import FeedbackCore
+@testable import FeedbackCore
 import Foundation
 import HTTPTypes
 import Kafka
@@ -266,6 +266,73 @@ import Testing
                 ]))
             expectRouterError(foreign, 404, "REALM_NOT_FOUND", "another realm")
             #expect(fixture.publisher.records.isEmpty)
+        }
+    }
+}
+
+/// `"dry_run": "pipeline"`: accepted and published marked `send_mode: validate_only`, only
+/// while every dispatcher says it can; its outcomes read as `validated` or `checked`.
+@Suite struct PipelineDryRunTests {
+    /// A server with one FCM device for user 5 notifies it with `"dry_run": "pipeline"`.
+    static func notify(_ client: RouterClient) async throws -> RouterReply {
+        let realm = UUID().uuidString.lowercased()
+        let server = try await client.registeredServer(realms: [realm])
+        let created = try await client.send(
+            .post, "/v1/devices", auth: server.auth,
+            .json([
+                "realm_uuid": .string(realm), "user_id": 5, "token_kind": "fcm", "token": .string(routerFCMToken()),
+                "push_key": .string(try routerPushKey().base64), "push_key_id": 2,
+            ]))
+        #expect(created.status == 201 || created.status == 200, "\(created.text)")
+        return try await client.send(
+            .post, "/v1/notify", auth: server.auth,
+            .json([
+                "realm_uuid": .string(realm), "user_id": 5,
+                "payload": routerMessagePayload(userID: 5, messageID: 1, content: "dry"), "dry_run": "pipeline",
+            ]))
+    }
+
+    @Test func itIsPublishedMarkedWhenEveryDispatcherCan() async throws {
+        let fixture = try await RouterFixture.make(
+            providers: FixedProviders(enabled: [.fcm], capabilities: [.validateOnly]))
+        try await fixture.run { client in
+            let reply = try await Self.notify(client)
+            #expect(reply.status == 202, "\(reply.text)")
+            #expect(reply.json["dry_run"] == "pipeline" && reply.json["device_count"] == 1)
+            #expect(reply.json["checked"]?["provider"] == ["fcm", "hms"], "\(reply.text)")
+            #expect(reply.json["checked"]?["local"]?.arrayValue?.contains("apns") == true)
+            let published = try fixture.published()
+            #expect(published.count == 1)
+            #expect(published.first?.record.sendMode == SendMode.validateOnly)
+            #expect(published.first?.record.notificationID.rawValue == reply.json["notification_id"]?.stringValue)
+        }
+    }
+
+    @Test func itIsRefusedWhileADispatcherCannot() async throws {
+        let fixture = try await RouterFixture.make(providers: FixedProviders(enabled: [.fcm]))
+        try await fixture.run { client in
+            let reply = try await Self.notify(client)
+            #expect(reply.status == 409 && reply.json["code"] == "DRY_RUN_UNAVAILABLE", "\(reply.text)")
+            #expect(fixture.publisher.records.isEmpty)
+        }
+    }
+
+    @Test func itsOutcomesReadAsValidatedOrChecked() {
+        func delivery(_ provider: Provider, reason: String?) -> DeliveryRecord {
+            var record = DeliveryRecord(
+                notificationID: "n", realmUUID: "r", deviceID: 1, provider: provider, outcome: .sent,
+                reason: reason.map(OutcomeReason.init(name:)), httpStatus: reason == nil ? 200 : nil, attempts: 1,
+                acceptedAtMs: 1, completedAtMs: 2,
+                providerMessageID: reason == nil ? "projects/p/messages/fake_message_id" : nil)
+            record.sendMode = .validateOnly
+            return record
+        }
+        let validated = StatusRecorder.status(of: delivery(.fcm, reason: nil))
+        #expect(validated?.state == .validated && validated?.providerMessageID?.hasSuffix("fake_message_id") == true)
+        #expect(StatusRecorder.status(of: delivery(.apns, reason: "checked_locally"))?.state == .checked)
+        for state in [DeviceDeliveryStatus.State.validated, .checked] {
+            let status = DeviceDeliveryStatus(state, atMs: 5, provider: .fcm)
+            #expect(StoredStatus.decode(StoredStatus.encode(status, fcmPrefix: nil), fcmPrefix: nil) == status)
         }
     }
 }

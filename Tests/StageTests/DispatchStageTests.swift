@@ -105,6 +105,44 @@ import Testing
         #expect(ledger.claims == 1 && ledger.releases == 0)
     }
 
+    // MARK: Pipeline dry runs
+
+    @Test func aDryRunsFCMPushIsOnlyValidatedAndReportedAsSuch() async throws {
+        fcm.enqueue(.sent(status: 200, providerMessageID: "projects/p/messages/fake_message_id"))
+        var record = try outbound(provider: .fcm)
+        record.sendMode = .validateOnly
+        #expect(try await handle(record) == .done)
+        let sent = try #require(fcm.sent.soleElement)
+        #expect(sent.validateOnly, "FCM is asked to validate it only")
+        let delivery = try #require(try deliveries().soleElement)
+        #expect(delivery.outcome == .sent && delivery.sendMode == .validateOnly && delivery.reason == nil)
+        #expect(delivery.providerMessageID == "projects/p/messages/fake_message_id" && delivery.httpStatus == 200)
+    }
+
+    @Test func aDryRunsAPNsPushIsNotSentAtAll() async throws {
+        var record = try outbound(provider: .apns)
+        record.sendMode = .validateOnly
+        #expect(try await handle(record) == .done)
+        #expect(apns.sent.isEmpty, "APNs has no check-only mode: nothing goes to it")
+        let delivery = try #require(try deliveries().soleElement)
+        #expect(delivery.outcome == .sent && delivery.sendMode == .validateOnly)
+        #expect(delivery.reason?.name == "checked_locally" && delivery.httpStatus == nil && delivery.attempts == 0)
+        // An ordinary push of the same kind still goes out.
+        apns.enqueue(.sent(status: 200, providerMessageID: "apns-id-2"))
+        #expect(try await handle(try outbound(device: 2)) == .done)
+        #expect(apns.sent.count == 1 && apns.sent.first?.validateOnly == false)
+    }
+
+    @Test func aDryRunsDeadTokenStillInvalidatesTheDevice() async throws {
+        fcm.enqueue(.invalidToken(reason: .fcm(.known(.unregistered)), status: 404, timestampMs: nil))
+        var record = try outbound(provider: .fcm)
+        record.sendMode = .validateOnly
+        #expect(try await handle(record) == .done)
+        #expect(try publisher.decoded(FeedbackRecord.self, on: F.topics.feedback).count == 1)
+        let delivery = try #require(try deliveries().soleElement)
+        #expect(delivery.outcome == .invalidToken && delivery.sendMode == .validateOnly)
+    }
+
     @Test func aPairTheLedgerCallsSentIsNotSentAgain() async throws {
         ledger.seedSent(
             notificationID: notification, deviceID: 1, atMs: F.now - 60_000, providerMessageID: "earlier-id")

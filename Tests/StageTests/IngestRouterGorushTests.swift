@@ -344,5 +344,9 @@ import Testing
 /// What the dispatchers announce, fixed.
 struct FixedProviders: ProviderDirectory {
     let enabled: Set<Provider>?
+    var capabilities: Set<DispatcherCapability> = []
     func enabledProviders(nowMs: Int64) async throws -> Set<Provider>? { enabled }
+    func everyDispatcherCan(_ capability: DispatcherCapability, nowMs: Int64) async throws -> Bool {
+        capabilities.contains(capability)
+    }
 }

@@ -24,6 +24,12 @@ final class CachedProviderDirectory: Sendable {
         cached.withLock { $0 = (providers, nowMs) }
         return providers
     }
+
+    /// Not cached: asked once per pipeline dry run, and a dispatcher of an older release
+    /// starting must be seen at once.
+    func everyDispatcherCan(_ capability: DispatcherCapability, nowMs: Int64 = Wire.nowMillis()) async throws -> Bool {
+        try await directory.everyDispatcherCan(capability, nowMs: nowMs)
+    }
 }
 
 /// No dispatcher's word: every provider may be configured (the in-memory test stores).

@@ -62,6 +62,8 @@ public struct PushRequestRecord: WireObject, Equatable {
     public var realmUUID: RealmID
     /// When ingest accepted it (ms since the epoch), for latency and expiry.
     public var acceptedAtMs: Int64
+    /// nil: send it; `validate_only`: a pipeline dry run (`SendMode`).
+    public var sendMode: SendMode?
     public var request: PushRequest
 
     /// Which case `request` is, as `kind` names it on the wire.
@@ -89,6 +91,7 @@ public struct PushRequestRecord: WireObject, Equatable {
         serverUUID = ServerID(try fields.string("server_uuid"))
         realmUUID = RealmID(try fields.string("realm_uuid"))
         acceptedAtMs = try fields.int64("accepted_at_ms")
+        sendMode = try fields.named(ifPresent: "send_mode")
         switch try fields.named("kind") as Kind {
         case .native:
             request = .native(
@@ -121,6 +124,7 @@ public struct PushRequestRecord: WireObject, Equatable {
             object.field("realm_uuid", realmUUID.rawValue)
             object.field("schema", schema)
             object.field("sealed_payload", sealedPayload)
+            object.field("send_mode", sendMode)
             object.field("server_uuid", serverUUID.rawValue)
             object.field("user_id", userID)
         case .passThrough(let items):
@@ -130,6 +134,7 @@ public struct PushRequestRecord: WireObject, Equatable {
             object.field("notification_id", notificationID.rawValue)
             object.field("realm_uuid", realmUUID.rawValue)
             object.field("schema", schema)
+            object.field("send_mode", sendMode)
             object.field("server_uuid", serverUUID.rawValue)
         case .legacy(let user, let deviceIDs, let sealedPayload):
             object.field("accepted_at_ms", acceptedAtMs)
@@ -140,6 +145,7 @@ public struct PushRequestRecord: WireObject, Equatable {
             object.field("realm_uuid", realmUUID.rawValue)
             object.field("schema", schema)
             object.field("sealed_payload", sealedPayload)
+            object.field("send_mode", sendMode)
             object.field("server_uuid", serverUUID.rawValue)
         case .gorush(let deviceIDs, let sealedPayload):
             object.field("accepted_at_ms", acceptedAtMs)
@@ -149,6 +155,7 @@ public struct PushRequestRecord: WireObject, Equatable {
             object.field("realm_uuid", realmUUID.rawValue)
             object.field("schema", schema)
             object.field("sealed_payload", sealedPayload)
+            object.field("send_mode", sendMode)
             object.field("server_uuid", serverUUID.rawValue)
         }
     }
@@ -208,6 +215,8 @@ public struct OutboundRecord: WireObject, Equatable {
     public var lastError: String?
     /// On a retry topic: not to be sent before this time (ms since the epoch).
     public var notBeforeMs: Int64?
+    /// nil: send it; `validate_only`: a pipeline dry run, carried from the request.
+    public var sendMode: SendMode?
 
     public init(fields: WireFields) throws {
         schema = try fields.int("schema")
@@ -240,6 +249,7 @@ public struct OutboundRecord: WireObject, Equatable {
         attempts = try fields.int(ifPresent: "attempts")
         lastError = try fields.string(ifPresent: "last_error")
         notBeforeMs = try fields.int64(ifPresent: "not_before_ms")
+        sendMode = try fields.named(ifPresent: "send_mode")
     }
 
     /// The clear token is written only when the record has no sealed one, the body only
@@ -264,6 +274,7 @@ public struct OutboundRecord: WireObject, Equatable {
         object.field("schema", schema)
         object.field("sealed_body", sealedBody)
         object.field("sealed_token", sealedToken)
+        object.field("send_mode", sendMode)
         if sealedToken == nil { object.field("token", token) }
     }
 }
@@ -381,6 +392,8 @@ public struct DeliveryRecord: WireObject, Equatable {
     public var completedAtMs: Int64
     /// The provider's id for the push (APNs `apns-id`, FCM message name).
     public var providerMessageID: String?
+    /// `validate_only`: the outcome of a pipeline dry run (nothing reached a phone).
+    public var sendMode: SendMode?
 
     public init(fields: WireFields) throws {
         schema = try fields.int("schema")
@@ -395,6 +408,7 @@ public struct DeliveryRecord: WireObject, Equatable {
         acceptedAtMs = try fields.int64("accepted_at_ms")
         completedAtMs = try fields.int64("completed_at_ms")
         providerMessageID = try fields.string(ifPresent: "provider_message_id")
+        sendMode = try fields.named(ifPresent: "send_mode")
     }
 
     public func write(to object: inout JSONObjectWriter) {
@@ -410,5 +424,6 @@ public struct DeliveryRecord: WireObject, Equatable {
         object.field("realm_uuid", realmUUID.rawValue)
         object.field("reason", reason?.name)
         object.field("schema", schema)
+        object.field("send_mode", sendMode)
     }
 }
