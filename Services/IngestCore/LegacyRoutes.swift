@@ -164,8 +164,9 @@ struct ZulipLegacyController: Sendable {
         }
 
         let (entries, fields) = try await legacyDevicesOf(server: server, user: user)
+        var accepted: NotificationID?
         if !entries.isEmpty {
-            try await publishLegacy(
+            accepted = try await publishLegacy(
                 server: server, realm: realm, user: user, deviceIDs: entries.map(\.deviceID), plaintext: plaintext)
         }
         func unknown(_ tokens: [String], _ provider: Provider) -> [JSONValue] {
@@ -174,7 +175,7 @@ struct ZulipLegacyController: Sendable {
                 return !legacyDevices.knows(token, in: fields)
             }.sorted().map { .string($0) }
         }
-        return success([
+        var response = success([
             "total_android_devices": .int(Int64(entries.count { $0.provider == .fcm })),
             "total_apple_devices": .int(Int64(entries.count { $0.provider == .apns })),
             "deleted_devices": [
@@ -183,6 +184,8 @@ struct ZulipLegacyController: Sendable {
             ],
             "realm": realm == nil ? .null : RealmOwnership.zulipPushStatus,
         ])
+        if let accepted { response.headers[NotificationStatusController.notificationIDsHeader] = accepted.rawValue }
+        return response
     }
 
     /// `remotes/push/test_notification`: one test push to one registered device.
@@ -203,8 +206,11 @@ struct ZulipLegacyController: Sendable {
         let (apns, gcm) = ZulipLegacy.testNotification(
             basePayload: base, nowSeconds: Int64(Date().timeIntervalSince1970))
         let plaintext = try Wire.encode(ZulipLegacyPayload(apnsPayload: apns, gcmPayload: gcm, fcmPriority: "high"))
-        try await publishLegacy(server: server, realm: realm, user: user, deviceIDs: [id], plaintext: plaintext)
-        return success()
+        let accepted = try await publishLegacy(
+            server: server, realm: realm, user: user, deviceIDs: [id], plaintext: plaintext)
+        var response = success()
+        response.headers[NotificationStatusController.notificationIDsHeader] = accepted.rawValue
+        return response
     }
 
     /// The user's legacy devices; duplicates folded on the way come off the server's count.
@@ -227,10 +233,11 @@ struct ZulipLegacyController: Sendable {
         return tokens
     }
 
-    /// Seals the payloads with the pipeline key and publishes one legacy request.
+    /// Seals the payloads with the pipeline key and publishes one legacy request; its id.
+    @discardableResult
     func publishLegacy(
         server: ServerID, realm: RealmID?, user: ZulipLegacyUser, deviceIDs: [DeviceID], plaintext: [UInt8]
-    ) async throws {
+    ) async throws -> NotificationID {
         let notificationID = NotificationID.random()
         let realmUUID = realm ?? RealmID("")
         let sealed = try sealer.seal(plaintext, notificationID: notificationID, realm: realmUUID, userID: nil)
@@ -239,5 +246,6 @@ struct ZulipLegacyController: Sendable {
             acceptedAtMs: Wire.nowMillis(),
             request: .legacy(user: user.key, deviceIDs: deviceIDs, sealedPayload: sealed))
         try await acceptor.publish(record)
+        return notificationID
     }
 }

@@ -1,4 +1,5 @@
 import DeviceState
+import HTTPTypes
 import Hummingbird
 import PushModels
 import ServiceKit
@@ -12,6 +13,11 @@ struct NotificationStatusController: Sendable {
     let authenticator: ServerAuthenticator
     let ownership: RealmOwnership
     let store: any DeliveryStatusStore
+
+    /// The relay's ids of what a Zulip or gorush call accepted, comma-separated in request
+    /// order: those APIs' answers have no place for them, and the status is read by them.
+    // swift-format-ignore: NeverForceUnwrap
+    static let notificationIDsHeader = HTTPField.Name("X-PushRelay-Notification-Ids")!
 
     static let notFound = APIError(
         status: .notFound, code: "NOTIFICATION_NOT_FOUND",

@@ -82,12 +82,14 @@ struct ZulipE2EEController: Sendable {
             counts[device.provider, default: 0] += 1
             items.append(item)
         }
+        var accepted: NotificationID?
         if !items.isEmpty {
             let record = PushRequestRecord(
                 notificationID: NotificationID.random(), serverUUID: server,
                 realmUUID: realm,
                 acceptedAtMs: Wire.nowMillis(), request: .passThrough(items: items))
             try await acceptor.publish(record)
+            accepted = record.notificationID
         }
         var answer: [String: JSONValue] = [
             "apple_successfully_sent_count": .int(Int64(counts[.apns] ?? 0)),
@@ -100,7 +102,10 @@ struct ZulipE2EEController: Sendable {
             answer["delete_device_ids"] = .array(
                 deleted.compactMap(\.intValue).reduce(into: Set<Int64>()) { $0.insert($1) }.sorted().map { .int($0) })
         }
-        return success(answer)
+        var response = success(answer)
+        // For `GET /v1/notifications/{id}` with the same credentials: Zulip's answer has no place for it.
+        if let accepted { response.headers[NotificationStatusController.notificationIDsHeader] = accepted.rawValue }
+        return response
     }
 
     /// `push_requests`, each checked, one per device (a repeated device is sent once: its

@@ -295,511 +295,518 @@ public enum OpenAPIDocument {
         ype":"array","items":{"$ref":"#/components/schemas/ZulipE2EEPushRequest"}}},"required":["realm_uuid"\##
         ,"push_requests"]}}}},"security":[{"basic":[]}],"responses":{"200":{"description":"Accepted for send\##
         ing.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/ZulipE2EENotifyAnswer"}}\##
-        }},"400":{"description":"`BAD_REQUEST` / `INVALID_FIELD` naming the field; also a credentials header\##
-         that is not HTTP Basic, or a user's email as name (`BAD_REQUEST`)","content":{"application/json":{"\##
-        schema":{"$ref":"#/components/schemas/Error"}}}},"401":{"$ref":"#/components/responses/ZulipUnauthor\##
-        ized"},"403":{"description":"`MISSING_REMOTE_REALM` or `REMOTE_REALM_SERVER_MISMATCH_ERROR`: the rea\##
-        lm belongs to another server.","content":{"application/json":{"schema":{"$ref":"#/components/schemas\##
-        /Error"}}}},"413":{"description":"`REQUEST_TOO_LARGE` or `TOO_MANY_DEVICES` (distinct `push_requests\##
-        `).","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"429":{"$ref":\##
-        "#/components/responses/RateLimited"},"500":{"$ref":"#/components/responses/InternalError"},"503":{"\##
-        $ref":"#/components/responses/Unavailable"}}}},"/api/v1/remotes/push/register":{"post":{"operationId\##
-        ":"zulipLegacyRegister","summary":"Register a legacy (non-E2EE) token","tags":["zulip"],"requestBody\##
-        ":{"required":true,"content":{"application/json":{"schema":{"type":"object","properties":{"user_id":\##
-        {"type":"integer"},"user_uuid":{"type":"string","format":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-\##
-        F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},"token":{"type":"string","minLength":1},"toke\##
-        n_kind":{"type":"integer","enum":[1,2],"description":"1 APNs, 2 FCM."},"ios_app_id":{"type":["string\##
-        ","null"]},"realm_uuid":{"type":["string","null"],"format":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a-f\##
-        A-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"}},"required":["token","token_kind"],"anyOf":\##
-        [{"required":["user_id"]},{"required":["user_uuid"]}]}},"application/x-www-form-urlencoded":{"schema\##
-        ":{"type":"object","properties":{"user_id":{"type":"integer"},"user_uuid":{"type":"string","format":\##
-        "uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},"t\##
-        oken":{"type":"string","minLength":1},"token_kind":{"type":"integer","enum":[1,2],"description":"1 A\##
-        PNs, 2 FCM."},"ios_app_id":{"type":"string"},"realm_uuid":{"type":"string","format":"uuid","pattern"\##
-        :"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"}},"required":["toke\##
-        n","token_kind"],"anyOf":[{"required":["user_id"]},{"required":["user_uuid"]}]}}}},"security":[{"bas\##
-        ic":[]}],"responses":{"200":{"description":"Registered.","content":{"application/json":{"schema":{"$\##
-        ref":"#/components/schemas/Success"}}}},"400":{"description":"Zulip's messages: \"Missing ios_app_id\##
-        \", \"Invalid APNS token\", \"Invalid token type\", \"Missing user_id or user_uuid\", …; also a cred\##
-        entials header that is not HTTP Basic, or a user's email as name (`BAD_REQUEST`)","content":{"applic\##
-        ation/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"401":{"$ref":"#/components/responses\##
-        /ZulipUnauthorized"},"403":{"description":"`REMOTE_REALM_SERVER_MISMATCH_ERROR`: the realm belongs t\##
-        o another server, or `DEVICE_QUOTA_EXCEEDED`.","content":{"application/json":{"schema":{"$ref":"#/co\##
-        mponents/schemas/Error"}}}},"413":{"$ref":"#/components/responses/RequestTooLarge"},"429":{"$ref":"#\##
-        /components/responses/RateLimited"},"500":{"$ref":"#/components/responses/InternalError"},"503":{"$r\##
-        ef":"#/components/responses/Unavailable"}}}},"/api/v1/remotes/push/unregister":{"post":{"operationId\##
-        ":"zulipLegacyUnregister","summary":"Remove a user's legacy token","tags":["zulip"],"requestBody":{"\##
-        required":true,"content":{"application/json":{"schema":{"type":"object","properties":{"user_id":{"ty\##
-        pe":"integer"},"user_uuid":{"type":"string","format":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4\##
-        }-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},"token":{"type":"string","minLength":1},"token_ki\##
-        nd":{"type":"integer","enum":[1,2],"description":"1 APNs, 2 FCM."},"realm_uuid":{"type":["string","n\##
-        ull"],"format":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-\##
-        fA-F]{12}$"}},"required":["token","token_kind"],"anyOf":[{"required":["user_id"]},{"required":["user\##
-        _uuid"]}]}},"application/x-www-form-urlencoded":{"schema":{"type":"object","properties":{"user_id":{\##
-        "type":"integer"},"user_uuid":{"type":"string","format":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-F\##
-        ]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},"token":{"type":"string","minLength":1},"token\##
-        _kind":{"type":"integer","enum":[1,2],"description":"1 APNs, 2 FCM."},"realm_uuid":{"type":"string",\##
-        "format":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{\##
-        12}$"}},"required":["token","token_kind"],"anyOf":[{"required":["user_id"]},{"required":["user_uuid"\##
-        ]}]}}}},"security":[{"basic":[]}],"responses":{"200":{"description":"Removed.","content":{"applicati\##
-        on/json":{"schema":{"$ref":"#/components/schemas/Success"}}}},"400":{"description":"\"Token does not\##
-         exist\", \"Missing user_id or user_uuid\", a field at fault; also a credentials header that is not \##
-        HTTP Basic, or a user's email as name (`BAD_REQUEST`)","content":{"application/json":{"schema":{"$re\##
-        f":"#/components/schemas/Error"}}}},"401":{"$ref":"#/components/responses/ZulipUnauthorized"},"403":\##
-        {"description":"`REMOTE_REALM_SERVER_MISMATCH_ERROR`: the realm belongs to another server.","content\##
-        ":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"413":{"$ref":"#/components\##
-        /responses/RequestTooLarge"},"429":{"$ref":"#/components/responses/RateLimited"},"500":{"$ref":"#/co\##
-        mponents/responses/InternalError"},"503":{"$ref":"#/components/responses/Unavailable"}}}},"/api/v1/r\##
-        emotes/push/unregister/all":{"post":{"operationId":"zulipLegacyUnregisterAll","summary":"Remove all \##
-        of a user's legacy tokens","tags":["zulip"],"requestBody":{"required":true,"content":{"application/j\##
-        son":{"schema":{"type":"object","properties":{"user_id":{"type":"integer"},"user_uuid":{"type":"stri\##
-        ng","format":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA\##
-        -F]{12}$"},"realm_uuid":{"type":["string","null"],"format":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a-f\##
-        A-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"}},"anyOf":[{"required":["user_id"]},{"requir\##
-        ed":["user_uuid"]}]}},"application/x-www-form-urlencoded":{"schema":{"type":"object","properties":{"\##
-        user_id":{"type":"integer"},"user_uuid":{"type":"string","format":"uuid","pattern":"^[0-9a-fA-F]{8}-\##
-        [0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},"realm_uuid":{"type":"string","forma\##
-        t":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"}\##
-        },"anyOf":[{"required":["user_id"]},{"required":["user_uuid"]}]}}}},"security":[{"basic":[]}],"respo\##
-        nses":{"200":{"description":"Removed (also when there were none).","content":{"application/json":{"s\##
-        chema":{"$ref":"#/components/schemas/Success"}}}},"400":{"description":"\"Missing user_id or user_uu\##
-        id\", a field at fault; also a credentials header that is not HTTP Basic, or a user's email as name \##
+        },"headers":{"X-PushRelay-Notification-Ids":{"description":"The relay's notification id of what was \##
+        accepted (none when nothing was), for `GET /v1/notifications/{notification_id}` with the same creden\##
+        tials.","schema":{"type":"string"}}}},"400":{"description":"`BAD_REQUEST` / `INVALID_FIELD` naming t\##
+        he field; also a credentials header that is not HTTP Basic, or a user's email as name (`BAD_REQUEST`\##
+        )","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"401":{"$ref":"#\##
+        /components/responses/ZulipUnauthorized"},"403":{"description":"`MISSING_REMOTE_REALM` or `REMOTE_RE\##
+        ALM_SERVER_MISMATCH_ERROR`: the realm belongs to another server.","content":{"application/json":{"sc\##
+        hema":{"$ref":"#/components/schemas/Error"}}}},"413":{"description":"`REQUEST_TOO_LARGE` or `TOO_MAN\##
+        Y_DEVICES` (distinct `push_requests`).","content":{"application/json":{"schema":{"$ref":"#/component\##
+        s/schemas/Error"}}}},"429":{"$ref":"#/components/responses/RateLimited"},"500":{"$ref":"#/components\##
+        /responses/InternalError"},"503":{"$ref":"#/components/responses/Unavailable"}}}},"/api/v1/remotes/p\##
+        ush/register":{"post":{"operationId":"zulipLegacyRegister","summary":"Register a legacy (non-E2EE) t\##
+        oken","tags":["zulip"],"requestBody":{"required":true,"content":{"application/json":{"schema":{"type\##
+        ":"object","properties":{"user_id":{"type":"integer"},"user_uuid":{"type":"string","format":"uuid","\##
+        pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},"token":{"\##
+        type":"string","minLength":1},"token_kind":{"type":"integer","enum":[1,2],"description":"1 APNs, 2 F\##
+        CM."},"ios_app_id":{"type":["string","null"]},"realm_uuid":{"type":["string","null"],"format":"uuid"\##
+        ,"pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"}},"requir\##
+        ed":["token","token_kind"],"anyOf":[{"required":["user_id"]},{"required":["user_uuid"]}]}},"applicat\##
+        ion/x-www-form-urlencoded":{"schema":{"type":"object","properties":{"user_id":{"type":"integer"},"us\##
+        er_uuid":{"type":"string","format":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[\##
+        0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},"token":{"type":"string","minLength":1},"token_kind":{"type":"integ\##
+        er","enum":[1,2],"description":"1 APNs, 2 FCM."},"ios_app_id":{"type":"string"},"realm_uuid":{"type"\##
+        :"string","format":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0\##
+        -9a-fA-F]{12}$"}},"required":["token","token_kind"],"anyOf":[{"required":["user_id"]},{"required":["\##
+        user_uuid"]}]}}}},"security":[{"basic":[]}],"responses":{"200":{"description":"Registered.","content\##
+        ":{"application/json":{"schema":{"$ref":"#/components/schemas/Success"}}}},"400":{"description":"Zul\##
+        ip's messages: \"Missing ios_app_id\", \"Invalid APNS token\", \"Invalid token type\", \"Missing use\##
+        r_id or user_uuid\", …; also a credentials header that is not HTTP Basic, or a user's email as name \##
         (`BAD_REQUEST`)","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"4\##
         01":{"$ref":"#/components/responses/ZulipUnauthorized"},"403":{"description":"`REMOTE_REALM_SERVER_M\##
-        ISMATCH_ERROR`: the realm belongs to another server.","content":{"application/json":{"schema":{"$ref\##
-        ":"#/components/schemas/Error"}}}},"413":{"$ref":"#/components/responses/RequestTooLarge"},"429":{"$\##
-        ref":"#/components/responses/RateLimited"},"500":{"$ref":"#/components/responses/InternalError"},"50\##
-        3":{"$ref":"#/components/responses/Unavailable"}}}},"/api/v1/remotes/push/notify":{"post":{"operatio\##
-        nId":"zulipLegacyNotify","summary":"Send a legacy notification to every device of a user","tags":["z\##
-        ulip"],"requestBody":{"required":true,"content":{"application/json":{"schema":{"type":"object","prop\##
-        erties":{"user_id":{"type":"integer"},"user_uuid":{"type":"string","format":"uuid","pattern":"^[0-9a\##
-        -fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},"realm_uuid":{"type":["str\##
-        ing","null"],"format":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}\##
-        -[0-9a-fA-F]{12}$"},"apns_payload":{"type":"object","description":"Defaults to `{}`."},"gcm_payload"\##
-        :{"type":"object","description":"Defaults to `{}`."},"gcm_options":{"type":["object","null"],"proper\##
-        ties":{"priority":{"type":["string","null"],"enum":["high","normal",null]}},"additionalProperties":f\##
-        alse},"android_devices":{"type":["array","null"],"items":{"type":"string"},"maxItems":10000},"apple_\##
-        devices":{"type":["array","null"],"items":{"type":"string"},"maxItems":10000}},"anyOf":[{"required":\##
-        ["user_id"]},{"required":["user_uuid"]}]}}}},"security":[{"basic":[]}],"responses":{"200":{"descript\##
-        ion":"Accepted for sending.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Z\##
-        ulipLegacyNotifyAnswer"}}}},"400":{"description":"A field at fault, \"Invalid GCM option…\", \"Missi\##
-        ng user_id or user_uuid\"; also a credentials header that is not HTTP Basic, or a user's email as na\##
-        me (`BAD_REQUEST`)","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}}\##
-        ,"401":{"$ref":"#/components/responses/ZulipUnauthorized"},"403":{"description":"`REMOTE_REALM_SERVE\##
-        R_MISMATCH_ERROR`: the realm belongs to another server.","content":{"application/json":{"schema":{"$\##
-        ref":"#/components/schemas/Error"}}}},"413":{"description":"`REQUEST_TOO_LARGE`: the body, or the pa\##
-        yloads together.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"\##
-        429":{"$ref":"#/components/responses/RateLimited"},"500":{"$ref":"#/components/responses/InternalErr\##
-        or"},"503":{"$ref":"#/components/responses/Unavailable"}}}},"/api/v1/remotes/push/test_notification"\##
-        :{"post":{"operationId":"zulipLegacyTestNotification","summary":"Send a test notification to one leg\##
-        acy device","tags":["zulip"],"requestBody":{"required":true,"content":{"application/json":{"schema":\##
-        {"type":"object","properties":{"user_id":{"type":"integer"},"user_uuid":{"type":"string","format":"u\##
-        uid","pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},"tok\##
-        en":{"type":"string","minLength":1},"token_kind":{"type":"integer","enum":[1,2],"description":"1 APN\##
-        s, 2 FCM."},"realm_uuid":{"type":["string","null"],"format":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a-\##
-        fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},"base_payload":{"type":"object","descripti\##
-        on":"Defaults to `{}`."}},"required":["token","token_kind"],"anyOf":[{"required":["user_id"]},{"requ\##
-        ired":["user_uuid"]}]}}}},"security":[{"basic":[]}],"responses":{"200":{"description":"Accepted for \##
-        sending.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Success"}}}},"400":{\##
-        "description":"`INVALID_REMOTE_PUSH_DEVICE_TOKEN` (a token the relay does not hold for the user), a \##
-        field at fault; also a credentials header that is not HTTP Basic, or a user's email as name (`BAD_RE\##
-        QUEST`)","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"401":{"$r\##
-        ef":"#/components/responses/ZulipUnauthorized"},"403":{"description":"`REMOTE_REALM_SERVER_MISMATCH_\##
-        ERROR`: the realm belongs to another server.","content":{"application/json":{"schema":{"$ref":"#/com\##
-        ponents/schemas/Error"}}}},"413":{"$ref":"#/components/responses/RequestTooLarge"},"429":{"$ref":"#/\##
-        components/responses/RateLimited"},"500":{"$ref":"#/components/responses/InternalError"},"503":{"$re\##
-        f":"#/components/responses/Unavailable"}}}},"/api/push":{"post":{"operationId":"gorushPush","summary\##
-        ":"Send notifications (gorush's API)","tags":["gorush"],"parameters":[{"name":"sync","in":"query","r\##
-        equired":false,"schema":{"type":"string"},"description":"`true`/`1`: answer once every push has its \##
-        outcome; `false`/`0`: answer on acceptance; anything else: the relay's default (`PUSHRELAY_GORUSH_SY\##
-        NC`)."},{"name":"dry_run","in":"query","required":false,"schema":{"type":"string","enum":["true","1"\##
-        ,"false","0"]},"description":"`true`/`1`: check and build each token's push, register, count and pub\##
-        lish nothing, and say per token what would be sent (the relay's extension; gorush has no such mode).\##
-        "}],"requestBody":{"required":true,"content":{"application/json":{"schema":{"$ref":"#/components/sch\##
-        emas/GorushPushRequest"}}}},"security":[{"basic":[]}],"responses":{"200":{"description":"Accepted (o\##
-        r, in sync mode, every push has its outcome). gorush's answer.","content":{"application/json":{"sche\##
-        ma":{"$ref":"#/components/schemas/GorushPushAnswer"}}},"headers":{"X-GORUSH-VERSION":{"$ref":"#/comp\##
-        onents/headers/GorushVersion"},"X-PushRelay-Notification-Ids":{"description":"The relay's notificati\##
-        on ids of what was accepted, comma-separated, in request order.","schema":{"type":"string"}}}},"400"\##
-        :{"description":"`MISSING_NOTIFICATIONS`, `EMPTY_NOTIFICATIONS`, `TOO_MANY_NOTIFICATIONS`, `TOO_MANY\##
-        _TOKENS`, `INVALID_NOTIFICATION` (`field` names it), `PLATFORM_NOT_ENABLED`, `BAD_REQUEST` (`field`:\##
-         `dry_run`) for a `dry_run` that is not `true` or `false`.","content":{"application/json":{"schema":\##
-        {"$ref":"#/components/schemas/GorushError"}}}},"401":{"$ref":"#/components/responses/GorushUnauthori\##
-        zed"},"403":{"description":"`REALM_QUOTA_EXCEEDED` or `DEVICE_QUOTA_EXCEEDED`.","content":{"applicat\##
-        ion/json":{"schema":{"$ref":"#/components/schemas/GorushError"}}}},"413":{"$ref":"#/components/respo\##
-        nses/GorushRequestTooLarge"},"429":{"$ref":"#/components/responses/GorushRateLimited"},"500":{"$ref"\##
-        :"#/components/responses/GorushInternalError"},"503":{"description":"`SERVICE_UNAVAILABLE`: Kafka di\##
-        d not take the records, Redis is unavailable, or sync mode cannot read outcomes; nothing was accepte\##
-        d.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/GorushError"}}},"headers":\##
-        {"Retry-After":{"$ref":"#/components/headers/RetryAfter"}}}}}},"/api/stat/app":{"get":{"operationId"\##
-        :"gorushGetAppStats","summary":"gorush's app statistics, for the calling server","tags":["gorush"],"\##
-        security":[{"basic":[]}],"responses":{"200":{"description":"The calling server's figures.","content"\##
-        :{"application/json":{"schema":{"$ref":"#/components/schemas/GorushAppStats"}}},"headers":{"X-GORUSH\##
-        -VERSION":{"$ref":"#/components/headers/GorushVersion"}}},"401":{"$ref":"#/components/responses/Goru\##
-        shUnauthorized"},"429":{"$ref":"#/components/responses/GorushRateLimited"},"500":{"$ref":"#/componen\##
-        ts/responses/GorushInternalError"},"503":{"$ref":"#/components/responses/GorushUnavailable"}}}},"/ap\##
-        i/stat/go":{"get":{"operationId":"gorushGetRuntimeStats","summary":"gorush's runtime statistics (of \##
-        this ingest process)","tags":["gorush"],"security":[{"basic":[]}],"responses":{"200":{"description":\##
-        "fukata/golang-stats-api-handler's fields, with what a Swift process can say.","content":{"applicati\##
-        on/json":{"schema":{"$ref":"#/components/schemas/GorushGoStats"}}},"headers":{"X-GORUSH-VERSION":{"$\##
-        ref":"#/components/headers/GorushVersion"}}},"401":{"$ref":"#/components/responses/GorushUnauthorize\##
-        d"},"429":{"$ref":"#/components/responses/GorushRateLimited"},"500":{"$ref":"#/components/responses/\##
-        GorushInternalError"},"503":{"$ref":"#/components/responses/GorushUnavailable"}}}},"/api/config":{"g\##
-        et":{"operationId":"gorushGetConfig","summary":"gorush's configuration as it applies to the caller (\##
-        YAML)","tags":["gorush"],"security":[{"basic":[]}],"responses":{"200":{"description":"YAML; secrets \##
-        `[REDACTED]`.","content":{"application/yaml":{}},"headers":{"X-GORUSH-VERSION":{"$ref":"#/components\##
-        /headers/GorushVersion"}}},"401":{"$ref":"#/components/responses/GorushUnauthorized"},"429":{"$ref":\##
-        "#/components/responses/GorushRateLimited"},"500":{"$ref":"#/components/responses/GorushInternalErro\##
-        r"},"503":{"$ref":"#/components/responses/GorushUnavailable"}}}},"/api/feedback-hook":{"put":{"opera\##
-        tionId":"gorushSetFeedbackHook","summary":"Set the feedback hook URL (a new signing secret)","tags":\##
-        ["gorush"],"requestBody":{"required":true,"content":{"application/json":{"schema":{"type":"object","\##
-        properties":{"url":{"type":"string","format":"uri"}},"required":["url"]}}}},"security":[{"basic":[]}\##
-        ],"responses":{"200":{"description":"The URL and its new signing secret, answered once.","content":{\##
-        "application/json":{"schema":{"type":"object","properties":{"url":{"type":"string"},"secret":{"type"\##
-        :"string"}},"required":["url","secret"]}}},"headers":{"X-GORUSH-VERSION":{"$ref":"#/components/heade\##
-        rs/GorushVersion"}}},"400":{"description":"`MALFORMED_JSON`, `BAD_REQUEST`, `INVALID_FIELD`, `INVALI\##
-        D_URL` (https only, through the endpoint guard).","content":{"application/json":{"schema":{"$ref":"#\##
-        /components/schemas/GorushError"}}}},"401":{"$ref":"#/components/responses/GorushUnauthorized"},"413\##
-        ":{"$ref":"#/components/responses/GorushRequestTooLarge"},"429":{"$ref":"#/components/responses/Goru\##
-        shRateLimited"},"500":{"$ref":"#/components/responses/GorushInternalError"},"503":{"$ref":"#/compone\##
-        nts/responses/GorushUnavailable"}}},"get":{"operationId":"gorushGetFeedbackHook","summary":"The feed\##
-        back hook URL","tags":["gorush"],"security":[{"basic":[]}],"responses":{"200":{"description":"The UR\##
-        L, or null when none is set.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/\##
-        GorushHookURL"}}},"headers":{"X-GORUSH-VERSION":{"$ref":"#/components/headers/GorushVersion"}}},"401\##
-        ":{"$ref":"#/components/responses/GorushUnauthorized"},"429":{"$ref":"#/components/responses/GorushR\##
-        ateLimited"},"500":{"$ref":"#/components/responses/GorushInternalError"},"503":{"$ref":"#/components\##
-        /responses/GorushUnavailable"}}},"delete":{"operationId":"gorushDeleteFeedbackHook","summary":"Remov\##
-        e the feedback hook","tags":["gorush"],"security":[{"basic":[]}],"responses":{"200":{"description":"\##
-        Removed.","content":{"application/json":{"schema":{"type":"object","properties":{"url":{"type":"null\##
-        "}},"required":["url"]}}},"headers":{"X-GORUSH-VERSION":{"$ref":"#/components/headers/GorushVersion"\##
-        }}},"401":{"$ref":"#/components/responses/GorushUnauthorized"},"429":{"$ref":"#/components/responses\##
+        ISMATCH_ERROR`: the realm belongs to another server, or `DEVICE_QUOTA_EXCEEDED`.","content":{"applic\##
+        ation/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"413":{"$ref":"#/components/responses\##
+        /RequestTooLarge"},"429":{"$ref":"#/components/responses/RateLimited"},"500":{"$ref":"#/components/r\##
+        esponses/InternalError"},"503":{"$ref":"#/components/responses/Unavailable"}}}},"/api/v1/remotes/pus\##
+        h/unregister":{"post":{"operationId":"zulipLegacyUnregister","summary":"Remove a user's legacy token\##
+        ","tags":["zulip"],"requestBody":{"required":true,"content":{"application/json":{"schema":{"type":"o\##
+        bject","properties":{"user_id":{"type":"integer"},"user_uuid":{"type":"string","format":"uuid","patt\##
+        ern":"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},"token":{"type\##
+        ":"string","minLength":1},"token_kind":{"type":"integer","enum":[1,2],"description":"1 APNs, 2 FCM."\##
+        },"realm_uuid":{"type":["string","null"],"format":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[\##
+        0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"}},"required":["token","token_kind"],"anyOf":[{"requir\##
+        ed":["user_id"]},{"required":["user_uuid"]}]}},"application/x-www-form-urlencoded":{"schema":{"type"\##
+        :"object","properties":{"user_id":{"type":"integer"},"user_uuid":{"type":"string","format":"uuid","p\##
+        attern":"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},"token":{"t\##
+        ype":"string","minLength":1},"token_kind":{"type":"integer","enum":[1,2],"description":"1 APNs, 2 FC\##
+        M."},"realm_uuid":{"type":"string","format":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-f\##
+        A-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"}},"required":["token","token_kind"],"anyOf":[{"required":["\##
+        user_id"]},{"required":["user_uuid"]}]}}}},"security":[{"basic":[]}],"responses":{"200":{"descriptio\##
+        n":"Removed.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Success"}}}},"40\##
+        0":{"description":"\"Token does not exist\", \"Missing user_id or user_uuid\", a field at fault; als\##
+        o a credentials header that is not HTTP Basic, or a user's email as name (`BAD_REQUEST`)","content":\##
+        {"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"401":{"$ref":"#/components/r\##
+        esponses/ZulipUnauthorized"},"403":{"description":"`REMOTE_REALM_SERVER_MISMATCH_ERROR`: the realm b\##
+        elongs to another server.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Err\##
+        or"}}}},"413":{"$ref":"#/components/responses/RequestTooLarge"},"429":{"$ref":"#/components/response\##
+        s/RateLimited"},"500":{"$ref":"#/components/responses/InternalError"},"503":{"$ref":"#/components/re\##
+        sponses/Unavailable"}}}},"/api/v1/remotes/push/unregister/all":{"post":{"operationId":"zulipLegacyUn\##
+        registerAll","summary":"Remove all of a user's legacy tokens","tags":["zulip"],"requestBody":{"requi\##
+        red":true,"content":{"application/json":{"schema":{"type":"object","properties":{"user_id":{"type":"\##
+        integer"},"user_uuid":{"type":"string","format":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-\##
+        9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},"realm_uuid":{"type":["string","null"],"format":"uuid"\##
+        ,"pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"}},"anyOf"\##
+        :[{"required":["user_id"]},{"required":["user_uuid"]}]}},"application/x-www-form-urlencoded":{"schem\##
+        a":{"type":"object","properties":{"user_id":{"type":"integer"},"user_uuid":{"type":"string","format"\##
+        :"uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},"\##
+        realm_uuid":{"type":"string","format":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4\##
+        }-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"}},"anyOf":[{"required":["user_id"]},{"required":["user_uuid"]}]}}\##
+        }},"security":[{"basic":[]}],"responses":{"200":{"description":"Removed (also when there were none).\##
+        ","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Success"}}}},"400":{"descrip\##
+        tion":"\"Missing user_id or user_uuid\", a field at fault; also a credentials header that is not HTT\##
+        P Basic, or a user's email as name (`BAD_REQUEST`)","content":{"application/json":{"schema":{"$ref":\##
+        "#/components/schemas/Error"}}}},"401":{"$ref":"#/components/responses/ZulipUnauthorized"},"403":{"d\##
+        escription":"`REMOTE_REALM_SERVER_MISMATCH_ERROR`: the realm belongs to another server.","content":{\##
+        "application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"413":{"$ref":"#/components/re\##
+        sponses/RequestTooLarge"},"429":{"$ref":"#/components/responses/RateLimited"},"500":{"$ref":"#/compo\##
+        nents/responses/InternalError"},"503":{"$ref":"#/components/responses/Unavailable"}}}},"/api/v1/remo\##
+        tes/push/notify":{"post":{"operationId":"zulipLegacyNotify","summary":"Send a legacy notification to\##
+         every device of a user","tags":["zulip"],"requestBody":{"required":true,"content":{"application/jso\##
+        n":{"schema":{"type":"object","properties":{"user_id":{"type":"integer"},"user_uuid":{"type":"string\##
+        ","format":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F\##
+        ]{12}$"},"realm_uuid":{"type":["string","null"],"format":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-\##
+        F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},"apns_payload":{"type":"object","description"\##
+        :"Defaults to `{}`."},"gcm_payload":{"type":"object","description":"Defaults to `{}`."},"gcm_options\##
+        ":{"type":["object","null"],"properties":{"priority":{"type":["string","null"],"enum":["high","norma\##
+        l",null]}},"additionalProperties":false},"android_devices":{"type":["array","null"],"items":{"type":\##
+        "string"},"maxItems":10000},"apple_devices":{"type":["array","null"],"items":{"type":"string"},"maxI\##
+        tems":10000}},"anyOf":[{"required":["user_id"]},{"required":["user_uuid"]}]}}}},"security":[{"basic"\##
+        :[]}],"responses":{"200":{"description":"Accepted for sending.","content":{"application/json":{"sche\##
+        ma":{"$ref":"#/components/schemas/ZulipLegacyNotifyAnswer"}}},"headers":{"X-PushRelay-Notification-I\##
+        ds":{"description":"The relay's notification id of what was accepted (none when nothing was), for `G\##
+        ET /v1/notifications/{notification_id}` with the same credentials.","schema":{"type":"string"}}}},"4\##
+        00":{"description":"A field at fault, \"Invalid GCM option…\", \"Missing user_id or user_uuid\"; als\##
+        o a credentials header that is not HTTP Basic, or a user's email as name (`BAD_REQUEST`)","content":\##
+        {"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"401":{"$ref":"#/components/r\##
+        esponses/ZulipUnauthorized"},"403":{"description":"`REMOTE_REALM_SERVER_MISMATCH_ERROR`: the realm b\##
+        elongs to another server.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Err\##
+        or"}}}},"413":{"description":"`REQUEST_TOO_LARGE`: the body, or the payloads together.","content":{"\##
+        application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"429":{"$ref":"#/components/res\##
+        ponses/RateLimited"},"500":{"$ref":"#/components/responses/InternalError"},"503":{"$ref":"#/componen\##
+        ts/responses/Unavailable"}}}},"/api/v1/remotes/push/test_notification":{"post":{"operationId":"zulip\##
+        LegacyTestNotification","summary":"Send a test notification to one legacy device","tags":["zulip"],"\##
+        requestBody":{"required":true,"content":{"application/json":{"schema":{"type":"object","properties":\##
+        {"user_id":{"type":"integer"},"user_uuid":{"type":"string","format":"uuid","pattern":"^[0-9a-fA-F]{8\##
+        }-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},"token":{"type":"string","minLengt\##
+        h":1},"token_kind":{"type":"integer","enum":[1,2],"description":"1 APNs, 2 FCM."},"realm_uuid":{"typ\##
+        e":["string","null"],"format":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-\##
+        fA-F]{4}-[0-9a-fA-F]{12}$"},"base_payload":{"type":"object","description":"Defaults to `{}`."}},"req\##
+        uired":["token","token_kind"],"anyOf":[{"required":["user_id"]},{"required":["user_uuid"]}]}}}},"sec\##
+        urity":[{"basic":[]}],"responses":{"200":{"description":"Accepted for sending.","content":{"applicat\##
+        ion/json":{"schema":{"$ref":"#/components/schemas/Success"}}},"headers":{"X-PushRelay-Notification-I\##
+        ds":{"description":"The relay's notification id of what was accepted (none when nothing was), for `G\##
+        ET /v1/notifications/{notification_id}` with the same credentials.","schema":{"type":"string"}}}},"4\##
+        00":{"description":"`INVALID_REMOTE_PUSH_DEVICE_TOKEN` (a token the relay does not hold for the user\##
+        ), a field at fault; also a credentials header that is not HTTP Basic, or a user's email as name (`B\##
+        AD_REQUEST`)","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"401"\##
+        :{"$ref":"#/components/responses/ZulipUnauthorized"},"403":{"description":"`REMOTE_REALM_SERVER_MISM\##
+        ATCH_ERROR`: the realm belongs to another server.","content":{"application/json":{"schema":{"$ref":"\##
+        #/components/schemas/Error"}}}},"413":{"$ref":"#/components/responses/RequestTooLarge"},"429":{"$ref\##
+        ":"#/components/responses/RateLimited"},"500":{"$ref":"#/components/responses/InternalError"},"503":\##
+        {"$ref":"#/components/responses/Unavailable"}}}},"/api/push":{"post":{"operationId":"gorushPush","su\##
+        mmary":"Send notifications (gorush's API)","tags":["gorush"],"parameters":[{"name":"sync","in":"quer\##
+        y","required":false,"schema":{"type":"string"},"description":"`true`/`1`: answer once every push has\##
+         its outcome; `false`/`0`: answer on acceptance; anything else: the relay's default (`PUSHRELAY_GORU\##
+        SH_SYNC`)."},{"name":"dry_run","in":"query","required":false,"schema":{"type":"string","enum":["true\##
+        ","1","false","0"]},"description":"`true`/`1`: check and build each token's push, register, count an\##
+        d publish nothing, and say per token what would be sent (the relay's extension; gorush has no such m\##
+        ode)."}],"requestBody":{"required":true,"content":{"application/json":{"schema":{"$ref":"#/component\##
+        s/schemas/GorushPushRequest"}}}},"security":[{"basic":[]}],"responses":{"200":{"description":"Accept\##
+        ed (or, in sync mode, every push has its outcome). gorush's answer.","content":{"application/json":{\##
+        "schema":{"$ref":"#/components/schemas/GorushPushAnswer"}}},"headers":{"X-GORUSH-VERSION":{"$ref":"#\##
+        /components/headers/GorushVersion"},"X-PushRelay-Notification-Ids":{"description":"The relay's notif\##
+        ication ids of what was accepted, comma-separated, in request order.","schema":{"type":"string"}}}},\##
+        "400":{"description":"`MISSING_NOTIFICATIONS`, `EMPTY_NOTIFICATIONS`, `TOO_MANY_NOTIFICATIONS`, `TOO\##
+        _MANY_TOKENS`, `INVALID_NOTIFICATION` (`field` names it), `PLATFORM_NOT_ENABLED`, `BAD_REQUEST` (`fi\##
+        eld`: `dry_run`) for a `dry_run` that is not `true` or `false`.","content":{"application/json":{"sch\##
+        ema":{"$ref":"#/components/schemas/GorushError"}}}},"401":{"$ref":"#/components/responses/GorushUnau\##
+        thorized"},"403":{"description":"`REALM_QUOTA_EXCEEDED` or `DEVICE_QUOTA_EXCEEDED`.","content":{"app\##
+        lication/json":{"schema":{"$ref":"#/components/schemas/GorushError"}}}},"413":{"$ref":"#/components/\##
+        responses/GorushRequestTooLarge"},"429":{"$ref":"#/components/responses/GorushRateLimited"},"500":{"\##
+        $ref":"#/components/responses/GorushInternalError"},"503":{"description":"`SERVICE_UNAVAILABLE`: Kaf\##
+        ka did not take the records, Redis is unavailable, or sync mode cannot read outcomes; nothing was ac\##
+        cepted.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/GorushError"}}},"head\##
+        ers":{"Retry-After":{"$ref":"#/components/headers/RetryAfter"}}}}}},"/api/stat/app":{"get":{"operati\##
+        onId":"gorushGetAppStats","summary":"gorush's app statistics, for the calling server","tags":["gorus\##
+        h"],"security":[{"basic":[]}],"responses":{"200":{"description":"The calling server's figures.","con\##
+        tent":{"application/json":{"schema":{"$ref":"#/components/schemas/GorushAppStats"}}},"headers":{"X-G\##
+        ORUSH-VERSION":{"$ref":"#/components/headers/GorushVersion"}}},"401":{"$ref":"#/components/responses\##
+        /GorushUnauthorized"},"429":{"$ref":"#/components/responses/GorushRateLimited"},"500":{"$ref":"#/com\##
+        ponents/responses/GorushInternalError"},"503":{"$ref":"#/components/responses/GorushUnavailable"}}}}\##
+        ,"/api/stat/go":{"get":{"operationId":"gorushGetRuntimeStats","summary":"gorush's runtime statistics\##
+         (of this ingest process)","tags":["gorush"],"security":[{"basic":[]}],"responses":{"200":{"descript\##
+        ion":"fukata/golang-stats-api-handler's fields, with what a Swift process can say.","content":{"appl\##
+        ication/json":{"schema":{"$ref":"#/components/schemas/GorushGoStats"}}},"headers":{"X-GORUSH-VERSION\##
+        ":{"$ref":"#/components/headers/GorushVersion"}}},"401":{"$ref":"#/components/responses/GorushUnauth\##
+        orized"},"429":{"$ref":"#/components/responses/GorushRateLimited"},"500":{"$ref":"#/components/respo\##
+        nses/GorushInternalError"},"503":{"$ref":"#/components/responses/GorushUnavailable"}}}},"/api/config\##
+        ":{"get":{"operationId":"gorushGetConfig","summary":"gorush's configuration as it applies to the cal\##
+        ler (YAML)","tags":["gorush"],"security":[{"basic":[]}],"responses":{"200":{"description":"YAML; sec\##
+        rets `[REDACTED]`.","content":{"application/yaml":{}},"headers":{"X-GORUSH-VERSION":{"$ref":"#/compo\##
+        nents/headers/GorushVersion"}}},"401":{"$ref":"#/components/responses/GorushUnauthorized"},"429":{"$\##
+        ref":"#/components/responses/GorushRateLimited"},"500":{"$ref":"#/components/responses/GorushInterna\##
+        lError"},"503":{"$ref":"#/components/responses/GorushUnavailable"}}}},"/api/feedback-hook":{"put":{"\##
+        operationId":"gorushSetFeedbackHook","summary":"Set the feedback hook URL (a new signing secret)","t\##
+        ags":["gorush"],"requestBody":{"required":true,"content":{"application/json":{"schema":{"type":"obje\##
+        ct","properties":{"url":{"type":"string","format":"uri"}},"required":["url"]}}}},"security":[{"basic\##
+        ":[]}],"responses":{"200":{"description":"The URL and its new signing secret, answered once.","conte\##
+        nt":{"application/json":{"schema":{"type":"object","properties":{"url":{"type":"string"},"secret":{"\##
+        type":"string"}},"required":["url","secret"]}}},"headers":{"X-GORUSH-VERSION":{"$ref":"#/components/\##
+        headers/GorushVersion"}}},"400":{"description":"`MALFORMED_JSON`, `BAD_REQUEST`, `INVALID_FIELD`, `I\##
+        NVALID_URL` (https only, through the endpoint guard).","content":{"application/json":{"schema":{"$re\##
+        f":"#/components/schemas/GorushError"}}}},"401":{"$ref":"#/components/responses/GorushUnauthorized"}\##
+        ,"413":{"$ref":"#/components/responses/GorushRequestTooLarge"},"429":{"$ref":"#/components/responses\##
         /GorushRateLimited"},"500":{"$ref":"#/components/responses/GorushInternalError"},"503":{"$ref":"#/co\##
-        mponents/responses/GorushUnavailable"}}}},"/":{"get":{"operationId":"gorushWelcome","summary":"gorus\##
-        h's welcome","tags":["gorush"],"security":[],"responses":{"200":{"description":"gorush's exact bytes\##
-        .","content":{"application/json":{"schema":{"type":"object","properties":{"text":{"type":"string","c\##
-        onst":"Welcome to notification server."}},"required":["text"]}}},"headers":{"X-GORUSH-VERSION":{"$re\##
-        f":"#/components/headers/GorushVersion"}}}}}},"/sys/stats":{"get":{"operationId":"gorushGetSysStats"\##
-        ,"summary":"thoas/stats' figures of this ingest process's answers","tags":["gorush"],"security":[{"b\##
-        asic":[]}],"responses":{"200":{"description":"thoas/stats' `Data`.","content":{"application/json":{"\##
-        schema":{"$ref":"#/components/schemas/GorushSysStats"}}},"headers":{"X-GORUSH-VERSION":{"$ref":"#/co\##
-        mponents/headers/GorushVersion"}}},"401":{"$ref":"#/components/responses/GorushUnauthorized"},"429":\##
-        {"$ref":"#/components/responses/GorushRateLimited"},"500":{"$ref":"#/components/responses/GorushInte\##
-        rnalError"},"503":{"$ref":"#/components/responses/GorushUnavailable"}}}},"/metrics":{"get":{"operati\##
-        onId":"gorushGetMetrics","summary":"gorush's Prometheus series, for the calling server","tags":["gor\##
-        ush"],"security":[{"basic":[]}],"responses":{"200":{"description":"Prometheus text: gorush's eleven \##
-        series. (The relay's own metrics are on the ops port.)","content":{"text/plain":{"schema":{"type":"s\##
-        tring"}}},"headers":{"X-GORUSH-VERSION":{"$ref":"#/components/headers/GorushVersion"}}},"401":{"$ref\##
-        ":"#/components/responses/GorushUnauthorized"},"429":{"$ref":"#/components/responses/GorushRateLimit\##
-        ed"},"500":{"$ref":"#/components/responses/GorushInternalError"},"503":{"$ref":"#/components/respons\##
-        es/GorushUnavailable"}}}},"/healthz":{"get":{"operationId":"gorushHealthz","summary":"Health (gorush\##
-        's)","tags":["gorush"],"security":[],"responses":{"200":{"description":"Healthy; empty body.","heade\##
-        rs":{"X-GORUSH-VERSION":{"$ref":"#/components/headers/GorushVersion"}}}}},"head":{"operationId":"gor\##
-        ushHealthzHead","summary":"Health (gorush's), HEAD","tags":["gorush"],"security":[],"responses":{"20\##
-        0":{"description":"Healthy; empty body.","headers":{"X-GORUSH-VERSION":{"$ref":"#/components/headers\##
-        /GorushVersion"}}}}}},"/version":{"get":{"operationId":"gorushGetVersion","summary":"gorush's versio\##
-        n answer","tags":["gorush"],"security":[],"responses":{"200":{"description":"The relay's gorush-API \##
-        version.","content":{"application/json":{"schema":{"type":"object","properties":{"source":{"type":"s\##
-        tring"},"version":{"type":"string"}},"required":["source","version"]}}},"headers":{"X-GORUSH-VERSION\##
-        ":{"$ref":"#/components/headers/GorushVersion"}}}}}},"/status/v1/server":{"get":{"operationId":"stat\##
-        usGetServer","summary":"The Status push server's public key","tags":["status"],"security":[],"respon\##
-        ses":{"200":{"description":"The server's compressed secp256k1 public key (hex).","content":{"applica\##
-        tion/json":{"schema":{"allOf":[{"$ref":"#/components/schemas/Success"},{"type":"object","properties"\##
-        :{"public_key":{"type":"string","pattern":"^[0-9a-f]{66}$"},"query_topic_hash":{"type":"string"}},"r\##
-        equired":["public_key","query_topic_hash"]}]}}}},"404":{"description":"`STATUS_DISABLED`: the Status\##
-         push server is not enabled here.","content":{"application/json":{"schema":{"$ref":"#/components/sch\##
-        emas/Error"}}}}}}},"/status/v1/registration":{"post":{"operationId":"statusRegister","summary":"Regi\##
-        ster (or unregister) a Status installation","tags":["status"],"description":"Type 16 `PushNotificati\##
-        onRegistration`, encrypted to the server. No credentials.","requestBody":{"required":true,"descripti\##
-        on":"A signed protobuf `ApplicationMetadataMessage`.","content":{"application/x-protobuf":{"schema":\##
-        {"type":"string","format":"binary"}}}},"security":[],"responses":{"200":{"description":"A signed `Pu\##
-        shNotificationRegistrationResponse` (type 17).","content":{"application/x-protobuf":{"schema":{"type\##
-        ":"string","format":"binary"}}}},"400":{"description":"`MALFORMED_MESSAGE` (not an `ApplicationMetad\##
-        ataMessage`, or its payload not the expected message), `BAD_SIGNATURE`, `WRONG_MESSAGE_TYPE`, `UNDEC\##
-        RYPTABLE`: discarded, no protobuf answer.","content":{"application/json":{"schema":{"$ref":"#/compon\##
-        ents/schemas/Error"}}}},"404":{"description":"`STATUS_DISABLED`: the Status push server is not enabl\##
-        ed here.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"413":{"$\##
-        ref":"#/components/responses/RequestTooLarge"},"429":{"description":"`RATE_LIMITED`: too many Status\##
-         requests from this address.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/\##
-        Error"}}},"headers":{"Retry-After":{"$ref":"#/components/headers/RetryAfter"}}},"500":{"$ref":"#/com\##
-        ponents/responses/InternalError"},"503":{"description":"`STATUS_REALM_TAKEN` (misconfigured) or `SER\##
-        VICE_UNAVAILABLE` (Redis or Kafka).","content":{"application/json":{"schema":{"$ref":"#/components/s\##
-        chemas/Error"}}},"headers":{"Retry-After":{"$ref":"#/components/headers/RetryAfter"}}}}}},"/status/v\##
-        1/query":{"post":{"operationId":"statusQuery","summary":"Query the registrations of hashed public ke\##
-        ys","tags":["status"],"description":"Type 18 `PushNotificationQuery`. No credentials.","requestBody"\##
-        :{"required":true,"description":"A signed protobuf `ApplicationMetadataMessage`.","content":{"applic\##
-        ation/x-protobuf":{"schema":{"type":"string","format":"binary"}}}},"security":[],"responses":{"200":\##
-        {"description":"A signed `PushNotificationQueryResponse` (type 19).","content":{"application/x-proto\##
-        buf":{"schema":{"type":"string","format":"binary"}}}},"400":{"description":"`MALFORMED_MESSAGE` (not\##
-         an `ApplicationMetadataMessage`, or its payload not the expected message), `BAD_SIGNATURE`, `WRONG_\##
-        MESSAGE_TYPE`, `TOO_MANY_KEYS`.","content":{"application/json":{"schema":{"$ref":"#/components/schem\##
-        as/Error"}}}},"404":{"description":"`STATUS_DISABLED`: the Status push server is not enabled here.",\##
-        "content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"413":{"$ref":"#/co\##
-        mponents/responses/RequestTooLarge"},"429":{"description":"`RATE_LIMITED`: too many Status requests \##
-        from this address.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}},\##
-        "headers":{"Retry-After":{"$ref":"#/components/headers/RetryAfter"}}},"500":{"$ref":"#/components/re\##
-        sponses/InternalError"},"503":{"description":"`STATUS_REALM_TAKEN` (misconfigured) or `SERVICE_UNAVA\##
-        ILABLE` (Redis or Kafka).","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Err\##
-        or"}}},"headers":{"Retry-After":{"$ref":"#/components/headers/RetryAfter"}}}}}},"/status/v1/notify":\##
-        {"post":{"operationId":"statusNotify","summary":"Request notifications to Status installations","tag\##
-        s":["status"],"description":"Type 20 `PushNotificationRequest`. No credentials.","requestBody":{"req\##
-        uired":true,"description":"A signed protobuf `ApplicationMetadataMessage`.","content":{"application/\##
-        x-protobuf":{"schema":{"type":"string","format":"binary"}}}},"security":[],"responses":{"200":{"desc\##
-        ription":"A signed `PushNotificationResponse` (type 21), one report per target; a repeated request g\##
-        ets the first answer.","content":{"application/x-protobuf":{"schema":{"type":"string","format":"bina\##
-        ry"}}}},"400":{"description":"`MALFORMED_MESSAGE` (not an `ApplicationMetadataMessage`, or its paylo\##
-        ad not the expected message), `BAD_SIGNATURE`, `WRONG_MESSAGE_TYPE`, `TOO_MANY_TARGETS`.","content":\##
-        {"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"404":{"description":"`STATUS\##
-        _DISABLED`: the Status push server is not enabled here.","content":{"application/json":{"schema":{"$\##
-        ref":"#/components/schemas/Error"}}}},"409":{"description":"`DUPLICATE_REQUEST`: the same message is\##
-         being handled, or its answer was not kept.","content":{"application/json":{"schema":{"$ref":"#/comp\##
-        onents/schemas/Error"}}}},"413":{"$ref":"#/components/responses/RequestTooLarge"},"429":{"descriptio\##
-        n":"`RATE_LIMITED`: too many Status requests from this address.","content":{"application/json":{"sch\##
-        ema":{"$ref":"#/components/schemas/Error"}}},"headers":{"Retry-After":{"$ref":"#/components/headers/\##
-        RetryAfter"}}},"500":{"$ref":"#/components/responses/InternalError"},"503":{"description":"`STATUS_R\##
-        EALM_TAKEN` (misconfigured) or `SERVICE_UNAVAILABLE` (Redis or Kafka).","content":{"application/json\##
+        mponents/responses/GorushUnavailable"}}},"get":{"operationId":"gorushGetFeedbackHook","summary":"The\##
+         feedback hook URL","tags":["gorush"],"security":[{"basic":[]}],"responses":{"200":{"description":"T\##
+        he URL, or null when none is set.","content":{"application/json":{"schema":{"$ref":"#/components/sch\##
+        emas/GorushHookURL"}}},"headers":{"X-GORUSH-VERSION":{"$ref":"#/components/headers/GorushVersion"}}}\##
+        ,"401":{"$ref":"#/components/responses/GorushUnauthorized"},"429":{"$ref":"#/components/responses/Go\##
+        rushRateLimited"},"500":{"$ref":"#/components/responses/GorushInternalError"},"503":{"$ref":"#/compo\##
+        nents/responses/GorushUnavailable"}}},"delete":{"operationId":"gorushDeleteFeedbackHook","summary":"\##
+        Remove the feedback hook","tags":["gorush"],"security":[{"basic":[]}],"responses":{"200":{"descripti\##
+        on":"Removed.","content":{"application/json":{"schema":{"type":"object","properties":{"url":{"type":\##
+        "null"}},"required":["url"]}}},"headers":{"X-GORUSH-VERSION":{"$ref":"#/components/headers/GorushVer\##
+        sion"}}},"401":{"$ref":"#/components/responses/GorushUnauthorized"},"429":{"$ref":"#/components/resp\##
+        onses/GorushRateLimited"},"500":{"$ref":"#/components/responses/GorushInternalError"},"503":{"$ref":\##
+        "#/components/responses/GorushUnavailable"}}}},"/":{"get":{"operationId":"gorushWelcome","summary":"\##
+        gorush's welcome","tags":["gorush"],"security":[],"responses":{"200":{"description":"gorush's exact \##
+        bytes.","content":{"application/json":{"schema":{"type":"object","properties":{"text":{"type":"strin\##
+        g","const":"Welcome to notification server."}},"required":["text"]}}},"headers":{"X-GORUSH-VERSION":\##
+        {"$ref":"#/components/headers/GorushVersion"}}}}}},"/sys/stats":{"get":{"operationId":"gorushGetSysS\##
+        tats","summary":"thoas/stats' figures of this ingest process's answers","tags":["gorush"],"security"\##
+        :[{"basic":[]}],"responses":{"200":{"description":"thoas/stats' `Data`.","content":{"application/jso\##
+        n":{"schema":{"$ref":"#/components/schemas/GorushSysStats"}}},"headers":{"X-GORUSH-VERSION":{"$ref":\##
+        "#/components/headers/GorushVersion"}}},"401":{"$ref":"#/components/responses/GorushUnauthorized"},"\##
+        429":{"$ref":"#/components/responses/GorushRateLimited"},"500":{"$ref":"#/components/responses/Gorus\##
+        hInternalError"},"503":{"$ref":"#/components/responses/GorushUnavailable"}}}},"/metrics":{"get":{"op\##
+        erationId":"gorushGetMetrics","summary":"gorush's Prometheus series, for the calling server","tags":\##
+        ["gorush"],"security":[{"basic":[]}],"responses":{"200":{"description":"Prometheus text: gorush's el\##
+        even series. (The relay's own metrics are on the ops port.)","content":{"text/plain":{"schema":{"typ\##
+        e":"string"}}},"headers":{"X-GORUSH-VERSION":{"$ref":"#/components/headers/GorushVersion"}}},"401":{\##
+        "$ref":"#/components/responses/GorushUnauthorized"},"429":{"$ref":"#/components/responses/GorushRate\##
+        Limited"},"500":{"$ref":"#/components/responses/GorushInternalError"},"503":{"$ref":"#/components/re\##
+        sponses/GorushUnavailable"}}}},"/healthz":{"get":{"operationId":"gorushHealthz","summary":"Health (g\##
+        orush's)","tags":["gorush"],"security":[],"responses":{"200":{"description":"Healthy; empty body.","\##
+        headers":{"X-GORUSH-VERSION":{"$ref":"#/components/headers/GorushVersion"}}}}},"head":{"operationId"\##
+        :"gorushHealthzHead","summary":"Health (gorush's), HEAD","tags":["gorush"],"security":[],"responses"\##
+        :{"200":{"description":"Healthy; empty body.","headers":{"X-GORUSH-VERSION":{"$ref":"#/components/he\##
+        aders/GorushVersion"}}}}}},"/version":{"get":{"operationId":"gorushGetVersion","summary":"gorush's v\##
+        ersion answer","tags":["gorush"],"security":[],"responses":{"200":{"description":"The relay's gorush\##
+        -API version.","content":{"application/json":{"schema":{"type":"object","properties":{"source":{"typ\##
+        e":"string"},"version":{"type":"string"}},"required":["source","version"]}}},"headers":{"X-GORUSH-VE\##
+        RSION":{"$ref":"#/components/headers/GorushVersion"}}}}}},"/status/v1/server":{"get":{"operationId":\##
+        "statusGetServer","summary":"The Status push server's public key","tags":["status"],"security":[],"r\##
+        esponses":{"200":{"description":"The server's compressed secp256k1 public key (hex).","content":{"ap\##
+        plication/json":{"schema":{"allOf":[{"$ref":"#/components/schemas/Success"},{"type":"object","proper\##
+        ties":{"public_key":{"type":"string","pattern":"^[0-9a-f]{66}$"},"query_topic_hash":{"type":"string"\##
+        }},"required":["public_key","query_topic_hash"]}]}}}},"404":{"description":"`STATUS_DISABLED`: the S\##
+        tatus push server is not enabled here.","content":{"application/json":{"schema":{"$ref":"#/component\##
+        s/schemas/Error"}}}}}}},"/status/v1/registration":{"post":{"operationId":"statusRegister","summary":\##
+        "Register (or unregister) a Status installation","tags":["status"],"description":"Type 16 `PushNotif\##
+        icationRegistration`, encrypted to the server. No credentials.","requestBody":{"required":true,"desc\##
+        ription":"A signed protobuf `ApplicationMetadataMessage`.","content":{"application/x-protobuf":{"sch\##
+        ema":{"type":"string","format":"binary"}}}},"security":[],"responses":{"200":{"description":"A signe\##
+        d `PushNotificationRegistrationResponse` (type 17).","content":{"application/x-protobuf":{"schema":{\##
+        "type":"string","format":"binary"}}}},"400":{"description":"`MALFORMED_MESSAGE` (not an `Application\##
+        MetadataMessage`, or its payload not the expected message), `BAD_SIGNATURE`, `WRONG_MESSAGE_TYPE`, `\##
+        UNDECRYPTABLE`: discarded, no protobuf answer.","content":{"application/json":{"schema":{"$ref":"#/c\##
+        omponents/schemas/Error"}}}},"404":{"description":"`STATUS_DISABLED`: the Status push server is not \##
+        enabled here.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"413\##
+        ":{"$ref":"#/components/responses/RequestTooLarge"},"429":{"description":"`RATE_LIMITED`: too many S\##
+        tatus requests from this address.","content":{"application/json":{"schema":{"$ref":"#/components/sch\##
+        emas/Error"}}},"headers":{"Retry-After":{"$ref":"#/components/headers/RetryAfter"}}},"500":{"$ref":"\##
+        #/components/responses/InternalError"},"503":{"description":"`STATUS_REALM_TAKEN` (misconfigured) or\##
+         `SERVICE_UNAVAILABLE` (Redis or Kafka).","content":{"application/json":{"schema":{"$ref":"#/compone\##
+        nts/schemas/Error"}}},"headers":{"Retry-After":{"$ref":"#/components/headers/RetryAfter"}}}}}},"/sta\##
+        tus/v1/query":{"post":{"operationId":"statusQuery","summary":"Query the registrations of hashed publ\##
+        ic keys","tags":["status"],"description":"Type 18 `PushNotificationQuery`. No credentials.","request\##
+        Body":{"required":true,"description":"A signed protobuf `ApplicationMetadataMessage`.","content":{"a\##
+        pplication/x-protobuf":{"schema":{"type":"string","format":"binary"}}}},"security":[],"responses":{"\##
+        200":{"description":"A signed `PushNotificationQueryResponse` (type 19).","content":{"application/x-\##
+        protobuf":{"schema":{"type":"string","format":"binary"}}}},"400":{"description":"`MALFORMED_MESSAGE`\##
+         (not an `ApplicationMetadataMessage`, or its payload not the expected message), `BAD_SIGNATURE`, `W\##
+        RONG_MESSAGE_TYPE`, `TOO_MANY_KEYS`.","content":{"application/json":{"schema":{"$ref":"#/components/\##
+        schemas/Error"}}}},"404":{"description":"`STATUS_DISABLED`: the Status push server is not enabled he\##
+        re.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"413":{"$ref":\##
+        "#/components/responses/RequestTooLarge"},"429":{"description":"`RATE_LIMITED`: too many Status requ\##
+        ests from this address.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error\##
+        "}}},"headers":{"Retry-After":{"$ref":"#/components/headers/RetryAfter"}}},"500":{"$ref":"#/componen\##
+        ts/responses/InternalError"},"503":{"description":"`STATUS_REALM_TAKEN` (misconfigured) or `SERVICE_\##
+        UNAVAILABLE` (Redis or Kafka).","content":{"application/json":{"schema":{"$ref":"#/components/schema\##
+        s/Error"}}},"headers":{"Retry-After":{"$ref":"#/components/headers/RetryAfter"}}}}}},"/status/v1/not\##
+        ify":{"post":{"operationId":"statusNotify","summary":"Request notifications to Status installations"\##
+        ,"tags":["status"],"description":"Type 20 `PushNotificationRequest`. No credentials.","requestBody":\##
+        {"required":true,"description":"A signed protobuf `ApplicationMetadataMessage`.","content":{"applica\##
+        tion/x-protobuf":{"schema":{"type":"string","format":"binary"}}}},"security":[],"responses":{"200":{\##
+        "description":"A signed `PushNotificationResponse` (type 21), one report per target; a repeated requ\##
+        est gets the first answer.","content":{"application/x-protobuf":{"schema":{"type":"string","format":\##
+        "binary"}}}},"400":{"description":"`MALFORMED_MESSAGE` (not an `ApplicationMetadataMessage`, or its \##
+        payload not the expected message), `BAD_SIGNATURE`, `WRONG_MESSAGE_TYPE`, `TOO_MANY_TARGETS`.","cont\##
+        ent":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"404":{"description":"`S\##
+        TATUS_DISABLED`: the Status push server is not enabled here.","content":{"application/json":{"schema\##
+        ":{"$ref":"#/components/schemas/Error"}}}},"409":{"description":"`DUPLICATE_REQUEST`: the same messa\##
+        ge is being handled, or its answer was not kept.","content":{"application/json":{"schema":{"$ref":"#\##
+        /components/schemas/Error"}}}},"413":{"$ref":"#/components/responses/RequestTooLarge"},"429":{"descr\##
+        iption":"`RATE_LIMITED`: too many Status requests from this address.","content":{"application/json":\##
+        {"schema":{"$ref":"#/components/schemas/Error"}}},"headers":{"Retry-After":{"$ref":"#/components/hea\##
+        ders/RetryAfter"}}},"500":{"$ref":"#/components/responses/InternalError"},"503":{"description":"`STA\##
+        TUS_REALM_TAKEN` (misconfigured) or `SERVICE_UNAVAILABLE` (Redis or Kafka).","content":{"application\##
+        /json":{"schema":{"$ref":"#/components/schemas/Error"}}},"headers":{"Retry-After":{"$ref":"#/compone\##
+        nts/headers/RetryAfter"}}}}}},"/openapi.json":{"get":{"operationId":"getOpenApiDocument","summary":"\##
+        This document","tags":["meta"],"security":[],"responses":{"200":{"description":"The OpenAPI 3.1 docu\##
+        ment of ingest's API.","content":{"application/json":{"schema":{"type":"object"}}}}}}}},"components"\##
+        :{"securitySchemes":{"basic":{"type":"http","scheme":"basic","description":"HTTP Basic `server_uuid:\##
+        api_key` (for Zulip servers `zulip_org_id:zulip_org_key`)."}},"schemas":{"Success":{"type":"object",\##
+        "properties":{"result":{"type":"string","const":"success"},"msg":{"type":"string"}},"required":["res\##
+        ult","msg"],"description":"Every success of the native and Zulip APIs carries these."},"Error":{"typ\##
+        e":"object","properties":{"result":{"type":"string","const":"error"},"code":{"type":"string","descri\##
+        ption":"Machine-readable, e.g. `UNAUTHORIZED`, `INVALID_FIELD`."},"msg":{"type":"string"},"field":{"\##
+        type":"string","description":"The request field at fault, when there is one."},"retry-after":{"type"\##
+        :"number","description":"`RATE_LIMIT_HIT` (Zulip's field)."},"role":{"type":"string","description":"\##
+        `INVALID_ZULIP_SERVER`: the server uuid."}},"required":["result","code","msg"],"description":"The er\##
+        ror shape of the native, Zulip and Status APIs (Zulip's)."},"GorushError":{"type":"object","properti\##
+        es":{"code":{"type":"integer","description":"The HTTP status."},"message":{"type":"string"},"error":\##
+        {"type":"string","description":"Machine-readable code (the relay's)."},"field":{"type":"string"}},"r\##
+        equired":["code","message","error"],"description":"gorush's error shape, plus `error` and `field`."}\##
+        ,"RealmRegistered":{"allOf":[{"$ref":"#/components/schemas/Success"},{"type":"object","properties":{\##
+        "realm_uuid":{"type":"string","format":"uuid"},"created":{"type":"boolean"}},"required":["realm_uuid\##
+        ","created"]}]},"DeviceRegistered":{"allOf":[{"$ref":"#/components/schemas/Success"},{"type":"object\##
+        ","properties":{"device_id":{"type":"integer"},"created":{"type":"boolean"}},"required":["device_id"\##
+        ,"created"]}]},"WebPushSubscription":{"type":"object","properties":{"endpoint":{"type":"string"},"ke\##
+        ys":{"type":"object","properties":{"p256dh":{"type":"string"},"auth":{"type":"string"}},"required":[\##
+        "p256dh","auth"]}},"required":["endpoint","keys"]},"Device":{"type":"object","properties":{"device_i\##
+        d":{"type":"integer"},"token_kind":{"type":"string","enum":["apns","fcm","apns_voip","webpush","simp\##
+        lepush","hms","wns"]},"token_type":{"type":"integer","description":"Telegram's number for the kind."\##
+        },"token":{"type":"string","description":"Redacted: first and last four characters."},"status":{"typ\##
+        e":"string","enum":["active","invalid"]},"invalid_reason":{"type":"string"},"registered_at_ms":{"typ\##
+        e":"integer"},"push_key_ids":{"type":"array","items":{"type":"integer"}},"current_push_key_id":{"typ\##
+        e":"integer"},"encryption":{"type":"string"},"ios_app_id":{"type":"string"},"push_account_id":{"type\##
+        ":"integer"}},"required":["device_id","token_kind","token","status","registered_at_ms","push_key_ids\##
+        ","encryption"]},"DeviceList":{"allOf":[{"$ref":"#/components/schemas/Success"},{"type":"object","pr\##
+        operties":{"devices":{"type":"array","items":{"$ref":"#/components/schemas/Device"}}},"required":["d\##
+        evices"]}]},"NotifyAccepted":{"allOf":[{"$ref":"#/components/schemas/Success"},{"type":"object","pro\##
+        perties":{"notification_id":{"type":"string","format":"uuid"},"device_count":{"type":"integer","mini\##
+        mum":0,"description":"Deliverable devices."},"delete_device_ids":{"type":"array","items":{"type":"in\##
+        teger"},"description":"Targets that are unknown, another user's or invalidated."},"dry_run":{"type":\##
+        "string","const":"pipeline","description":"`\"dry_run\": \"pipeline\"` only."},"checked":{"type":"ob\##
+        ject","description":"`\"dry_run\": \"pipeline\"` only: which providers check the push themselves (`v\##
+        alidate_only`) and which are only checked here (not sent).","properties":{"provider":{"type":"array"\##
+        ,"items":{"type":"string"}},"local":{"type":"array","items":{"type":"string"}}},"required":["provide\##
+        r","local"]}},"required":["notification_id","device_count","delete_device_ids"]}]},"DryRunDevice":{"\##
+        type":"object","properties":{"device_id":{"type":"integer"},"result":{"type":"string","enum":["send"\##
+        ,"skip","fail"]},"reason":{"type":"string","description":"`skip`: `unknown_device`, `not_users_devic\##
+        e`, `device_invalid`; `fail`: `no_push_key`, `payload_too_large`, …"},"provider":{"type":"string","e\##
+        num":["apns","fcm","apns_voip","webpush","simplepush","hms","wns"]},"push_type":{"type":"string"},"p\##
+        riority":{"type":["integer","string","null"]},"expires_at":{"type":"integer","description":"Unix sec\##
+        onds."},"collapse_id":{"type":["string","null"]},"body_bytes":{"type":"integer"},"provider_configure\##
+        d":{"type":"boolean"}},"required":["device_id","result"]},"DryRunAnswer":{"allOf":[{"$ref":"#/compon\##
+        ents/schemas/Success"},{"type":"object","properties":{"dry_run":{"type":"boolean","const":true},"che\##
+        cked":{"type":"string","const":"local"},"device_count":{"type":"integer","minimum":0},"delete_device\##
+        _ids":{"type":"array","items":{"type":"integer"}},"devices":{"type":"array","items":{"$ref":"#/compo\##
+        nents/schemas/DryRunDevice"}}},"required":["dry_run","checked","device_count","delete_device_ids","d\##
+        evices"]}]},"FeedbackPage":{"allOf":[{"$ref":"#/components/schemas/Success"},{"type":"object","prope\##
+        rties":{"invalidated":{"type":"array","items":{"type":"object","properties":{"device_id":{"type":"in\##
+        teger"},"reason":{"type":"string"},"at_ms":{"type":"integer"},"cursor":{"type":"string"}},"required"\##
+        :["device_id","reason","at_ms","cursor"]}},"next_cursor":{"type":["string","null"]}},"required":["in\##
+        validated","next_cursor"]}]},"DeliveryState":{"type":"object","properties":{"state":{"type":"string"\##
+        ,"enum":["accepted","retrying","skipped","sent","invalid_token","expired","failed","dead_lettered","\##
+        validated","checked"]},"at_ms":{"type":"integer"},"provider":{"type":"string"},"reason":{"type":"str\##
+        ing"},"provider_message_id":{"type":"string"},"http_status":{"type":"integer"},"attempts":{"type":"i\##
+        nteger"},"next_attempt_at_ms":{"type":"integer"}},"required":["state","at_ms"]},"NotificationStatus"\##
+        :{"allOf":[{"$ref":"#/components/schemas/Success"},{"type":"object","properties":{"notification_id":\##
+        {"type":"string","format":"uuid"},"realm_uuid":{"type":"string","format":"uuid"},"accepted_at_ms":{"\##
+        type":["integer","null"]},"devices_truncated":{"type":"boolean"},"summary":{"type":"object","additio\##
+        nalProperties":{"type":"integer"},"description":"Devices per state."},"devices":{"type":"array","ite\##
+        ms":{"allOf":[{"$ref":"#/components/schemas/DeliveryState"},{"type":"object","properties":{"device_i\##
+        d":{"type":"integer"}},"required":["device_id"]}]}},"notification":{"$ref":"#/components/schemas/Del\##
+        iveryState"}},"required":["notification_id","realm_uuid","accepted_at_ms","devices_truncated","summa\##
+        ry","devices"]}]},"NotificationPayload":{"description":"A Zulip plaintext notification, or Telegram'\##
+        s `{\"data\": {…}}`. Encrypted for the device as sent.","anyOf":[{"$ref":"#/components/schemas/Zulip\##
+        MessageChannelPayload"},{"$ref":"#/components/schemas/ZulipMessageDirectPayload"},{"$ref":"#/compone\##
+        nts/schemas/ZulipRemovePayload"},{"$ref":"#/components/schemas/ZulipTestPayload"},{"$ref":"#/compone\##
+        nts/schemas/TelegramPayload"}]},"ZulipMessageChannelPayload":{"type":"object","properties":{"type":{\##
+        "const":"message"},"realm_url":{"type":"string"},"realm_name":{"type":"string"},"user_id":{"type":"i\##
+        nteger"},"sender_id":{"type":"integer"},"sender_full_name":{"type":"string"},"sender_avatar_url":{"t\##
+        ype":"string"},"message_id":{"type":"integer"},"time":{"type":"integer"},"content":{"type":"string"}\##
+        ,"recipient_type":{"const":"channel"},"channel_id":{"type":"integer"},"channel_name":{"type":"string\##
+        "},"topic":{"type":"string"},"mentioned_user_group_id":{"type":"integer"},"mentioned_user_group_name\##
+        ":{"type":"string"}},"required":["type","realm_url","realm_name","user_id","sender_id","sender_full_\##
+        name","sender_avatar_url","message_id","time","content","recipient_type","channel_id","channel_name"\##
+        ,"topic"]},"ZulipMessageDirectPayload":{"type":"object","properties":{"type":{"const":"message"},"re\##
+        alm_url":{"type":"string"},"realm_name":{"type":"string"},"user_id":{"type":"integer"},"sender_id":{\##
+        "type":"integer"},"sender_full_name":{"type":"string"},"sender_avatar_url":{"type":"string"},"messag\##
+        e_id":{"type":"integer"},"time":{"type":"integer"},"content":{"type":"string"},"recipient_type":{"co\##
+        nst":"direct"},"recipient_user_ids":{"type":"array","items":{"type":"integer"},"description":"Sorted\##
+         ascending; includes `user_id` and `sender_id`."},"pm_users":{"type":"string","description":"Older s\##
+        ervers: comma-separated user ids."}},"required":["type","realm_url","realm_name","user_id","sender_i\##
+        d","sender_full_name","sender_avatar_url","message_id","time","content","recipient_type"]},"ZulipRem\##
+        ovePayload":{"type":"object","properties":{"type":{"const":"remove"},"realm_url":{"type":"string"},"\##
+        realm_name":{"type":"string"},"user_id":{"type":"integer"},"message_ids":{"type":"array","items":{"t\##
+        ype":"integer"},"minItems":1}},"required":["type","realm_url","realm_name","user_id","message_ids"]}\##
+        ,"ZulipTestPayload":{"type":"object","properties":{"type":{"const":"test"},"realm_url":{"type":"stri\##
+        ng"},"realm_name":{"type":"string"},"user_id":{"type":"integer"},"time":{"type":"integer"}},"require\##
+        d":["type","realm_url","realm_name","user_id","time"]},"TelegramPayload":{"type":"object","propertie\##
+        s":{"data":{"type":"object","properties":{"loc_key":{"type":"string","pattern":"^[A-Z_0-9]{1,64}$"},\##
+        "loc_args":{"type":"array","items":{"type":"string"}},"user_id":{"oneOf":[{"type":"integer"},{"type"\##
+        :"string","pattern":"^-?[0-9]+$"}]},"custom":{"type":"object"},"sound":{"type":"string"},"announceme\##
+        nt":{"type":"string"}},"required":["loc_key"]}},"required":["data"],"not":{"required":["type"]}},"Zu\##
+        lipPushStatus":{"type":"object","properties":{"can_push":{"type":"boolean"},"expected_end_timestamp"\##
+        :{"type":["integer","null"]}},"required":["can_push","expected_end_timestamp"]},"ZulipAnalyticsRow":\##
+        {"type":"object","properties":{"id":{"type":"integer","minimum":0}},"required":["id"]},"ZulipRealmIn\##
+        fo":{"type":"object","properties":{"uuid":{"type":"string","format":"uuid","pattern":"^[0-9a-fA-F]{8\##
+        }-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},"host":{"type":["string","null"],"\##
+        maxLength":1024},"url":{"type":["string","null"],"maxLength":1024},"name":{"type":["string","null"],\##
+        "maxLength":1024},"org_type":{"type":["integer","null"]},"deactivated":{"type":["boolean","null"]},"\##
+        is_system_bot_realm":{"type":["boolean","null"]},"uuid_owner_secret":{"type":["string","null"],"maxL\##
+        ength":1024}},"required":["uuid"]},"ZulipE2EEPushRequest":{"type":"object","properties":{"device_id"\##
+        :{"type":"integer","description":"Zulip 11.x."},"token_id":{"type":"string","minLength":1,"maxLength\##
+        ":64,"pattern":"^[\\x21-\\x7e]+$","description":"Zulip 12."},"payload":{"type":"object","properties"\##
+        :{"encrypted_data":{"type":"string","minLength":1,"maxLength":4096,"pattern":"^[A-Za-z0-9+/=_-]+$"},\##
+        "push_key_id":{"type":"integer","minimum":0,"maximum":4294967295},"push_account_id":{"type":"integer\##
+        "}},"required":["encrypted_data"],"anyOf":[{"required":["push_key_id"]},{"required":["push_account_i\##
+        d"]}]},"http_headers":{"type":["object","null"],"description":"APNs entries.","properties":{"apns_pr\##
+        iority":{"type":["integer","null"],"enum":[10,5,1,null]},"apns_push_type":{"type":["string","null"],\##
+        "enum":["alert","background",null]}}},"fcm_priority":{"type":["string","null"],"enum":["high","norma\##
+        l",null],"description":"FCM entries."}},"required":["payload"],"anyOf":[{"required":["device_id"]},{\##
+        "required":["token_id"]}]},"ZulipE2EENotifyAnswer":{"allOf":[{"$ref":"#/components/schemas/Success"}\##
+        ,{"type":"object","properties":{"apple_successfully_sent_count":{"type":"integer"},"android_successf\##
+        ully_sent_count":{"type":"integer"},"realm_push_status":{"$ref":"#/components/schemas/ZulipPushStatu\##
+        s"},"delete_token_ids":{"type":"array","items":{"type":"string"},"description":"Zulip 12 (by `token_\##
+        id`)."},"delete_device_ids":{"type":"array","items":{"type":"integer"},"description":"Zulip 11.x (by\##
+         `device_id`)."}},"required":["apple_successfully_sent_count","android_successfully_sent_count","rea\##
+        lm_push_status"]}]},"ZulipLegacyNotifyAnswer":{"allOf":[{"$ref":"#/components/schemas/Success"},{"ty\##
+        pe":"object","properties":{"total_android_devices":{"type":"integer"},"total_apple_devices":{"type":\##
+        "integer"},"deleted_devices":{"type":"object","properties":{"android_devices":{"type":"array","items\##
+        ":{"type":"string"}},"apple_devices":{"type":"array","items":{"type":"string"}}},"required":["androi\##
+        d_devices","apple_devices"]},"realm":{"oneOf":[{"$ref":"#/components/schemas/ZulipPushStatus"},{"typ\##
+        e":"null"}],"description":"null when the realm was never uploaded (or not given)."}},"required":["to\##
+        tal_android_devices","total_apple_devices","deleted_devices","realm"]}]},"GorushPushRequest":{"type"\##
+        :"object","properties":{"notifications":{"type":"array","minItems":1,"items":{"$ref":"#/components/s\##
+        chemas/GorushNotification"},"description":"At most `PUSHRELAY_GORUSH_MAX_NOTIFICATIONS` (100)."}},"r\##
+        equired":["notifications"]},"GorushPushAnswer":{"type":"object","properties":{"counts":{"type":"inte\##
+        ger","description":"The tokens given, plus one per `topic`."},"logs":{"type":"array","items":{"$ref"\##
+        :"#/components/schemas/GorushLogEntry"}},"success":{"type":"string","const":"ok"},"dry_run":{"type":\##
+        "boolean","description":"`?dry_run=true` only: nothing was registered, counted or published."},"chec\##
+        ked":{"type":"string","const":"local","description":"`?dry_run=true` only: no provider was contacted\##
+        ."},"notifications":{"type":"array","description":"`?dry_run=true` only: per notification, in reques\##
+        t order, what would be sent to each token.","items":{"type":"object","properties":{"devices":{"type"\##
+        :"array","items":{"$ref":"#/components/schemas/GorushDryRunToken"}}},"required":["devices"]}}},"requ\##
+        ired":["counts","logs","success"]},"GorushLogEntry":{"type":"object","properties":{"notif_id":{"type\##
+        ":"string"},"type":{"type":"string","const":"failed-push"},"platform":{"type":"string","enum":["ios"\##
+        ,"android","huawei"]},"token":{"type":"string","description":"Masked as gorush masks it."},"message"\##
+        :{"type":"string"},"error":{"type":"string"}},"required":["type","platform","token","message","error\##
+        "]},"GorushAppStats":{"type":"object","properties":{"version":{"type":"string"},"busy_workers":{"typ\##
+        e":"integer"},"success_tasks":{"type":"integer"},"failure_tasks":{"type":"integer"},"submitted_tasks\##
+        ":{"type":"integer"},"total_count":{"type":"integer"},"ios":{"$ref":"#/components/schemas/GorushPlat\##
+        formStats"},"android":{"$ref":"#/components/schemas/GorushPlatformStats"},"huawei":{"$ref":"#/compon\##
+        ents/schemas/GorushPlatformStats"}},"required":["version","busy_workers","success_tasks","failure_ta\##
+        sks","submitted_tasks","total_count","ios","android","huawei"]},"GorushPlatformStats":{"type":"objec\##
+        t","properties":{"push_success":{"type":"integer"},"push_error":{"type":"integer"}},"required":["pus\##
+        h_success","push_error"]},"GorushGoStats":{"type":"object","properties":{"time":{"type":"integer"},"\##
+        cpu_num":{"type":"integer"},"goroutine_num":{"type":"integer"},"gomaxprocs":{"type":"integer"},"cgo_\##
+        call_num":{"type":"integer"},"memory_alloc":{"type":"integer"},"memory_total_alloc":{"type":"integer\##
+        "},"memory_sys":{"type":"integer"},"memory_lookups":{"type":"integer"},"memory_mallocs":{"type":"int\##
+        eger"},"memory_frees":{"type":"integer"},"memory_stack":{"type":"integer"},"heap_alloc":{"type":"int\##
+        eger"},"heap_sys":{"type":"integer"},"heap_idle":{"type":"integer"},"heap_inuse":{"type":"integer"},\##
+        "heap_released":{"type":"integer"},"heap_objects":{"type":"integer"},"gc_next":{"type":"integer"},"g\##
+        c_last":{"type":"integer"},"gc_num":{"type":"integer"},"gc_per_second":{"type":"number"},"gc_pause_p\##
+        er_second":{"type":"number"},"gc_pause":{"type":"array","items":{"type":"number"}},"go_version":{"ty\##
+        pe":"string"},"go_os":{"type":"string"},"go_arch":{"type":"string"},"uptime_sec":{"type":"number"}},\##
+        "required":["time","go_version","go_os","go_arch","cpu_num","goroutine_num","gomaxprocs","memory_all\##
+        oc","memory_sys","heap_alloc","heap_sys","heap_idle","heap_inuse","gc_pause","uptime_sec"]},"GorushS\##
+        ysStats":{"type":"object","properties":{"pid":{"type":"integer"},"hostname":{"type":"string"},"uptim\##
+        e":{"type":"string"},"uptime_sec":{"type":"number"},"time":{"type":"string"},"unixtime":{"type":"int\##
+        eger"},"status_code_count":{"type":"object","additionalProperties":{"type":"integer"},"description":\##
+        "By status, over the last whole second."},"total_status_code_count":{"type":"object","additionalProp\##
+        erties":{"type":"integer"}},"count":{"type":"integer"},"total_count":{"type":"integer"},"total_respo\##
+        nse_time":{"type":"string"},"total_response_time_sec":{"type":"number"},"total_response_size":{"type\##
+        ":"integer"},"average_response_size":{"type":"integer"},"average_response_time":{"type":"string"},"a\##
+        verage_response_time_sec":{"type":"number"},"total_metrics_counts":{"type":"object"},"average_metric\##
+        s_timers":{"type":"object"}},"required":["pid","hostname","uptime","uptime_sec","time","unixtime","s\##
+        tatus_code_count","total_status_code_count","count","total_count","total_response_time","total_respo\##
+        nse_time_sec","total_response_size","average_response_size","average_response_time","average_respons\##
+        e_time_sec","total_metrics_counts","average_metrics_timers"]},"GorushHookURL":{"type":"object","prop\##
+        erties":{"url":{"type":["string","null"]}},"required":["url"]},"GorushNotification":{"type":"object"\##
+        ,"properties":{"platform":{"type":"integer","enum":[1,2,3],"description":"1 iOS, 2 Android, 3 Huawei\##
+        ."},"tokens":{"type":["array","null"],"items":{"type":"string"},"description":"At least one token (o\##
+        r `to`, Android and Huawei); at most 500 for Android and Huawei."},"notif_id":{"type":["string","nul\##
+        l"]},"to":{"type":["string","null"]},"topic":{"type":["string","null"],"description":"iOS: the app's\##
+         bundle id (required unless `PUSHRELAY_GORUSH_APNS_TOPIC` is set)."},"message":{"type":["string","nu\##
+        ll"]},"title":{"type":["string","null"]},"image":{"type":["string","null"]},"priority":{"type":["str\##
+        ing","null"],"description":"`high` or `normal` (Android and Huawei refuse anything else)."},"conditi\##
+        on":{"type":["string","null"]},"app_id":{"type":["string","null"]},"app_secret":{"type":["string","n\##
+        ull"]},"huawei_data":{"type":["string","null"]},"huawei_ttl":{"type":["string","null"]},"bi_tag":{"t\##
+        ype":["string","null"]},"apns_id":{"type":["string","null"]},"collapse_id":{"type":["string","null"]\##
+        },"push_type":{"type":["string","null"]},"category":{"type":["string","null"]},"thread-id":{"type":[\##
+        "string","null"]},"name":{"type":["string","null"]},"interruption_level":{"type":["string","null"]},\##
+        "event":{"type":["string","null"]},"attributes-type":{"type":["string","null"]},"content_available":\##
+        {"type":["boolean","null"]},"mutable_content":{"type":["boolean","null"]},"production":{"type":["boo\##
+        lean","null"]},"development":{"type":["boolean","null"]},"retry":{"type":["integer","null"]},"huawei\##
+        _collapse_key":{"type":["integer","null"]},"fast_app_target":{"type":["integer","null"]},"expiration\##
+        ":{"type":["integer","null"]},"badge":{"type":["integer","null"]},"stale-date":{"type":["integer","n\##
+        ull"]},"dismissal-date":{"type":["integer","null"]},"timestamp":{"type":["integer","null"]},"volume"\##
+        :{"type":["number","null"]},"relevance-score":{"type":["number","null"]},"data":{"type":["object","n\##
+        ull"]},"notification":{"type":["object","null"]},"android":{"type":["object","null"]},"webpush":{"ty\##
+        pe":["object","null"]},"apns":{"type":["object","null"]},"fcm_options":{"type":["object","null"]},"h\##
+        uawei_notification":{"type":["object","null"]},"content-state":{"type":["object","null"]},"attribute\##
+        s":{"type":["object","null"]},"alert":{"type":["object","null"],"properties":{"action":{"type":["str\##
+        ing","null"]},"action-loc-key":{"type":["string","null"]},"body":{"type":["string","null"]},"launch-\##
+        image":{"type":["string","null"]},"loc-key":{"type":["string","null"]},"title":{"type":["string","nu\##
+        ll"]},"subtitle":{"type":["string","null"]},"title-loc-key":{"type":["string","null"]},"summary-arg"\##
+        :{"type":["string","null"]}}},"sound":{"type":["string","object","null"]}},"required":["platform"],"\##
+        description":"gorush's `PushNotification` (docs/api/gorush.md)."},"GorushDryRunToken":{"type":"objec\##
+        t","description":"What would be sent to one token of a notification (`?dry_run=true`), named by its \##
+        index in `tokens`.","properties":{"token_index":{"type":"integer","minimum":0},"result":{"type":"str\##
+        ing","enum":["send","fail"]},"reason":{"type":"string","description":"`fail`: what the provider woul\##
+        d answer for the token's form (`BadDeviceToken`, `InvalidRegistration`)."},"provider":{"type":"strin\##
+        g","enum":["apns","fcm","hms"]},"push_type":{"type":"string"},"priority":{"type":["integer","string"\##
+        ,"null"]},"expires_at":{"type":["integer","null"],"description":"Unix seconds; null: the provider's \##
+        default."},"collapse_id":{"type":["string","null"]},"body_bytes":{"type":"integer"}},"required":["to\##
+        ken_index","result","provider"]}},"responses":{"Unauthorized":{"description":"`UNAUTHORIZED`: missin\##
+        g or invalid server credentials, or a deactivated server.","content":{"application/json":{"schema":{\##
+        "$ref":"#/components/schemas/Error"}}},"headers":{"WWW-Authenticate":{"$ref":"#/components/headers/W\##
+        WWAuthenticate"}}},"ZulipUnauthorized":{"description":"`UNAUTHORIZED` (Zulip's messages): missing or\##
+         invalid credentials, or a deactivated server.","content":{"application/json":{"schema":{"$ref":"#/c\##
+        omponents/schemas/Error"}}},"headers":{"WWW-Authenticate":{"$ref":"#/components/headers/WWWAuthentic\##
+        ate"}}},"RequestTooLarge":{"description":"`REQUEST_TOO_LARGE`: the body is over its limit (answered \##
+        with `Connection: close`).","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Er\##
+        ror"}}}},"RateLimited":{"description":"`RATE_LIMIT_HIT` (the server's request rate; `retry-after` in\##
+         the body) or `TOO_MANY_FAILED_AUTHENTICATIONS` (this client address).","content":{"application/json\##
         ":{"schema":{"$ref":"#/components/schemas/Error"}}},"headers":{"Retry-After":{"$ref":"#/components/h\##
-        eaders/RetryAfter"}}}}}},"/openapi.json":{"get":{"operationId":"getOpenApiDocument","summary":"This \##
-        document","tags":["meta"],"security":[],"responses":{"200":{"description":"The OpenAPI 3.1 document \##
-        of ingest's API.","content":{"application/json":{"schema":{"type":"object"}}}}}}}},"components":{"se\##
-        curitySchemes":{"basic":{"type":"http","scheme":"basic","description":"HTTP Basic `server_uuid:api_k\##
-        ey` (for Zulip servers `zulip_org_id:zulip_org_key`)."}},"schemas":{"Success":{"type":"object","prop\##
-        erties":{"result":{"type":"string","const":"success"},"msg":{"type":"string"}},"required":["result",\##
-        "msg"],"description":"Every success of the native and Zulip APIs carries these."},"Error":{"type":"o\##
-        bject","properties":{"result":{"type":"string","const":"error"},"code":{"type":"string","description\##
-        ":"Machine-readable, e.g. `UNAUTHORIZED`, `INVALID_FIELD`."},"msg":{"type":"string"},"field":{"type"\##
-        :"string","description":"The request field at fault, when there is one."},"retry-after":{"type":"num\##
-        ber","description":"`RATE_LIMIT_HIT` (Zulip's field)."},"role":{"type":"string","description":"`INVA\##
-        LID_ZULIP_SERVER`: the server uuid."}},"required":["result","code","msg"],"description":"The error s\##
-        hape of the native, Zulip and Status APIs (Zulip's)."},"GorushError":{"type":"object","properties":{\##
-        "code":{"type":"integer","description":"The HTTP status."},"message":{"type":"string"},"error":{"typ\##
-        e":"string","description":"Machine-readable code (the relay's)."},"field":{"type":"string"}},"requir\##
-        ed":["code","message","error"],"description":"gorush's error shape, plus `error` and `field`."},"Rea\##
-        lmRegistered":{"allOf":[{"$ref":"#/components/schemas/Success"},{"type":"object","properties":{"real\##
-        m_uuid":{"type":"string","format":"uuid"},"created":{"type":"boolean"}},"required":["realm_uuid","cr\##
-        eated"]}]},"DeviceRegistered":{"allOf":[{"$ref":"#/components/schemas/Success"},{"type":"object","pr\##
-        operties":{"device_id":{"type":"integer"},"created":{"type":"boolean"}},"required":["device_id","cre\##
-        ated"]}]},"WebPushSubscription":{"type":"object","properties":{"endpoint":{"type":"string"},"keys":{\##
-        "type":"object","properties":{"p256dh":{"type":"string"},"auth":{"type":"string"}},"required":["p256\##
-        dh","auth"]}},"required":["endpoint","keys"]},"Device":{"type":"object","properties":{"device_id":{"\##
-        type":"integer"},"token_kind":{"type":"string","enum":["apns","fcm","apns_voip","webpush","simplepus\##
-        h","hms","wns"]},"token_type":{"type":"integer","description":"Telegram's number for the kind."},"to\##
-        ken":{"type":"string","description":"Redacted: first and last four characters."},"status":{"type":"s\##
-        tring","enum":["active","invalid"]},"invalid_reason":{"type":"string"},"registered_at_ms":{"type":"i\##
-        nteger"},"push_key_ids":{"type":"array","items":{"type":"integer"}},"current_push_key_id":{"type":"i\##
-        nteger"},"encryption":{"type":"string"},"ios_app_id":{"type":"string"},"push_account_id":{"type":"in\##
-        teger"}},"required":["device_id","token_kind","token","status","registered_at_ms","push_key_ids","en\##
-        cryption"]},"DeviceList":{"allOf":[{"$ref":"#/components/schemas/Success"},{"type":"object","propert\##
-        ies":{"devices":{"type":"array","items":{"$ref":"#/components/schemas/Device"}}},"required":["device\##
-        s"]}]},"NotifyAccepted":{"allOf":[{"$ref":"#/components/schemas/Success"},{"type":"object","properti\##
-        es":{"notification_id":{"type":"string","format":"uuid"},"device_count":{"type":"integer","minimum":\##
-        0,"description":"Deliverable devices."},"delete_device_ids":{"type":"array","items":{"type":"integer\##
-        "},"description":"Targets that are unknown, another user's or invalidated."},"dry_run":{"type":"stri\##
-        ng","const":"pipeline","description":"`\"dry_run\": \"pipeline\"` only."},"checked":{"type":"object"\##
-        ,"description":"`\"dry_run\": \"pipeline\"` only: which providers check the push themselves (`valida\##
-        te_only`) and which are only checked here (not sent).","properties":{"provider":{"type":"array","ite\##
-        ms":{"type":"string"}},"local":{"type":"array","items":{"type":"string"}}},"required":["provider","l\##
-        ocal"]}},"required":["notification_id","device_count","delete_device_ids"]}]},"DryRunDevice":{"type"\##
-        :"object","properties":{"device_id":{"type":"integer"},"result":{"type":"string","enum":["send","ski\##
-        p","fail"]},"reason":{"type":"string","description":"`skip`: `unknown_device`, `not_users_device`, `\##
-        device_invalid`; `fail`: `no_push_key`, `payload_too_large`, …"},"provider":{"type":"string","enum":\##
-        ["apns","fcm","apns_voip","webpush","simplepush","hms","wns"]},"push_type":{"type":"string"},"priori\##
-        ty":{"type":["integer","string","null"]},"expires_at":{"type":"integer","description":"Unix seconds.\##
-        "},"collapse_id":{"type":["string","null"]},"body_bytes":{"type":"integer"},"provider_configured":{"\##
-        type":"boolean"}},"required":["device_id","result"]},"DryRunAnswer":{"allOf":[{"$ref":"#/components/\##
-        schemas/Success"},{"type":"object","properties":{"dry_run":{"type":"boolean","const":true},"checked"\##
-        :{"type":"string","const":"local"},"device_count":{"type":"integer","minimum":0},"delete_device_ids"\##
-        :{"type":"array","items":{"type":"integer"}},"devices":{"type":"array","items":{"$ref":"#/components\##
-        /schemas/DryRunDevice"}}},"required":["dry_run","checked","device_count","delete_device_ids","device\##
-        s"]}]},"FeedbackPage":{"allOf":[{"$ref":"#/components/schemas/Success"},{"type":"object","properties\##
-        ":{"invalidated":{"type":"array","items":{"type":"object","properties":{"device_id":{"type":"integer\##
-        "},"reason":{"type":"string"},"at_ms":{"type":"integer"},"cursor":{"type":"string"}},"required":["de\##
-        vice_id","reason","at_ms","cursor"]}},"next_cursor":{"type":["string","null"]}},"required":["invalid\##
-        ated","next_cursor"]}]},"DeliveryState":{"type":"object","properties":{"state":{"type":"string","enu\##
-        m":["accepted","retrying","skipped","sent","invalid_token","expired","failed","dead_lettered","valid\##
-        ated","checked"]},"at_ms":{"type":"integer"},"provider":{"type":"string"},"reason":{"type":"string"}\##
-        ,"provider_message_id":{"type":"string"},"http_status":{"type":"integer"},"attempts":{"type":"intege\##
-        r"},"next_attempt_at_ms":{"type":"integer"}},"required":["state","at_ms"]},"NotificationStatus":{"al\##
-        lOf":[{"$ref":"#/components/schemas/Success"},{"type":"object","properties":{"notification_id":{"typ\##
-        e":"string","format":"uuid"},"realm_uuid":{"type":"string","format":"uuid"},"accepted_at_ms":{"type"\##
-        :["integer","null"]},"devices_truncated":{"type":"boolean"},"summary":{"type":"object","additionalPr\##
-        operties":{"type":"integer"},"description":"Devices per state."},"devices":{"type":"array","items":{\##
-        "allOf":[{"$ref":"#/components/schemas/DeliveryState"},{"type":"object","properties":{"device_id":{"\##
-        type":"integer"}},"required":["device_id"]}]}},"notification":{"$ref":"#/components/schemas/Delivery\##
-        State"}},"required":["notification_id","realm_uuid","accepted_at_ms","devices_truncated","summary","\##
-        devices"]}]},"NotificationPayload":{"description":"A Zulip plaintext notification, or Telegram's `{\\##
-        "data\": {…}}`. Encrypted for the device as sent.","anyOf":[{"$ref":"#/components/schemas/ZulipMessa\##
-        geChannelPayload"},{"$ref":"#/components/schemas/ZulipMessageDirectPayload"},{"$ref":"#/components/s\##
-        chemas/ZulipRemovePayload"},{"$ref":"#/components/schemas/ZulipTestPayload"},{"$ref":"#/components/s\##
-        chemas/TelegramPayload"}]},"ZulipMessageChannelPayload":{"type":"object","properties":{"type":{"cons\##
-        t":"message"},"realm_url":{"type":"string"},"realm_name":{"type":"string"},"user_id":{"type":"intege\##
-        r"},"sender_id":{"type":"integer"},"sender_full_name":{"type":"string"},"sender_avatar_url":{"type":\##
-        "string"},"message_id":{"type":"integer"},"time":{"type":"integer"},"content":{"type":"string"},"rec\##
-        ipient_type":{"const":"channel"},"channel_id":{"type":"integer"},"channel_name":{"type":"string"},"t\##
-        opic":{"type":"string"},"mentioned_user_group_id":{"type":"integer"},"mentioned_user_group_name":{"t\##
-        ype":"string"}},"required":["type","realm_url","realm_name","user_id","sender_id","sender_full_name"\##
-        ,"sender_avatar_url","message_id","time","content","recipient_type","channel_id","channel_name","top\##
-        ic"]},"ZulipMessageDirectPayload":{"type":"object","properties":{"type":{"const":"message"},"realm_u\##
-        rl":{"type":"string"},"realm_name":{"type":"string"},"user_id":{"type":"integer"},"sender_id":{"type\##
-        ":"integer"},"sender_full_name":{"type":"string"},"sender_avatar_url":{"type":"string"},"message_id"\##
-        :{"type":"integer"},"time":{"type":"integer"},"content":{"type":"string"},"recipient_type":{"const":\##
-        "direct"},"recipient_user_ids":{"type":"array","items":{"type":"integer"},"description":"Sorted asce\##
-        nding; includes `user_id` and `sender_id`."},"pm_users":{"type":"string","description":"Older server\##
-        s: comma-separated user ids."}},"required":["type","realm_url","realm_name","user_id","sender_id","s\##
-        ender_full_name","sender_avatar_url","message_id","time","content","recipient_type"]},"ZulipRemovePa\##
-        yload":{"type":"object","properties":{"type":{"const":"remove"},"realm_url":{"type":"string"},"realm\##
-        _name":{"type":"string"},"user_id":{"type":"integer"},"message_ids":{"type":"array","items":{"type":\##
-        "integer"},"minItems":1}},"required":["type","realm_url","realm_name","user_id","message_ids"]},"Zul\##
-        ipTestPayload":{"type":"object","properties":{"type":{"const":"test"},"realm_url":{"type":"string"},\##
-        "realm_name":{"type":"string"},"user_id":{"type":"integer"},"time":{"type":"integer"}},"required":["\##
-        type","realm_url","realm_name","user_id","time"]},"TelegramPayload":{"type":"object","properties":{"\##
-        data":{"type":"object","properties":{"loc_key":{"type":"string","pattern":"^[A-Z_0-9]{1,64}$"},"loc_\##
-        args":{"type":"array","items":{"type":"string"}},"user_id":{"oneOf":[{"type":"integer"},{"type":"str\##
-        ing","pattern":"^-?[0-9]+$"}]},"custom":{"type":"object"},"sound":{"type":"string"},"announcement":{\##
-        "type":"string"}},"required":["loc_key"]}},"required":["data"],"not":{"required":["type"]}},"ZulipPu\##
-        shStatus":{"type":"object","properties":{"can_push":{"type":"boolean"},"expected_end_timestamp":{"ty\##
-        pe":["integer","null"]}},"required":["can_push","expected_end_timestamp"]},"ZulipAnalyticsRow":{"typ\##
-        e":"object","properties":{"id":{"type":"integer","minimum":0}},"required":["id"]},"ZulipRealmInfo":{\##
-        "type":"object","properties":{"uuid":{"type":"string","format":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-\##
-        9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},"host":{"type":["string","null"],"maxLe\##
-        ngth":1024},"url":{"type":["string","null"],"maxLength":1024},"name":{"type":["string","null"],"maxL\##
-        ength":1024},"org_type":{"type":["integer","null"]},"deactivated":{"type":["boolean","null"]},"is_sy\##
-        stem_bot_realm":{"type":["boolean","null"]},"uuid_owner_secret":{"type":["string","null"],"maxLength\##
-        ":1024}},"required":["uuid"]},"ZulipE2EEPushRequest":{"type":"object","properties":{"device_id":{"ty\##
-        pe":"integer","description":"Zulip 11.x."},"token_id":{"type":"string","minLength":1,"maxLength":64,\##
-        "pattern":"^[\\x21-\\x7e]+$","description":"Zulip 12."},"payload":{"type":"object","properties":{"en\##
-        crypted_data":{"type":"string","minLength":1,"maxLength":4096,"pattern":"^[A-Za-z0-9+/=_-]+$"},"push\##
-        _key_id":{"type":"integer","minimum":0,"maximum":4294967295},"push_account_id":{"type":"integer"}},"\##
-        required":["encrypted_data"],"anyOf":[{"required":["push_key_id"]},{"required":["push_account_id"]}]\##
-        },"http_headers":{"type":["object","null"],"description":"APNs entries.","properties":{"apns_priorit\##
-        y":{"type":["integer","null"],"enum":[10,5,1,null]},"apns_push_type":{"type":["string","null"],"enum\##
-        ":["alert","background",null]}}},"fcm_priority":{"type":["string","null"],"enum":["high","normal",nu\##
-        ll],"description":"FCM entries."}},"required":["payload"],"anyOf":[{"required":["device_id"]},{"requ\##
-        ired":["token_id"]}]},"ZulipE2EENotifyAnswer":{"allOf":[{"$ref":"#/components/schemas/Success"},{"ty\##
-        pe":"object","properties":{"apple_successfully_sent_count":{"type":"integer"},"android_successfully_\##
-        sent_count":{"type":"integer"},"realm_push_status":{"$ref":"#/components/schemas/ZulipPushStatus"},"\##
-        delete_token_ids":{"type":"array","items":{"type":"string"},"description":"Zulip 12 (by `token_id`).\##
-        "},"delete_device_ids":{"type":"array","items":{"type":"integer"},"description":"Zulip 11.x (by `dev\##
-        ice_id`)."}},"required":["apple_successfully_sent_count","android_successfully_sent_count","realm_pu\##
-        sh_status"]}]},"ZulipLegacyNotifyAnswer":{"allOf":[{"$ref":"#/components/schemas/Success"},{"type":"\##
-        object","properties":{"total_android_devices":{"type":"integer"},"total_apple_devices":{"type":"inte\##
-        ger"},"deleted_devices":{"type":"object","properties":{"android_devices":{"type":"array","items":{"t\##
-        ype":"string"}},"apple_devices":{"type":"array","items":{"type":"string"}}},"required":["android_dev\##
-        ices","apple_devices"]},"realm":{"oneOf":[{"$ref":"#/components/schemas/ZulipPushStatus"},{"type":"n\##
-        ull"}],"description":"null when the realm was never uploaded (or not given)."}},"required":["total_a\##
-        ndroid_devices","total_apple_devices","deleted_devices","realm"]}]},"GorushPushRequest":{"type":"obj\##
-        ect","properties":{"notifications":{"type":"array","minItems":1,"items":{"$ref":"#/components/schema\##
-        s/GorushNotification"},"description":"At most `PUSHRELAY_GORUSH_MAX_NOTIFICATIONS` (100)."}},"requir\##
-        ed":["notifications"]},"GorushPushAnswer":{"type":"object","properties":{"counts":{"type":"integer",\##
-        "description":"The tokens given, plus one per `topic`."},"logs":{"type":"array","items":{"$ref":"#/c\##
-        omponents/schemas/GorushLogEntry"}},"success":{"type":"string","const":"ok"},"dry_run":{"type":"bool\##
-        ean","description":"`?dry_run=true` only: nothing was registered, counted or published."},"checked":\##
-        {"type":"string","const":"local","description":"`?dry_run=true` only: no provider was contacted."},"\##
-        notifications":{"type":"array","description":"`?dry_run=true` only: per notification, in request ord\##
-        er, what would be sent to each token.","items":{"type":"object","properties":{"devices":{"type":"arr\##
-        ay","items":{"$ref":"#/components/schemas/GorushDryRunToken"}}},"required":["devices"]}}},"required"\##
-        :["counts","logs","success"]},"GorushLogEntry":{"type":"object","properties":{"notif_id":{"type":"st\##
-        ring"},"type":{"type":"string","const":"failed-push"},"platform":{"type":"string","enum":["ios","and\##
-        roid","huawei"]},"token":{"type":"string","description":"Masked as gorush masks it."},"message":{"ty\##
-        pe":"string"},"error":{"type":"string"}},"required":["type","platform","token","message","error"]},"\##
-        GorushAppStats":{"type":"object","properties":{"version":{"type":"string"},"busy_workers":{"type":"i\##
-        nteger"},"success_tasks":{"type":"integer"},"failure_tasks":{"type":"integer"},"submitted_tasks":{"t\##
-        ype":"integer"},"total_count":{"type":"integer"},"ios":{"$ref":"#/components/schemas/GorushPlatformS\##
-        tats"},"android":{"$ref":"#/components/schemas/GorushPlatformStats"},"huawei":{"$ref":"#/components/\##
-        schemas/GorushPlatformStats"}},"required":["version","busy_workers","success_tasks","failure_tasks",\##
-        "submitted_tasks","total_count","ios","android","huawei"]},"GorushPlatformStats":{"type":"object","p\##
-        roperties":{"push_success":{"type":"integer"},"push_error":{"type":"integer"}},"required":["push_suc\##
-        cess","push_error"]},"GorushGoStats":{"type":"object","properties":{"time":{"type":"integer"},"cpu_n\##
-        um":{"type":"integer"},"goroutine_num":{"type":"integer"},"gomaxprocs":{"type":"integer"},"cgo_call_\##
-        num":{"type":"integer"},"memory_alloc":{"type":"integer"},"memory_total_alloc":{"type":"integer"},"m\##
-        emory_sys":{"type":"integer"},"memory_lookups":{"type":"integer"},"memory_mallocs":{"type":"integer"\##
-        },"memory_frees":{"type":"integer"},"memory_stack":{"type":"integer"},"heap_alloc":{"type":"integer"\##
-        },"heap_sys":{"type":"integer"},"heap_idle":{"type":"integer"},"heap_inuse":{"type":"integer"},"heap\##
-        _released":{"type":"integer"},"heap_objects":{"type":"integer"},"gc_next":{"type":"integer"},"gc_las\##
-        t":{"type":"integer"},"gc_num":{"type":"integer"},"gc_per_second":{"type":"number"},"gc_pause_per_se\##
-        cond":{"type":"number"},"gc_pause":{"type":"array","items":{"type":"number"}},"go_version":{"type":"\##
-        string"},"go_os":{"type":"string"},"go_arch":{"type":"string"},"uptime_sec":{"type":"number"}},"requ\##
-        ired":["time","go_version","go_os","go_arch","cpu_num","goroutine_num","gomaxprocs","memory_alloc","\##
-        memory_sys","heap_alloc","heap_sys","heap_idle","heap_inuse","gc_pause","uptime_sec"]},"GorushSysSta\##
-        ts":{"type":"object","properties":{"pid":{"type":"integer"},"hostname":{"type":"string"},"uptime":{"\##
-        type":"string"},"uptime_sec":{"type":"number"},"time":{"type":"string"},"unixtime":{"type":"integer"\##
-        },"status_code_count":{"type":"object","additionalProperties":{"type":"integer"},"description":"By s\##
-        tatus, over the last whole second."},"total_status_code_count":{"type":"object","additionalPropertie\##
-        s":{"type":"integer"}},"count":{"type":"integer"},"total_count":{"type":"integer"},"total_response_t\##
-        ime":{"type":"string"},"total_response_time_sec":{"type":"number"},"total_response_size":{"type":"in\##
-        teger"},"average_response_size":{"type":"integer"},"average_response_time":{"type":"string"},"averag\##
-        e_response_time_sec":{"type":"number"},"total_metrics_counts":{"type":"object"},"average_metrics_tim\##
-        ers":{"type":"object"}},"required":["pid","hostname","uptime","uptime_sec","time","unixtime","status\##
-        _code_count","total_status_code_count","count","total_count","total_response_time","total_response_t\##
-        ime_sec","total_response_size","average_response_size","average_response_time","average_response_tim\##
-        e_sec","total_metrics_counts","average_metrics_timers"]},"GorushHookURL":{"type":"object","propertie\##
-        s":{"url":{"type":["string","null"]}},"required":["url"]},"GorushNotification":{"type":"object","pro\##
-        perties":{"platform":{"type":"integer","enum":[1,2,3],"description":"1 iOS, 2 Android, 3 Huawei."},"\##
-        tokens":{"type":["array","null"],"items":{"type":"string"},"description":"At least one token (or `to\##
-        `, Android and Huawei); at most 500 for Android and Huawei."},"notif_id":{"type":["string","null"]},\##
-        "to":{"type":["string","null"]},"topic":{"type":["string","null"],"description":"iOS: the app's bund\##
-        le id (required unless `PUSHRELAY_GORUSH_APNS_TOPIC` is set)."},"message":{"type":["string","null"]}\##
-        ,"title":{"type":["string","null"]},"image":{"type":["string","null"]},"priority":{"type":["string",\##
-        "null"],"description":"`high` or `normal` (Android and Huawei refuse anything else)."},"condition":{\##
-        "type":["string","null"]},"app_id":{"type":["string","null"]},"app_secret":{"type":["string","null"]\##
-        },"huawei_data":{"type":["string","null"]},"huawei_ttl":{"type":["string","null"]},"bi_tag":{"type":\##
-        ["string","null"]},"apns_id":{"type":["string","null"]},"collapse_id":{"type":["string","null"]},"pu\##
-        sh_type":{"type":["string","null"]},"category":{"type":["string","null"]},"thread-id":{"type":["stri\##
-        ng","null"]},"name":{"type":["string","null"]},"interruption_level":{"type":["string","null"]},"even\##
-        t":{"type":["string","null"]},"attributes-type":{"type":["string","null"]},"content_available":{"typ\##
-        e":["boolean","null"]},"mutable_content":{"type":["boolean","null"]},"production":{"type":["boolean"\##
-        ,"null"]},"development":{"type":["boolean","null"]},"retry":{"type":["integer","null"]},"huawei_coll\##
-        apse_key":{"type":["integer","null"]},"fast_app_target":{"type":["integer","null"]},"expiration":{"t\##
-        ype":["integer","null"]},"badge":{"type":["integer","null"]},"stale-date":{"type":["integer","null"]\##
-        },"dismissal-date":{"type":["integer","null"]},"timestamp":{"type":["integer","null"]},"volume":{"ty\##
-        pe":["number","null"]},"relevance-score":{"type":["number","null"]},"data":{"type":["object","null"]\##
-        },"notification":{"type":["object","null"]},"android":{"type":["object","null"]},"webpush":{"type":[\##
-        "object","null"]},"apns":{"type":["object","null"]},"fcm_options":{"type":["object","null"]},"huawei\##
-        _notification":{"type":["object","null"]},"content-state":{"type":["object","null"]},"attributes":{"\##
-        type":["object","null"]},"alert":{"type":["object","null"],"properties":{"action":{"type":["string",\##
-        "null"]},"action-loc-key":{"type":["string","null"]},"body":{"type":["string","null"]},"launch-image\##
-        ":{"type":["string","null"]},"loc-key":{"type":["string","null"]},"title":{"type":["string","null"]}\##
-        ,"subtitle":{"type":["string","null"]},"title-loc-key":{"type":["string","null"]},"summary-arg":{"ty\##
-        pe":["string","null"]}}},"sound":{"type":["string","object","null"]}},"required":["platform"],"descr\##
-        iption":"gorush's `PushNotification` (docs/api/gorush.md)."},"GorushDryRunToken":{"type":"object","d\##
-        escription":"What would be sent to one token of a notification (`?dry_run=true`), named by its index\##
-         in `tokens`.","properties":{"token_index":{"type":"integer","minimum":0},"result":{"type":"string",\##
-        "enum":["send","fail"]},"reason":{"type":"string","description":"`fail`: what the provider would ans\##
-        wer for the token's form (`BadDeviceToken`, `InvalidRegistration`)."},"provider":{"type":"string","e\##
-        num":["apns","fcm","hms"]},"push_type":{"type":"string"},"priority":{"type":["integer","string","nul\##
-        l"]},"expires_at":{"type":["integer","null"],"description":"Unix seconds; null: the provider's defau\##
-        lt."},"collapse_id":{"type":["string","null"]},"body_bytes":{"type":"integer"}},"required":["token_i\##
-        ndex","result","provider"]}},"responses":{"Unauthorized":{"description":"`UNAUTHORIZED`: missing or \##
-        invalid server credentials, or a deactivated server.","content":{"application/json":{"schema":{"$ref\##
-        ":"#/components/schemas/Error"}}},"headers":{"WWW-Authenticate":{"$ref":"#/components/headers/WWWAut\##
-        henticate"}}},"ZulipUnauthorized":{"description":"`UNAUTHORIZED` (Zulip's messages): missing or inva\##
-        lid credentials, or a deactivated server.","content":{"application/json":{"schema":{"$ref":"#/compon\##
-        ents/schemas/Error"}}},"headers":{"WWW-Authenticate":{"$ref":"#/components/headers/WWWAuthenticate"}\##
-        }},"RequestTooLarge":{"description":"`REQUEST_TOO_LARGE`: the body is over its limit (answered with \##
-        `Connection: close`).","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}\##
-        }}},"RateLimited":{"description":"`RATE_LIMIT_HIT` (the server's request rate; `retry-after` in the \##
-        body) or `TOO_MANY_FAILED_AUTHENTICATIONS` (this client address).","content":{"application/json":{"s\##
-        chema":{"$ref":"#/components/schemas/Error"}}},"headers":{"Retry-After":{"$ref":"#/components/header\##
-        s/RetryAfter"}}},"InternalError":{"description":"`INTERNAL_ERROR`: nothing was accepted.","content":\##
-        {"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"Unavailable":{"description":\##
-        "`SERVICE_UNAVAILABLE`: Redis or Kafka cannot take work right now; retry later.","content":{"applica\##
-        tion/json":{"schema":{"$ref":"#/components/schemas/Error"}}},"headers":{"Retry-After":{"$ref":"#/com\##
-        ponents/headers/RetryAfter"}}},"GorushUnauthorized":{"description":"`UNAUTHORIZED`: missing or inval\##
-        id server credentials (HTTP Basic `server_uuid:api_key`).","content":{"application/json":{"schema":{\##
-        "$ref":"#/components/schemas/GorushError"}}},"headers":{"WWW-Authenticate":{"$ref":"#/components/hea\##
-        ders/WWWAuthenticate"},"X-GORUSH-VERSION":{"$ref":"#/components/headers/GorushVersion"}}},"GorushReq\##
-        uestTooLarge":{"description":"`REQUEST_TOO_LARGE`.","content":{"application/json":{"schema":{"$ref":\##
-        "#/components/schemas/GorushError"}}},"headers":{"X-GORUSH-VERSION":{"$ref":"#/components/headers/Go\##
-        rushVersion"}}},"GorushRateLimited":{"description":"`RATE_LIMIT_HIT` or `TOO_MANY_FAILED_AUTHENTICAT\##
-        IONS`.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/GorushError"}}},"heade\##
-        rs":{"Retry-After":{"$ref":"#/components/headers/RetryAfter"},"X-GORUSH-VERSION":{"$ref":"#/componen\##
-        ts/headers/GorushVersion"}}},"GorushInternalError":{"description":"`INTERNAL_ERROR`.","content":{"ap\##
-        plication/json":{"schema":{"$ref":"#/components/schemas/GorushError"}}},"headers":{"X-GORUSH-VERSION\##
-        ":{"$ref":"#/components/headers/GorushVersion"}}},"GorushUnavailable":{"description":"`SERVICE_UNAVA\##
-        ILABLE`.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/GorushError"}}},"hea\##
-        ders":{"Retry-After":{"$ref":"#/components/headers/RetryAfter"},"X-GORUSH-VERSION":{"$ref":"#/compon\##
-        ents/headers/GorushVersion"}}}},"headers":{"RetryAfter":{"description":"Seconds to wait before retry\##
-        ing.","schema":{"type":"string","pattern":"^[0-9]+$"}},"WWWAuthenticate":{"description":"`Basic real\##
-        m=\"pushrelay\"` (or `\"zulip\"`).","schema":{"type":"string"}},"GorushVersion":{"description":"Set \##
-        on every answer of ingest's API port (`pushrelay-1.0`).","schema":{"type":"string"}}}}}
+        eaders/RetryAfter"}}},"InternalError":{"description":"`INTERNAL_ERROR`: nothing was accepted.","cont\##
+        ent":{"application/json":{"schema":{"$ref":"#/components/schemas/Error"}}}},"Unavailable":{"descript\##
+        ion":"`SERVICE_UNAVAILABLE`: Redis or Kafka cannot take work right now; retry later.","content":{"ap\##
+        plication/json":{"schema":{"$ref":"#/components/schemas/Error"}}},"headers":{"Retry-After":{"$ref":"\##
+        #/components/headers/RetryAfter"}}},"GorushUnauthorized":{"description":"`UNAUTHORIZED`: missing or \##
+        invalid server credentials (HTTP Basic `server_uuid:api_key`).","content":{"application/json":{"sche\##
+        ma":{"$ref":"#/components/schemas/GorushError"}}},"headers":{"WWW-Authenticate":{"$ref":"#/component\##
+        s/headers/WWWAuthenticate"},"X-GORUSH-VERSION":{"$ref":"#/components/headers/GorushVersion"}}},"Goru\##
+        shRequestTooLarge":{"description":"`REQUEST_TOO_LARGE`.","content":{"application/json":{"schema":{"$\##
+        ref":"#/components/schemas/GorushError"}}},"headers":{"X-GORUSH-VERSION":{"$ref":"#/components/heade\##
+        rs/GorushVersion"}}},"GorushRateLimited":{"description":"`RATE_LIMIT_HIT` or `TOO_MANY_FAILED_AUTHEN\##
+        TICATIONS`.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/GorushError"}}},"\##
+        headers":{"Retry-After":{"$ref":"#/components/headers/RetryAfter"},"X-GORUSH-VERSION":{"$ref":"#/com\##
+        ponents/headers/GorushVersion"}}},"GorushInternalError":{"description":"`INTERNAL_ERROR`.","content"\##
+        :{"application/json":{"schema":{"$ref":"#/components/schemas/GorushError"}}},"headers":{"X-GORUSH-VE\##
+        RSION":{"$ref":"#/components/headers/GorushVersion"}}},"GorushUnavailable":{"description":"`SERVICE_\##
+        UNAVAILABLE`.","content":{"application/json":{"schema":{"$ref":"#/components/schemas/GorushError"}}}\##
+        ,"headers":{"Retry-After":{"$ref":"#/components/headers/RetryAfter"},"X-GORUSH-VERSION":{"$ref":"#/c\##
+        omponents/headers/GorushVersion"}}}},"headers":{"RetryAfter":{"description":"Seconds to wait before \##
+        retrying.","schema":{"type":"string","pattern":"^[0-9]+$"}},"WWWAuthenticate":{"description":"`Basic\##
+         realm=\"pushrelay\"` (or `\"zulip\"`).","schema":{"type":"string"}},"GorushVersion":{"description":\##
+        "Set on every answer of ingest's API port (`pushrelay-1.0`).","schema":{"type":"string"}}}}}
         """##.utf8)
 }

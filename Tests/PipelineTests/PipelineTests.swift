@@ -142,6 +142,16 @@ extension StackTests {
             #expect(
                 fcm.first { $0.token == fcmToken }?.body
                     == ["push_account_id": "20", "encrypted_data": fcmPayload["encrypted_data"] ?? .null])
+
+            // The server reads each device's outcome with the id the answer's header carries.
+            let id = try #require(reply.headers.first { $0.0.lowercased() == "x-pushrelay-notification-ids" }?.1)
+            var status = HTTP.Reply(status: 0, body: [], headers: [])
+            try await Stack.waitFor("the Zulip notification's status", timeout: .seconds(30)) {
+                status = (try? await HTTP.get("\(stack.ingestURL)/v1/notifications/\(id)", auth: realm.auth)) ?? status
+                let states = status.json["devices"]?.arrayValue?.compactMap { $0["state"]?.stringValue } ?? []
+                return states.filter { $0 == "sent" }.count == 2
+            }
+            #expect(status.json["summary"]?["sent"] == 2, "\(String(decoding: status.body, as: UTF8.self))")
         }
 
         @Test func deadTokensAreInvalidatedReportedAndNotSentAgain() async throws {

@@ -65,8 +65,6 @@ struct GorushController: Sendable {
     static let version = "pushrelay-1.0"
     // swift-format-ignore: NeverForceUnwrap
     static let versionHeader = HTTPField.Name("X-GORUSH-VERSION")!
-    // swift-format-ignore: NeverForceUnwrap
-    static let notificationIDsHeader = HTTPField.Name("X-PushRelay-Notification-Ids")!
     /// How long a caller's `notif_id` is kept for the feedback hook.
     static let callerIDSeconds = 7 * 86_400
     /// Most devices in one record on `push.requests`: a larger send becomes several
@@ -246,7 +244,8 @@ struct GorushController: Sendable {
         if let watch { batch.logs += await syncLogs(batch.accepted, watch: watch) }
         var response = Self.pushAnswer(counts: counts, logs: batch.logs)
         // The relay's ids of what was accepted, in request order: for replay and the feedback hook.
-        response.headers[Self.notificationIDsHeader] = batch.accepted.map(\.id.rawValue).joined(separator: ",")
+        response.headers[NotificationStatusController.notificationIDsHeader] = batch.accepted.map(\.id.rawValue).joined(
+            separator: ",")
         return response
     }
 
