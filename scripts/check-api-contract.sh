@@ -68,33 +68,8 @@ workers="${CONTRACT_WORKERS:-1}"
 reports="${CONTRACT_REPORT_DIR:-.run/contract}"
 demo=.run/demo/env
 
-venvs="${PUSHRELAY_VENVS:-/opt/pushrelay-venvs}"
-if ! mkdir -p "$venvs" 2>/dev/null || [ ! -w "$venvs" ]; then
-  venvs="${XDG_CACHE_HOME:-$HOME/.cache}/pushrelay-venvs"
-  mkdir -p "$venvs"
-fi
-
-# venv NAME REQUIREMENTS: a virtual environment with exactly these pinned packages
-# (as scripts/check-deploy.sh makes its own).
-venv() {
-  local dir="$venvs/$1" wanted="$2"
-  if [ -x "$dir/bin/python" ] && [ "$(cat "$dir/.requirements" 2>/dev/null)" = "$wanted" ]; then
-    return 0
-  fi
-  echo "installing into $dir: $wanted"
-  rm -rf "$dir"
-  if ! python3 -m venv "$dir" >/dev/null 2>&1; then
-    rm -rf "$dir"
-    echo "python3-venv is missing; installing it (apt-get)"
-    local sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
-    python3 -m venv "$dir"
-  fi
-  # shellcheck disable=SC2086  # one word per requirement
-  "$dir/bin/python" -m pip install --quiet --disable-pip-version-check $wanted
-  echo "$wanted" > "$dir/.requirements"
-}
+# shellcheck source=scripts/lib/venv.sh
+. scripts/lib/venv.sh
 
 fail() { echo "check-api-contract: FAILED ($*)" >&2; exit 1; }
 

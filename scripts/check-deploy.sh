@@ -23,37 +23,14 @@ KUBERNETES_VERSION=1.32.0
 VALIDATE_REQUIREMENTS="kubernetes-validate==1.37.0 yamllint==1.38.0"
 CHECKOV_REQUIREMENTS="checkov==3.3.30"
 
-venvs="${PUSHRELAY_VENVS:-/opt/pushrelay-venvs}"
-if ! mkdir -p "$venvs" 2>/dev/null || [ ! -w "$venvs" ]; then
-  venvs="${XDG_CACHE_HOME:-$HOME/.cache}/pushrelay-venvs"
-  mkdir -p "$venvs"
-fi
+# shellcheck source=scripts/lib/venv.sh
+. scripts/lib/venv.sh
 
 command -v kubectl >/dev/null || {
   echo "kubectl is missing (it renders the overlays with its built-in kustomize): install kubectl 1.30+" >&2
   exit 1
 }
 
-# venv NAME REQUIREMENTS: a virtual environment with exactly these pinned packages.
-venv() {
-  local dir="$venvs/$1" wanted="$2"
-  if [ -x "$dir/bin/python" ] && [ "$(cat "$dir/.requirements" 2>/dev/null)" = "$wanted" ]; then
-    return 0
-  fi
-  echo "installing into $dir: $wanted"
-  rm -rf "$dir"
-  if ! python3 -m venv "$dir" >/dev/null 2>&1; then
-    rm -rf "$dir"
-    echo "python3-venv is missing; installing it (apt-get)"
-    local sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
-    python3 -m venv "$dir"
-  fi
-  # shellcheck disable=SC2086  # one word per requirement
-  "$dir/bin/python" -m pip install --quiet --disable-pip-version-check $wanted
-  echo "$wanted" > "$dir/.requirements"
-}
 venv deploy-check "$VALIDATE_REQUIREMENTS"
 venv checkov "$CHECKOV_REQUIREMENTS"
 check_python="$venvs/deploy-check/bin/python"
