@@ -8,6 +8,19 @@ let strict: [SwiftSetting] = [
     .enableUpcomingFeature("MemberImportVisibility"),
 ]
 
+/// What the stage test targets (StageTestSupport, StageTests, StageIntegrationTests) use.
+let stageTestDependencies: [Target.Dependency] = [
+    "IngestCore", "EncryptorCore", "DispatcherCore", "FeedbackCore", "ServiceKit", "Providers", "DevStack",
+    "PushModels", "PushCrypto", "DeviceState", "RedisClient", "Kafka", "StatusPush", "APIContract",
+    .product(name: "SwiftProtobuf", package: "swift-protobuf"),
+    .product(name: "HummingbirdTesting", package: "hummingbird"),
+    .product(name: "Hummingbird", package: "hummingbird"),
+    .product(name: "Configuration", package: "swift-configuration"),
+    .product(name: "Logging", package: "swift-log"),
+    .product(name: "NIOCore", package: "swift-nio"),
+    .product(name: "HTTPTypes", package: "swift-http-types"),
+]
+
 let package = Package(
     name: "PushRelay",
     platforms: [.macOS(.v15)],
@@ -350,49 +363,17 @@ let package = Package(
         // it only for the tests, so release builds never see its `@testable` imports).
         .testTarget(
             name: "StageTestSupport",
-            dependencies: [
-                "IngestCore", "EncryptorCore", "DispatcherCore", "FeedbackCore", "ServiceKit", "Providers", "DevStack",
-                "PushModels", "PushCrypto", "DeviceState", "RedisClient", "Kafka", "StatusPush", "APIContract",
-                .product(name: "SwiftProtobuf", package: "swift-protobuf"),
-                .product(name: "HummingbirdTesting", package: "hummingbird"),
-                .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "Configuration", package: "swift-configuration"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "HTTPTypes", package: "swift-http-types"),
-            ],
+            dependencies: stageTestDependencies,
             path: "Tests/StageTestSupport", swiftSettings: strict),
         // The unit tier's stage tests: no sockets, no child processes.
         .testTarget(
             name: "StageTests",
-            dependencies: [
-                "StageTestSupport",
-                "IngestCore", "EncryptorCore", "DispatcherCore", "FeedbackCore", "ServiceKit", "Providers", "DevStack",
-                "PushModels", "PushCrypto", "DeviceState", "RedisClient", "Kafka", "StatusPush", "APIContract",
-                .product(name: "SwiftProtobuf", package: "swift-protobuf"),
-                .product(name: "HummingbirdTesting", package: "hummingbird"),
-                .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "Configuration", package: "swift-configuration"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "HTTPTypes", package: "swift-http-types"),
-            ],
+            dependencies: ["StageTestSupport"] + stageTestDependencies,
             swiftSettings: strict),
         // The stage tests that need the test stack's Redis (the router's Redis stores and scripts).
         .testTarget(
             name: "StageIntegrationTests",
-            dependencies: [
-                "StageTestSupport",
-                "IngestCore", "EncryptorCore", "DispatcherCore", "FeedbackCore", "ServiceKit", "Providers", "DevStack",
-                "PushModels", "PushCrypto", "DeviceState", "RedisClient", "Kafka", "StatusPush", "APIContract",
-                .product(name: "SwiftProtobuf", package: "swift-protobuf"),
-                .product(name: "HummingbirdTesting", package: "hummingbird"),
-                .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "Configuration", package: "swift-configuration"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "HTTPTypes", package: "swift-http-types"),
-            ],
+            dependencies: ["StageTestSupport"] + stageTestDependencies,
             swiftSettings: strict),
         // The standing fuzz tests: the JSON reader alone, and every ingest endpoint on a running stack.
         .testTarget(

@@ -96,11 +96,13 @@ public struct IngestAPI: Sendable {
             devices: stores.devices, realms: stores.realms, bouncerKeys: configuration.bouncerKeys, limits: limits)
         let ownership = RealmOwnership(realms: stores.realms)
         let sealer = PayloadSealer(keys: configuration.pipelineKeys, logger: logger)
+        // One cache of the dispatchers' word for every API that asks it.
+        let providers = CachedProviderDirectory(stores.providers)
         native = NativeController(
             authenticator: authenticator, registrar: registrar, ownership: ownership, devices: stores.devices,
             realms: stores.realms, idempotency: stores.idempotency, acceptor: acceptor, sealer: sealer,
             bouncerKeys: configuration.bouncerKeys, limits: limits,
-            providers: CachedProviderDirectory(stores.providers))
+            providers: providers)
         zulipServers = ZulipServerController(
             authenticator: authenticator, servers: stores.servers, realms: stores.realms,
             storage: configuration.storageKeys, limits: limits,
@@ -121,7 +123,7 @@ public struct IngestAPI: Sendable {
             authenticator: authenticator, registrar: registrar, realms: stores.realms, store: stores.gorush,
             storage: configuration.storageKeys, acceptor: acceptor, sealer: sealer, settings: configuration.gorush,
             limits: limits, pepper: configuration.pepper, deliveryWatch: deliveryWatch,
-            providers: CachedProviderDirectory(stores.providers),
+            providers: providers,
             largeBodies: ByteBudget(capacity: configuration.gorush.maxBodyBytes.saturatingMultiply(4)),
             responseStats: ResponseStats())
         status = StatusController(
