@@ -117,10 +117,12 @@ public struct ServerStore: Sendable {
     /// index-hostnames`, once after upgrading from a relay without it): each hostname goes
     /// to the server that registered it first (`created_ms`). `nodes` are clients of
     /// every master, each alone.
-    /// Returns how many hostnames are indexed.
-    public func indexHostnames(nodes: [RedisClient]) async throws -> Int {
+    /// Returns how many hostnames are indexed; `progress` hears (servers read, servers).
+    public func indexHostnames(nodes: [RedisClient], progress: (Int, Int) -> Void = { _, _ in }) async throws -> Int {
         var first: [String: (uuid: ServerID, createdMs: Int64)] = [:]
-        for uuid in try await serverIDs(nodes: nodes) {
+        let servers = try await serverIDs(nodes: nodes)
+        for (index, uuid) in servers.enumerated() {
+            defer { progress(index + 1, servers.count) }
             let fields = try await redis.command("HMGET", RedisArgument(keys.server(uuid)), "hostname", "created_ms")
                 .array
             guard fields.count == 2, let hostname = fields[0].string else { continue }

@@ -415,6 +415,14 @@ extension StackTests {
             }
             let after = try admin(["servers", "show", server, "--output", "json"])
             #expect(try Wire.decode(JSONValue.self, from: Array(after.output.utf8))["active"] == false)
+            let indexed = try admin(["servers", "index-hostnames", "--quiet"])
+            #expect(indexed.status == 0 && indexed.output.hasPrefix("indexed "), "\(indexed.output)")
+            // Shell completion, from ArgumentParser: every subcommand is offered.
+            let completion = try admin(["--generate-completion-script", "bash"])
+            #expect(completion.status == 0)
+            for command in ["servers", "devices", "send-test", "topics", "deadletter", "trace", "replay"] {
+                #expect(completion.output.contains(command), "completion offers \(command)")
+            }
         }
 
         // MARK: realm ownership

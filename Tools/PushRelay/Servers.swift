@@ -180,9 +180,15 @@ struct IndexHostnames: AsyncParsableCommand {
             "Index every server's hostname for Zulip's registration transfer (once, after upgrading from a relay without the index)."
     )
 
+    @Flag(help: "No progress on stderr.") var quiet = false
+
     func run() async throws {
         let relay = try Operator.fromEnvironment()
-        print("indexed \(try await relay.servers().indexHostnames(nodes: try await relay.masters())) hostnames")
+        var bar = ProgressBar("servers", quiet: quiet)
+        let indexed = try await relay.servers().indexHostnames(nodes: try await relay.masters()) {
+            bar.update(done: $0, of: $1)
+        }
+        print("indexed \(indexed) hostnames")
     }
 }
 
