@@ -326,7 +326,10 @@ let package = Package(
             swiftSettings: strict),
         .testTarget(
             name: "StatusPushTests",
-            dependencies: ["StatusPush", .product(name: "Crypto", package: "swift-crypto")], swiftSettings: strict),
+            dependencies: [
+                "StatusPush", "PushModels", "PushCrypto", .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            exclude: ["Fixtures"], swiftSettings: strict),
         .testTarget(
             name: "PushCryptoTests", dependencies: ["PushCrypto", "PushModels"], swiftSettings: strict),
         .testTarget(
