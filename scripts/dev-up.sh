@@ -35,6 +35,8 @@ export PUSHRELAY_APIKEY_PEPPER_FILE="$RUN/apikey-pepper"
 [ -s "$RUN/status-key" ] || { head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$RUN/status-key"; chmod 600 "$RUN/status-key"; }
 export PUSHRELAY_STATUS_ENABLED=true PUSHRELAY_STATUS_KEY_FILE="$RUN/status-key"
 export PUSHRELAY_STATUS_APNS_TOPICS=org.zulip.Zulip PUSHRELAY_GORUSH_APNS_TOPIC=org.zulip.Zulip
+# Status clients also reach the push server over Waku: the fakes run a Waku node's REST API on 8645.
+export PUSHRELAY_STATUS_WAKU_URL=http://127.0.0.1:8645
 
 start() { # name, command...
   local name=$1; shift

@@ -86,6 +86,9 @@ public final class Stack: Sendable {
     /// New ports replace a service's when another process took one first (`start`).
     private let portTable: Mutex<(services: [Service: Int], ingestOps: Int)>
     public let controlPort: Int
+    /// The fake Waku node's REST API (the Status push server's transport).
+    public let wakuPort: Int
+    public var wakuURL: String { "http://127.0.0.1:\(wakuPort)" }
     /// The fakes' OTLP/gRPC trace receiver (OTLP/HTTP is on the control port).
     public let otlpGRPCPort: Int
     public let dispatcherEnvironment: [String: String]
@@ -352,12 +355,12 @@ public final class Stack: Sendable {
 
         // Free ports are picked, then bound by the fakes: another process may take one in
         // between (many stacks start at once in a test run). The fakes then exit; try new ports.
-        var fakePorts = (apns: 0, fcm: 0, control: 0, push: 0, otlpGRPC: 0)
+        var fakePorts = (apns: 0, fcm: 0, control: 0, push: 0, otlpGRPC: 0, waku: 0)
         var fakes: Process?
         for attempt in 1...3 {
             fakePorts = (
                 apns: try freePort(), fcm: try freePort(), control: try freePort(), push: try freePort(),
-                otlpGRPC: try freePort()
+                otlpGRPC: try freePort(), waku: try freePort()
             )
             let process = try launch(
                 "\(bin)/provider-fakes", [],
@@ -367,6 +370,7 @@ public final class Stack: Sendable {
                     "PUSHRELAY_FAKES_CONTROL_PORT": "\(fakePorts.control)",
                     "PUSHRELAY_FAKES_PUSH_PORT": "\(fakePorts.push)",
                     "PUSHRELAY_FAKES_OTLP_GRPC_PORT": "\(fakePorts.otlpGRPC)",
+                    "PUSHRELAY_FAKES_WAKU_PORT": "\(fakePorts.waku)",
                 ].merging(options.fakesEnvironment) { _, new in new }, log: "\(dir)/fakes.log")
             let control = fakePorts.control
             try await waitFor("the provider fakes") {
@@ -402,7 +406,8 @@ public final class Stack: Sendable {
         for service in Service.allCases { ports[service] = try freePort() }
         let stack = Stack(
             directory: dir, binDirectory: bin, redisPort: redisPort, kafkaBrokers: brokers, ports: ports,
-            ingestOpsPort: try freePort(), controlPort: fakePorts.control, otlpGRPCPort: fakePorts.otlpGRPC,
+            ingestOpsPort: try freePort(), controlPort: fakePorts.control, wakuPort: fakePorts.waku,
+            otlpGRPCPort: fakePorts.otlpGRPC,
             dispatcherEnvironment: dispatcherEnvironment, bouncerPublicKey: bouncerKey, options: options,
             redisCluster: redisCluster)
         stack.redis.withLock { $0 = redis }
@@ -439,7 +444,7 @@ public final class Stack: Sendable {
 
     private init(
         directory: String, binDirectory: String, redisPort: Int, kafkaBrokers: String, ports: [Service: Int],
-        ingestOpsPort: Int, controlPort: Int, otlpGRPCPort: Int, dispatcherEnvironment: [String: String],
+        ingestOpsPort: Int, controlPort: Int, wakuPort: Int, otlpGRPCPort: Int, dispatcherEnvironment: [String: String],
         bouncerPublicKey: String, options: Options, redisCluster: LocalRedisCluster?
     ) {
         self.otlpGRPCPort = otlpGRPCPort
@@ -451,6 +456,7 @@ public final class Stack: Sendable {
         self.kafkaBrokers = kafkaBrokers
         self.portTable = Mutex((ports, ingestOpsPort))
         self.controlPort = controlPort
+        self.wakuPort = wakuPort
         self.dispatcherEnvironment = dispatcherEnvironment
         self.bouncerPublicKey = bouncerPublicKey
     }
@@ -482,6 +488,9 @@ public final class Stack: Sendable {
             env["PUSHRELAY_STATUS_KEY_FILE"] = "\(directory)/status-key"
             env["PUSHRELAY_STATUS_APNS_TOPICS"] = Self.gorushTopic
             env["PUSHRELAY_GORUSH_APNS_TOPIC"] = Self.gorushTopic
+            // Status clients over Waku, through the fakes' node.
+            env["PUSHRELAY_STATUS_WAKU_URL"] = wakuURL
+            env["PUSHRELAY_STATUS_WAKU_POLL_INTERVAL_MS"] = "50"
         }
         if service == .feedback {
             // Feedback hooks may call the test's own receivers on loopback.
@@ -536,6 +545,8 @@ public final class Stack: Sendable {
         var env = environment(for: .ingest)
         env["PUSHRELAY_HTTP_PORT"] = "\(apiPort)"
         env["PUSHRELAY_OPS_PORT"] = "\(opsPort)"
+        // One reader of the fake Waku node: the shared ingest (its cache drains on each read).
+        env["PUSHRELAY_STATUS_WAKU_URL"] = nil
         env.merge(extra) { _, new in new }
         let process = try Stack.launch(
             "\(binDirectory)/ingest", [], environment: env, log: "\(directory)/ingest-\(name).log")

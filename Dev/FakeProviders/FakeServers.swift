@@ -19,12 +19,15 @@ public struct FakeServers: Sendable {
         public var control: Int
         /// Web Push, simple push, Huawei Push Kit and WNS, told apart by path.
         public var push: Int
+        /// A Waku node's REST API, plain HTTP (0: none).
+        public var waku: Int
 
-        public init(apns: Int, fcm: Int, control: Int, push: Int) {
+        public init(apns: Int, fcm: Int, control: Int, push: Int, waku: Int = 0) {
             self.apns = apns
             self.fcm = fcm
             self.control = control
             self.push = push
+            self.waku = waku
         }
     }
 
@@ -40,6 +43,8 @@ public struct FakeServers: Sendable {
     public let goAwayGraceMilliseconds: Int
     /// The OTLP trace receiver on the control port (`POST /v1/traces`, `GET /traces`).
     public let otlp = FakeOTLP()
+    /// The Waku node (on `ports.waku`), with nwaku's cache bounded at `wakuCacheCapacity`.
+    public let waku: FakeWaku
 
     public var apnsURL: String { "https://\(publicHost):\(ports.apns)" }
     public var fcmURL: String { "https://\(publicHost):\(ports.fcm)" }
@@ -51,8 +56,9 @@ public struct FakeServers: Sendable {
     public init(
         directory: String, host: String = "127.0.0.1", publicHost: String = "localhost", ports: Ports,
         apnsTeamID: String? = nil, apnsKeyID: String? = nil, maxRecorded: Int = 0, goAwayEvery: Int = 0,
-        goAwayGraceMilliseconds: Int = 0
+        goAwayGraceMilliseconds: Int = 0, wakuCacheCapacity: Int = 50
     ) throws {
+        self.waku = FakeWaku(capacity: wakuCacheCapacity)
         self.goAwayEvery = max(0, goAwayEvery)
         self.goAwayGraceMilliseconds = max(0, goAwayGraceMilliseconds)
         self.credentials = try FakeCredentials.loadOrCreate(
@@ -104,7 +110,12 @@ public struct FakeServers: Sendable {
         addControlRoutes(to: controlRouter)
         let control = Application(
             router: controlRouter, configuration: .init(address: .hostname(host, port: ports.control)), logger: logger)
-        return [apns, fcm, push, control]
+        guard ports.waku > 0 else { return [apns, fcm, push, control] }
+        let wakuRouter = Router(context: BasicRequestContext.self)
+        waku.addRoutes(to: wakuRouter)
+        let node = Application(
+            router: wakuRouter, configuration: .init(address: .hostname(host, port: ports.waku)), logger: logger)
+        return [apns, fcm, push, control, node]
     }
 
     @Sendable static func json(_ value: some Encodable) throws -> Response {

@@ -25,6 +25,9 @@ struct FakeProvidersServer {
         "pushrelay.fakes.fcm.port": .int(0...65535),
         "pushrelay.fakes.control.port": .int(0...65535),
         "pushrelay.fakes.push.port": .int(0...65535),
+        // The Waku node's REST API (nwaku's default port; 0: none), and its message cache.
+        "pushrelay.fakes.waku.port": .int(0...65535),
+        "pushrelay.fakes.waku.cache.capacity": .int(1...1_000_000),
         "pushrelay.fakes.otlp.grpc.port": .int(0...65535),
         "pushrelay.fakes.host": .text,
         "pushrelay.fakes.public.host": .text,
@@ -42,7 +45,8 @@ struct FakeProvidersServer {
             apns: try reader.int("pushrelay.fakes.apns.port", default: 8443),
             fcm: try reader.int("pushrelay.fakes.fcm.port", default: 8444),
             control: try reader.int("pushrelay.fakes.control.port", default: 8445),
-            push: try reader.int("pushrelay.fakes.push.port", default: 8446))
+            push: try reader.int("pushrelay.fakes.push.port", default: 8446),
+            waku: try reader.int("pushrelay.fakes.waku.port", default: 8645))
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)
             handler.logLevel = .info
@@ -56,13 +60,15 @@ struct FakeProvidersServer {
             apnsKeyID: try reader.raw("pushrelay.fakes.apns.key.id"),
             maxRecorded: try reader.int("pushrelay.fakes.max.recorded", default: 0),
             goAwayEvery: try reader.int("pushrelay.fakes.goaway.every", default: 0),
-            goAwayGraceMilliseconds: try reader.int("pushrelay.fakes.goaway.grace.ms", default: 0))
+            goAwayGraceMilliseconds: try reader.int("pushrelay.fakes.goaway.grace.ms", default: 0),
+            wakuCacheCapacity: try reader.int("pushrelay.fakes.waku.cache.capacity", default: 1000))
         let apps = try await fakes.applications(logger: logger)
         logger.info(
             "provider fakes ready",
             metadata: [
                 "apns": "\(fakes.apnsURL)", "fcm": "\(fakes.fcmURL)", "push": "\(fakes.pushURL)",
                 "control": "http://127.0.0.1:\(ports.control)", "dispatcher_env": "\(directory)/dispatcher.env",
+                "waku": "\(ports.waku > 0 ? "http://127.0.0.1:\(ports.waku)" : "off")",
             ])
         var services = apps.map { $0 as any Service }
         // The OTLP/gRPC trace receiver, when given a port (OTLP/HTTP is on the control port).

@@ -122,7 +122,7 @@ public enum Ingest {
             consumers: [], kafkaReady: { producer.isConnected() }, ops: ops.service,
             [
                 ShutdownHook { tail.close() }, app, ShutdownHook { await api.shutdown() },
-            ])
+            ] + (api.statusTransport(configuration.status, logger: logger).map { [$0] } ?? []))
     }
 }
 

@@ -1,3 +1,4 @@
+import AsyncHTTPClient
 import DeviceState
 import HTTPTypes
 import Hummingbird
@@ -6,6 +7,7 @@ import PushCrypto
 import PushModels
 import RedisClient
 import ServiceKit
+import ServiceLifecycle
 
 /// The stores ingest's controllers read and write, each behind its seam where it has one.
 public struct IngestStores: Sendable {
@@ -127,7 +129,8 @@ public struct IngestAPI: Sendable {
             largeBodies: ByteBudget(capacity: configuration.gorush.maxBodyBytes.saturatingMultiply(4)),
             responseStats: ResponseStats())
         status = StatusController(
-            server: try configuration.status.server(), authenticator: authenticator, devices: stores.devices,
+            server: try configuration.status.server(), httpEnabled: configuration.status.httpEnabled,
+            authenticator: authenticator, devices: stores.devices,
             realms: stores.realms, store: stores.status, acceptor: acceptor, sealer: sealer)
         notifications = NotificationStatusController(
             authenticator: authenticator, ownership: ownership, store: stores.deliveryStatus)
@@ -137,6 +140,17 @@ public struct IngestAPI: Sendable {
     public func shutdown() async { await zulipServers.transfers.fetcher.shutdown() }
 
     /// Every route of the public API, each controller's in turn.
+    /// The Status push server over Waku, when a node is configured (`PUSHRELAY_STATUS_WAKU_URL`).
+    public func statusTransport(_ settings: StatusSettings, logger: Logger) -> (any Service)? {
+        guard let waku = settings.waku, let server = status.server else { return nil }
+        let store = status.store
+        return StatusWakuTransport(
+            controller: status, server: server, node: WakuNodeClient(base: waku.url, client: .shared),
+            settings: waku,
+            registeredKeys: { try await (store as? RedisStatusRegistrationStore)?.hashedKeys() ?? [] },
+            logger: logger)
+    }
+
     public func router() -> Router<IngestContext> {
         // The routes once on their own, for the methods each path answers (405 and `Allow`).
         let probe = Router(context: IngestContext.self)

@@ -20,11 +20,17 @@ extension StatusController {
 
     func notify(_ request: Request, context: IngestContext) async throws -> Response {
         let (server, envelope) = try await envelope(request, context: context, type: .pushNotificationRequest)
+        return Self.protobufResponse(try await answerNotification(envelope, server: server))
+    }
+
+    /// A notification request's signed answer (21), whatever carried it: the first answer
+    /// again for a message handled before, 409 `DUPLICATE_REQUEST` while it is being handled.
+    func answerNotification(_ envelope: StatusEnvelope, server: StatusServer) async throws -> [UInt8] {
         let notificationRequest = try Self.notificationRequest(envelope.payload, maxTargets: server.maxTargets)
         let messageID = Fingerprint.hex(envelope.messageID)
         switch try await store.claimMessage(messageID, pendingSeconds: Self.claimSeconds) {
         case .claimed: break
-        case .answered(let bytes): return Self.protobufResponse(bytes)
+        case .answered(let bytes): return bytes
         case .busy:
             throw APIError(status: .conflict, code: "DUPLICATE_REQUEST", message: "This message was handled already")
         }
@@ -44,7 +50,7 @@ extension StatusController {
         // A large answer is not kept: a repeat of it is refused (409) instead of answered.
         try? await store.keepAnswer(
             messageID, answer: bytes.count <= Self.maxKeptAnswer ? bytes : nil, ttlSeconds: Self.answerSeconds)
-        return Self.protobufResponse(bytes)
+        return bytes
     }
 
     /// The request in the payload, within the server's limits.

@@ -11,17 +11,22 @@ import SwiftProtobuf
 extension StatusController {
     func registration(_ request: Request, context: IngestContext) async throws -> Response {
         let (server, envelope) = try await envelope(request, context: context, type: .pushNotificationRegistration)
-        // The payload must decrypt under the ECDH key of the signer and the server: a key
-        // extracted from a forged signature cannot. Otherwise it is discarded.
-        let plaintext: [UInt8]
-        do {
-            plaintext = try StatusCrypto.decrypt(
-                envelope.payload, key: try server.key.sharedSecret(with: envelope.signer))
-        } catch {
+        guard let answer = try await answerRegistration(envelope, server: server) else {
             throw APIError.badRequest(
                 "payload: does not decrypt with the key of the signer and this server; discarded",
                 code: "UNDECRYPTABLE", field: "payload")
         }
+        return Self.protobufResponse(answer)
+    }
+
+    /// A registration's signed answer (17), whatever carried it; nil when its payload does
+    /// not decrypt under the ECDH key of the signer and the server (a key extracted from a
+    /// forged signature cannot): it is then discarded.
+    func answerRegistration(_ envelope: StatusEnvelope, server: StatusServer) async throws -> [UInt8]? {
+        guard
+            let plaintext = try? StatusCrypto.decrypt(
+                envelope.payload, key: try server.key.sharedSecret(with: envelope.signer))
+        else { return nil }
         var response = StatusRegistrationResponse()
         response.requestID = Data(StatusCrypto.shake256(envelope.payload))
         if let error = await registrationError(plaintext, signer: envelope.signer, server: server) {
@@ -31,7 +36,7 @@ extension StatusController {
             response.success = true
             response.error = .unknownErrorType
         }
-        return Self.protobufResponse(try server.signed(response, type: .pushNotificationRegistrationResponse))
+        return try server.signed(response, type: .pushNotificationRegistrationResponse)
     }
 
     /// Applies a registration; nil when it is stored (or removed), else the error answered.

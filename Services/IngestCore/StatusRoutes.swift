@@ -17,6 +17,8 @@ import SwiftProtobuf
 struct StatusController: Sendable {
     /// Nil when the Status API is off: every endpoint answers `STATUS_DISABLED`.
     let server: StatusServer?
+    /// Whether the endpoints answer on the API port (false: over Waku only).
+    var httpEnabled = true
     /// For the client address the per-address limit keys on.
     let authenticator: ServerAuthenticator
     let devices: any DeviceRegistry
@@ -36,7 +38,7 @@ struct StatusController: Sendable {
     func routes() -> RouteCollection<IngestContext> {
         let router = RouteCollection(context: IngestContext.self)
         router.get("/status/v1/server") { _, _ in
-            guard let server else { throw APIError.statusDisabled }
+            guard let server, httpEnabled else { throw APIError.statusDisabled }
             return success([
                 "public_key": .string(Fingerprint.hex(server.publicKey.compressed)),
                 "query_topic_hash": "SHAKE-256 of the 33-byte compressed client key, 64 bytes",
@@ -55,7 +57,7 @@ struct StatusController: Sendable {
     func envelope(_ request: Request, context: IngestContext, type: StatusEnvelope.MessageType) async throws -> (
         StatusServer, StatusEnvelope
     ) {
-        guard let server else { throw APIError.statusDisabled }
+        guard let server, httpEnabled else { throw APIError.statusDisabled }
         guard try await server.reserveRealm(realms) else {
             context.logger.error("the Status realm belongs to a server: set PUSHRELAY_STATUS_REALM_UUID to a free one")
             throw APIError(
@@ -107,6 +109,11 @@ struct StatusController: Sendable {
 
     func query(_ request: Request, context: IngestContext) async throws -> Response {
         let (server, envelope) = try await envelope(request, context: context, type: .pushNotificationQuery)
+        return Self.protobufResponse(try await answerQuery(envelope, server: server))
+    }
+
+    /// A query's signed answer (19), whatever carried it.
+    func answerQuery(_ envelope: StatusEnvelope, server: StatusServer) async throws -> [UInt8] {
         guard let query = try? StatusQuery(serializedBytes: envelope.payload) else {
             throw APIError.badRequest("payload: not a PushNotificationQuery", code: "MALFORMED_MESSAGE")
         }
@@ -138,7 +145,7 @@ struct StatusController: Sendable {
                 response.info.append(info)
             }
         }
-        return Self.protobufResponse(try server.signed(response, type: .pushNotificationQueryResponse))
+        return try server.signed(response, type: .pushNotificationQueryResponse)
     }
 
     static func constantTimeEqual(_ a: [UInt8], _ b: [UInt8]) -> Bool {

@@ -24,6 +24,11 @@ public struct StatusSettings: Sendable {
     /// The APNs topics (bundle ids) registrations may name: the relay's APNs key is good
     /// for every app of its team, so an anonymous client must not pick the app.
     public var apnsTopics: Set<String>
+    /// Whether the endpoints on the API port stay on.
+    public var httpEnabled: Bool
+    /// The Waku transport: a node's REST API (nil: no Waku), its pubsub topic, the polling
+    /// interval, how answers are published, and messages per sender key per window.
+    public var waku: WakuSettings?
 
     public static let defaultRealm = "5f7a7e5b-0c4e-4b7e-8f3a-5354a7f5e001"
 
@@ -35,6 +40,20 @@ public struct StatusSettings: Sendable {
         maxRequests = try reader.int("pushrelay.status.requests.max", default: 600)
         windowSeconds = try reader.int("pushrelay.status.requests.window.seconds", default: 60)
         apnsTopics = Set(try reader.list("pushrelay.status.apns.topics"))
+        httpEnabled = try reader.bool("pushrelay.status.http.enabled", default: true)
+        let url = try reader.string("pushrelay.status.waku.url", default: "")
+        if url.isEmpty {
+            waku = nil
+        } else {
+            guard let parsed = URL(string: url), ["http", "https"].contains(parsed.scheme ?? ""), parsed.host != nil
+            else { throw SettingsError("PUSHRELAY_STATUS_WAKU_URL must be an http(s) URL") }
+            waku = WakuSettings(
+                url: url.hasSuffix("/") ? String(url.dropLast()) : url,
+                pubsubTopic: try reader.string("pushrelay.status.waku.pubsub.topic", default: WakuStatus.pubsubTopic),
+                pollInterval: try reader.milliseconds("pushrelay.status.waku.poll.interval.ms", default: 250),
+                lightpush: try reader.string("pushrelay.status.waku.publish", default: "relay") == "lightpush",
+                maxMessages: try reader.int("pushrelay.status.waku.requests.max", default: 600))
+        }
     }
 
     /// The server, or nil when the Status API is off.

@@ -18,29 +18,16 @@ public struct ServerSummary: Sendable, Equatable {
 }
 
 extension ServerStore {
-    /// Every server's uuid, found by SCAN on each master (`nodes`: a client of each master,
-    /// alone), sorted. A server hash is `{p}server:{uuid}`; its `…:realms` and
-    /// `…:devices` keys are not servers.
-    public func serverIDs(nodes: [RedisClient]) async throws -> [ServerID] {
+    /// Every server's uuid, found by SCAN on every master, sorted. A server hash is
+    /// `{p}server:{uuid}`; its `…:realms` and `…:devices` keys are not servers.
+    public func serverIDs() async throws -> [ServerID] {
         let prefix = keys.prefix + "server:"
         var found: Set<String> = []
-        for node in nodes {
-            var cursor = "0"
-            repeat {
-                let reply = try await node.command(
-                    "SCAN", RedisArgument(cursor), "MATCH", RedisArgument(prefix + "*"), "COUNT", "1000"
-                ).array
-                guard reply.count == 2, let next = reply[0].string else { break }
-                cursor = next
-                for name in reply[1].array.compactMap(\.string) {
-                    var uuid = String(name.dropFirst(prefix.count))
-                    if uuid.hasPrefix("{"), uuid.hasSuffix("}") { uuid = String(uuid.dropFirst().dropLast()) }
-                    guard let canonical = Syntax.canonicalUUID(uuid), keys.server(ServerID(canonical)) == name else {
-                        continue
-                    }
-                    found.insert(canonical)
-                }
-            } while cursor != "0"
+        for name in try await redis.scanKeys(matching: prefix + "*") {
+            var uuid = String(name.dropFirst(prefix.count))
+            if uuid.hasPrefix("{"), uuid.hasSuffix("}") { uuid = String(uuid.dropFirst().dropLast()) }
+            guard let canonical = Syntax.canonicalUUID(uuid), keys.server(ServerID(canonical)) == name else { continue }
+            found.insert(canonical)
         }
         return found.sorted().map(ServerID.init)
     }

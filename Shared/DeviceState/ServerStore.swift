@@ -115,12 +115,12 @@ public struct ServerStore: Sendable {
 
     /// Builds the hostname index from the server records (`pushrelay servers
     /// index-hostnames`, once after upgrading from a relay without it): each hostname goes
-    /// to the server that registered it first (`created_ms`). `nodes` are clients of
-    /// every master, each alone.
+    /// to the server that registered it first (`created_ms`); the servers are found on
+    /// every master.
     /// Returns how many hostnames are indexed; `progress` hears (servers read, servers).
-    public func indexHostnames(nodes: [RedisClient], progress: (Int, Int) -> Void = { _, _ in }) async throws -> Int {
+    public func indexHostnames(progress: (Int, Int) -> Void = { _, _ in }) async throws -> Int {
         var first: [String: (uuid: ServerID, createdMs: Int64)] = [:]
-        let servers = try await serverIDs(nodes: nodes)
+        let servers = try await serverIDs()
         for (index, uuid) in servers.enumerated() {
             defer { progress(index + 1, servers.count) }
             let fields = try await redis.command("HMGET", RedisArgument(keys.server(uuid)), "hostname", "created_ms")

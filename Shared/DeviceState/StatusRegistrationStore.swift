@@ -134,6 +134,22 @@ public struct RedisStatusRegistrationStore: StatusRegistrationStore {
         return found
     }
 
+    /// Every hashed key with registrations, found by SCAN on each master: a Status server
+    /// listens on each one's query topic.
+    public func hashedKeys() async throws -> [String] {
+        let prefix = keys.prefix + "st:"
+        var found: Set<String> = []
+        for name in try await redis.scanKeys(matching: prefix + "*") {
+            var key = String(name.dropFirst(prefix.count))
+            if key.hasPrefix("{"), key.hasSuffix("}") { key = String(key.dropFirst().dropLast()) }
+            // `st:{key}` is a key's set of installations; `st:{key}:{installation}` one of them.
+            guard key.utf8.count == 128, key.utf8.allSatisfy(\.isHexDigit), keys.statusInstallations(key: key) == name
+            else { continue }
+            found.insert(key)
+        }
+        return found.sorted()
+    }
+
     public func countRequest(client: String, nowMs: Int64, windowSeconds: Int) async throws -> Int64 {
         let window = WindowCounter.window(nowMs: nowMs, seconds: windowSeconds)
         return try await WindowCounter(redis: redis).increment(

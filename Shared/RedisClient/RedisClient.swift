@@ -245,6 +245,35 @@ public final class RedisClient: Sendable {
         case .cluster(let cluster): try await cluster.masters()
         }
     }
+
+    /// Every key name matching `pattern` (SCAN's MATCH), on every master, in no order.
+    /// For operators' listings and start-up scans, never for a request's path.
+    public func scanKeys(matching pattern: String) async throws -> [String] {
+        var names: [String] = []
+        for node in try await masterClients() {
+            var cursor = "0"
+            repeat {
+                let reply = try await node.command(
+                    "SCAN", RedisArgument(cursor), "MATCH", RedisArgument(pattern), "COUNT", "1000"
+                ).array
+                guard reply.count == 2, let next = reply[0].string else { break }
+                cursor = next
+                names += reply[1].array.compactMap(\.string)
+            } while cursor != "0"
+        }
+        return names
+    }
+
+    /// A client of each master, alone: SCAN and other per-node commands go to each.
+    public func masterClients() async throws -> [RedisClient] {
+        try await masters().map { master in
+            var single = configuration
+            single.cluster = false
+            single.host = master.host
+            single.port = master.port
+            return RedisClient(configuration: single)
+        }
+    }
 }
 
 /// A command argument: text or raw bytes.

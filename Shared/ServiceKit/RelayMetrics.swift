@@ -37,6 +37,7 @@ public enum RelayMetrics {
         public static let consumerLag = "pushrelay_consumer_lag_records"
         public static let dependencyUp = "pushrelay_dependency_up"
         public static let tenantRequests = "pushrelay_tenant_requests_total"
+        public static let statusWaku = "pushrelay_status_waku_messages_total"
     }
 
     /// Label names.
@@ -103,6 +104,13 @@ public enum RelayMetrics {
 
     public static func endToEnd(provider: String) -> Timer {
         Timer(label: Name.endToEnd, dimensions: [(Label.provider, provider)])
+    }
+
+    /// Waku messages the Status push server took from its node, by what became of them
+    /// (`answered`, `duplicate`, `undecryptable`, `unsigned`, `malformed`, `rate_limited`,
+    /// `failed`), and answers it could not publish (`publish_failed`).
+    public static func statusWaku(_ result: String) -> Counter {
+        Counter(label: Name.statusWaku, dimensions: [(Label.result, result)])
     }
 
     public static func rateDeferred(target: String) -> Counter {

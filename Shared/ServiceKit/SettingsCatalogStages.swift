@@ -304,5 +304,26 @@ extension SettingsCatalog {
             Setting(
                 "pushrelay.status.requests.window.seconds", .int(1...86_400), default: "`60`",
                 "ingest: that window"),
+            Setting(
+                "pushrelay.status.http.enabled", .bool, default: "`true`",
+                "ingest: the Status endpoints on the API port (`false`: over Waku only)"),
+            Setting(
+                "pushrelay.status.waku.url", .text, default: "unset",
+                """
+                ingest: a Waku node's REST API (nwaku's, e.g. `http://127.0.0.1:8645`): Status clients reach the \
+                push server through it; unset, no Waku
+                """),
+            Setting(
+                "pushrelay.status.waku.pubsub.topic", .text, default: "`/waku/2/rs/16/32`",
+                "ingest: the pubsub topic (shard) Status's messages travel on"),
+            Setting(
+                "pushrelay.status.waku.poll.interval.ms", .int(10...60_000), default: "`250`",
+                "ingest: how often the node's message cache is read (it keeps a bounded number of messages)"),
+            Setting(
+                "pushrelay.status.waku.publish", .oneOf(["relay", "lightpush"]), default: "`relay`",
+                "ingest: how answers leave: the node's relay, or lightpush through its service peer"),
+            Setting(
+                "pushrelay.status.waku.requests.max", .int(1...100_000_000), default: "`600`",
+                "ingest: Waku messages per sender key per window (the HTTP limit's window); more are dropped"),
         ])
 }

@@ -135,7 +135,7 @@ extension StackTests {
             try await redis.command(
                 "HSET", RedisArgument(keys.server(older)), "hostname", "legacy.example.org", "created_ms", "1000")
             #expect(try await servers.server(hostname: "legacy.example.org") == nil)
-            #expect(try await servers.indexHostnames(nodes: [redis]) == 3)
+            #expect(try await servers.indexHostnames() == 3)
             #expect(try await servers.server(hostname: "legacy.example.org") == older)
             #expect(try await servers.server(hostname: "new.example.org") == a)
         }

@@ -91,19 +91,6 @@ struct Operator {
         ServerStore(redis: redis, keys: settings.redisKeys, pepper: try reader.apiKeyPepper())
     }
 
-    /// A client of each Redis master, alone: SCAN is per node.
-    func masters() async throws -> [RedisClient] {
-        var nodes: [RedisClient] = []
-        for master in try await redis.masters() {
-            var single = settings.redis
-            single.cluster = false
-            single.host = master.host
-            single.port = master.port
-            nodes.append(RedisClient(configuration: single))
-        }
-        return nodes
-    }
-
     /// `--brokers`, else the services' settings (`PUSHRELAY_KAFKA_BROKERS` or
     /// `PUSHRELAY_KAFKA_BROKERS_FILE`), else, in a checkout after `make up`, the dev
     /// broker's `.run/kafka-bootstrap`.

@@ -43,7 +43,7 @@ struct ListServers: AsyncParsableCommand {
     func run() async throws {
         let relay = try Operator.fromEnvironment()
         let store = try relay.servers()
-        let ids = try await store.serverIDs(nodes: try await relay.masters())
+        let ids = try await store.serverIDs()
         var summaries: [ServerSummary] = []
         for id in ids {
             if let summary = try await store.summary(id) { summaries.append(summary) }
@@ -185,7 +185,7 @@ struct IndexHostnames: AsyncParsableCommand {
     func run() async throws {
         let relay = try Operator.fromEnvironment()
         var bar = ProgressBar("servers", quiet: quiet)
-        let indexed = try await relay.servers().indexHostnames(nodes: try await relay.masters()) {
+        let indexed = try await relay.servers().indexHostnames {
             bar.update(done: $0, of: $1)
         }
         print("indexed \(indexed) hostnames")
