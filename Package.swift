@@ -273,8 +273,10 @@ let package = Package(
         .executableTarget(
             name: "demo-device",
             dependencies: [
-                "PushCrypto", "PushModels", .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                "PushCrypto", "PushModels", "StatusPush", .product(name: "SwiftProtobuf", package: "swift-protobuf"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Crypto", package: "swift-crypto"), .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
             ],
             path: "Tools/DemoDevice", swiftSettings: strict),
 

@@ -130,4 +130,8 @@ Or send a test through the pipeline and wait for each device's outcome, then tra
   set -a; . $RUN/env; set +a
   PUSHRELAY_API_KEY=\$(sed -n 's/^KEY=//p' $RUN/demo/env) $BIN/pushrelay send-test --server $SERVER --realm $REALM --user 10 --wait
   $BIN/pushrelay trace <notification id>
+
+Or be a Status app over Waku (registration, query, notification, through the fake node on :8645):
+
+  $BIN/demo-device status-waku http://127.0.0.1:8645 \$(curl -s $API/status/v1/server | sed 's/.*"public_key":"\([0-9a-f]*\)".*/\1/') org.zulip.Zulip
 TXT

@@ -14,6 +14,8 @@ import PushModels
 /// - `{"p256dh_private": <base64url 32 bytes>, "auth": <base64url 16 bytes>}`: a Web
 ///   Push subscription's private key and auth secret, for `aes128gcm` bodies.
 /// For Web Push, simple push and WNS the token is the endpoint URL.
+/// `demo-device status-waku <waku-node-url> <server-key-hex> <apns-topic>` plays a Status
+/// app over Waku instead (`StatusWakuDemo`).
 @main
 struct DemoDevice {
     enum DeviceKey {
@@ -23,6 +25,10 @@ struct DemoDevice {
 
     static func main() async throws {
         let args = CommandLine.arguments
+        if args.count == 5, args[1] == "status-waku" {
+            try await StatusWakuDemo.run(node: args[2], serverKeyHex: args[3], apnsTopic: args[4])
+            return
+        }
         guard args.count == 4 else {
             FileHandle.standardError.write(Data("usage: demo-device <control-url> <token> <key-file>\n".utf8))
             exit(2)

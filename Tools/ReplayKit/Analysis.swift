@@ -99,7 +99,7 @@ public enum Trace {
         lines.append("accepted \(ISOTime.format(origin))")
         let width = sorted.map { "\($0.topic)[\($0.partition)]@\($0.offset)".count }.max() ?? 0
         for e in sorted {
-            let delta = "+\(e.timestampMs.saturatingSubtract(origin)) ms".padding(
+            let delta = "+\(max(0, e.timestampMs.saturatingSubtract(origin))) ms".padding(
                 toLength: 10, withPad: " ", startingAt: 0)
             let place = "\(e.topic)[\(e.partition)]@\(e.offset)".padding(toLength: width, withPad: " ", startingAt: 0)
             lines.append("  \(delta) \(place)  \(describe(e))")
