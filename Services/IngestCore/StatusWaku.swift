@@ -68,9 +68,19 @@ struct WakuMessage: Sendable, Equatable {
     }
 }
 
+/// What the transport needs of a Waku node.
+protocol WakuNode: Sendable {
+    /// Where it is, for the logs.
+    var base: String { get }
+    func subscribe(_ pubsubTopic: String) async throws
+    /// The messages cached since the last call; nil when the node lost the subscription.
+    func messages(_ pubsubTopic: String) async throws -> [WakuMessage]?
+    func publish(_ message: WakuMessage, pubsubTopic: String, lightpush: Bool) async throws
+}
+
 /// A Waku node's REST API (nwaku's `/relay/v1/…`, `/lightpush/v1/message`): errors are
 /// plain text, as nwaku answers them.
-struct WakuNodeClient: Sendable {
+struct WakuNodeClient: WakuNode {
     let base: String
     let client: HTTPClient
 

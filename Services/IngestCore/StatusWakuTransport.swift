@@ -22,7 +22,7 @@ import SwiftProtobuf
 struct StatusWakuTransport: Service {
     let controller: StatusController
     let server: StatusServer
-    let node: WakuNodeClient
+    let node: any WakuNode
     let settings: WakuSettings
     /// The hashed keys with registrations (their query topics are listened on).
     let registeredKeys: @Sendable () async throws -> [String]
