@@ -19,6 +19,9 @@ public struct RegistrationTransferSettings: Sendable {
     /// Trust roots instead of the system's (the dev stack's fake CA).
     public var caFile: String?
 
+    /// How long the host has to connect and to answer (Zulip's bouncer allows 5 s).
+    public var timeout: Duration = .seconds(5)
+
     public init(verificationsPerDay: Int = 30, allowedHosts: Set<String> = [], caFile: String? = nil) {
         self.verificationsPerDay = verificationsPerDay
         self.allowedHosts = allowedHosts
@@ -59,12 +62,14 @@ public protocol TransferChallengeFetcher: Sendable {
 /// that resolves to a private address is refused unless allowed.
 public final class HTTPTransferChallengeFetcher: TransferChallengeFetcher {
     let endpoints: OutboundEndpoints
+    let timeout: Duration
 
     public init(settings: RegistrationTransferSettings, logger: Logger) {
+        timeout = settings.timeout
         endpoints = OutboundEndpoints(
             settings: .init(
-                allowedHosts: settings.allowedHosts, caFile: settings.caFile, connectTimeout: .seconds(5),
-                readTimeout: .seconds(5), maxConnectionsPerOrigin: 1, maxOrigins: 16,
+                allowedHosts: settings.allowedHosts, caFile: settings.caFile, connectTimeout: settings.timeout,
+                readTimeout: settings.timeout, maxConnectionsPerOrigin: 1, maxOrigins: 16,
                 // Resolved afresh each time: a server that just moved is fetched at its new address.
                 pinFor: .zero),
             logger: logger)
@@ -81,7 +86,7 @@ public final class HTTPTransferChallengeFetcher: TransferChallengeFetcher {
         var request = HTTPClientRequest(url: url)
         request.method = .GET
         do {
-            let response = try await client.execute(request, timeout: .seconds(5))
+            let response = try await client.execute(request, timeout: .init(timeout))
             let body = try await response.body.collect(upTo: 64 * 1024)
             let json = try? Wire.decode(JSONValue.self, from: Array(body.readableBytesView))
             guard (200..<300).contains(response.status.code) else {

@@ -33,9 +33,10 @@ import Testing
     @Test func fetchesTheSecretOverHTTPSAndTellsFailuresApart() async throws {
         try await withFakeServer(routes: Self.zulipServer) { server in
             let host = "localhost:\(server.port)"
-            let trusted = HTTPTransferChallengeFetcher(
-                settings: RegistrationTransferSettings(allowedHosts: ["localhost"], caFile: server.caFile),
-                logger: Logger(label: "transfer-test"))
+            // Generous: a machine busy with the other suites must not time the answers out.
+            var settings = RegistrationTransferSettings(allowedHosts: ["localhost"], caFile: server.caFile)
+            settings.timeout = .seconds(30)
+            let trusted = HTTPTransferChallengeFetcher(settings: settings, logger: Logger(label: "transfer-test"))
             #expect(await trusted.fetch(hostname: host, accessToken: Self.token) == .secret("AB12"))
             #expect(await trusted.fetch(hostname: host, accessToken: "other") == .notPrepared)
             #expect(await trusted.fetch(hostname: host, accessToken: "broken") == .status(403))
