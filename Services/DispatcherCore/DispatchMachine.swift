@@ -65,7 +65,7 @@ struct DispatchMachine {
         /// Make one attempt; `ambiguous`: it re-sends an interrupted send (log and count it).
         case attempt(ambiguous: Bool)
         /// Note in the ledger that the provider accepted the pair.
-        case recordSent(providerMessageID: String?)
+        case recordSent
         /// Let the claim go: nothing reached the phone.
         case release
         /// Publish what `step` comes to; the record is done.
@@ -97,9 +97,9 @@ struct DispatchMachine {
         case (.awaitingClaim, .claimSettled(let ledger)):
             return claimed(ledger)
         case (.attempting(let claimed, let ambiguous), .attempted(let step)):
-            if case DispatchStage.Step.outcome(SendResult.sent(_, let id), _) = step {
+            if step.isSent {
                 state = .recording(step, ambiguous: ambiguous)
-                return .recordSent(providerMessageID: id)
+                return .recordSent
             }
             if claimed && !ambiguous && !step.mayHaveReachedProvider {
                 state = .releasing(step)
@@ -119,8 +119,8 @@ struct DispatchMachine {
     /// After the ledger's last word on the claim.
     private mutating func claimed(_ ledger: LedgerState) -> Action {
         switch ledger {
-        case .sent(_, let id):
-            return finish(.alreadySent(providerMessageID: id), ambiguous: false)
+        case .sent:
+            return finish(.alreadySent, ambiguous: false)
         case .unknown:
             state = .attempting(claimed: true, ambiguous: false)
             return .attempt(ambiguous: false)

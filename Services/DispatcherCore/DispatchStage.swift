@@ -48,7 +48,7 @@ public struct DispatchStage: Sendable {
     /// What one record leads to, before it is published.
     enum Step {
         case outcome(SendResult, attempts: Int)
-        case alreadySent(providerMessageID: String?)
+        case alreadySent
         case retry(OutboundRecord, stage: Int, dueAtMs: Int64)
         case dead(DeadLetterRecord.Cause, SendResult, attempts: Int)
 
@@ -152,8 +152,8 @@ public struct DispatchStage: Sendable {
                 guard let push = opened, let step = await step(for: outbound, push: push, maxRateWait: maxRateWait)
                 else { return nil }
                 action = machine.handle(.attempted(step))
-            case .recordSent(let id):
-                guard await recordSent(outbound, providerMessageID: id) else { return nil }
+            case .recordSent:
+                guard await recordSent(outbound) else { return nil }
                 action = machine.handle(.recorded)
             case .release:
                 guard await releaseClaim(outbound) else { return nil }
@@ -317,11 +317,10 @@ public struct DispatchStage: Sendable {
         // Built only for the steps that log: a sent push (the usual case) logs nothing.
         var metadata: Logger.Metadata { Self.logMetadata(record, token: token) }
         switch step {
-        case .alreadySent(let providerMessageID):
+        case .alreadySent:
             logger.info("already sent; not sending again", metadata: metadata)
             let outcome = delivery(
-                record, .alreadySent, reason: nil, status: nil, attempts: record.attempts ?? 0, id: providerMessageID,
-                now: now)
+                record, .alreadySent, reason: nil, status: nil, attempts: record.attempts ?? 0, id: nil, now: now)
             return [try .delivery(outcome, topic: topics.deliveries)]
         case .retry(let next, let stage, let due):
             var metadata = metadata

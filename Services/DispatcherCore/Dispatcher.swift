@@ -80,11 +80,13 @@ public enum Dispatcher {
         let host = try await StageHost.start(observability, settings: settings)
         let main = try host.consumer(configuration.main)
         let retries = try host.consumer(configuration.retries)
+        let transition = LedgerTransition()
         let stage = DispatchStage(
             pipelineKeys: configuration.pipelineKeys, clients: clients,
             limiters: clients.mapValues { _ in ConcurrencyLimiter(limit: configuration.perProviderConcurrency) },
             rates: AdaptiveRateLimiter(settings: configuration.rate),
-            ledger: RedisDeliveryLedger(redis: host.redis, keys: settings.redisKeys, ttl: configuration.dedupeTTL),
+            ledger: RedisDeliveryLedger(
+                redis: host.redis, keys: settings.redisKeys, ttl: configuration.dedupeTTL, transition: transition),
             publisher: host.producer, topics: settings.topics, schedule: settings.retry, clock: SystemClock(),
             logger: host.logger)
         let mainWait = configuration.mainRateWait
@@ -96,7 +98,7 @@ public enum Dispatcher {
                 },
                 ProviderAnnouncer(
                     announcements: ProviderAnnouncements(redis: host.redis, keys: settings.redisKeys),
-                    providers: Set(clients.keys), logger: host.logger),
+                    providers: Set(clients.keys), ledger: transition, logger: host.logger),
                 KafkaConsumerService(consumer: main) { await stage.handle($0, maxRateWait: mainWait) },
                 KafkaConsumerService(consumer: retries) { await stage.handle($0, maxRateWait: .seconds(2)) },
             ])

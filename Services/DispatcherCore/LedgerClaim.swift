@@ -35,11 +35,9 @@ extension DispatchStage {
 
     /// Notes in the ledger that the provider accepted the pair, before its outcome is
     /// published: a crash from here on never re-sends. False when shutdown interrupted it.
-    func recordSent(_ record: OutboundRecord, providerMessageID: String?) async -> Bool {
+    func recordSent(_ record: OutboundRecord) async -> Bool {
         let noted: Bool? = await untilSuccess("record the send in the delivery ledger", logger: logger) {
-            try await ledger.recordSent(
-                notificationID: record.notificationID, deviceID: record.deviceID,
-                providerMessageID: providerMessageID, nowMs: clock.nowMillis())
+            try await ledger.recordSent(record.sendPair)
             return true
         }
         return noted != nil
@@ -50,17 +48,16 @@ extension DispatchStage {
     /// later send of the pair is marked.) False when shutdown interrupted it.
     func releaseClaim(_ record: OutboundRecord) async -> Bool {
         let released: Bool? = await untilSuccess("release the ledger claim", logger: logger) {
-            try await ledger.release(notificationID: record.notificationID, deviceID: record.deviceID)
+            try await ledger.release(record.sendPair)
             return true
         }
         return released != nil
     }
 
-    /// One claim attempt (`SET NX GET`): what was there before; `.unknown` means it is ours now.
+    /// One claim attempt: what was there before; `.unknown` means it is ours now.
     func claimOnce(_ record: OutboundRecord) async -> LedgerState? {
         await untilSuccess("claim the pair in the delivery ledger", logger: logger) {
-            try await ledger.claim(
-                notificationID: record.notificationID, deviceID: record.deviceID, nowMs: clock.nowMillis())
+            try await ledger.claim(record.sendPair, nowMs: clock.nowMillis())
         }
     }
 

@@ -23,6 +23,9 @@ public enum DispatcherCapability: String, Sendable, CaseIterable {
     /// Sends a `send_mode: validate_only` push as a check: FCM and Huawei with
     /// `validate_only`, no other provider at all. A dispatcher without it would send it.
     case validateOnly = "validate_only"
+    /// Keeps the send ledger in buckets (`RedisDeliveryLedger`): once every dispatcher
+    /// can, none writes the per-pair keys of the first layout any more.
+    case bucketedLedger = "ledger_buckets"
 }
 
 /// The announcements in one Redis hash (`RedisKeys.providers`): a field per dispatcher

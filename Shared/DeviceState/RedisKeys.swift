@@ -29,16 +29,18 @@ import PushModels
 /// | `{p}providers` | hash | dispatcher process id → `{until_ms}|{provider},…`: the providers each dispatcher has credentials for, renewed while it runs (`ProviderAnnouncements`) |
 /// | `{p}tv:{window}` | string | Zulip registration-transfer verifications in a window, from anyone (expires) |
 /// | `{p}hostname:{hostname}` | string | uuid of the server registered with that hostname (Zulip's registration transfer) |
-/// | `{p}sent:{notification_id}:{device_id}` | string | send ledger: `claimed {ms}` while a send is under way, `sent {ms} {provider message id}` once accepted; expires after the retry horizon |
+/// | `{p}sl:{second}:{shard}` | set | send ledger: 64-bit fingerprints of the (notification, device) pairs a provider accepted, bucketed by the second the notification was accepted and 16 shards (`RedisDeliveryLedger`); expires `PUSHRELAY_DISPATCHER_DEDUPE_TTL_SECONDS` after its last write |
+/// | `{p}sl:{second}:{shard}:c` | hash | send ledger claims: fingerprint → ms the send began, from the claim until the mark or release (for good after an interrupted send); expires like the set |
+/// | `{p}sent:{notification_id}:{device_id}` | string | send ledger of release 0.1: `claimed {ms}` or `sent {ms} {provider message id}`; read (and written while such a dispatcher runs) until they expire |
 /// | `{p}ns:{notification_id}` | hash | delivery status of one notification (`GET /v1/notifications/{id}`): `r` realm, `s` server, `a` accepted ms, `t` target device ids, `fp` FCM name prefix, `m` (devices past the bound), `d:{device_id}` and `all` → `rank|at|state|provider|http|attempts|next|reason|id` (`RedisDeliveryStatusStore`); expires `PUSHRELAY_DELIVERY_STATUS_TTL_SECONDS` after it was made |
 /// | `{p}nsr:{realm}` | sorted set | a realm's notifications with status, by acceptance (ms), trimmed to `PUSHRELAY_DELIVERY_STATUS_MAX_PER_REALM` |
 ///
 /// On a Redis Cluster (`hashTags`), the part of a key in `{…}` is its hash tag: keys that
 /// one command or one pipeline touches together share a slot — a server's hash, its
 /// counters, rate-limit window and idempotency records (`{server}`); a device's hash and
-/// its push keys (`{id}`); one notification's ledger entries (`{notification}`). Every
-/// script touches one key, except the rate-limit lease, whose two keys (window counter and
-/// server hash) share the server's tag. On one Redis the keys keep the names they always had.
+/// its push keys (`{id}`); a send-ledger bucket's set and claims (`{second:shard}`). Every script
+/// touches one key, except the rate-limit lease, whose two keys (window counter and
+/// server hash) share the server's tag, and the send ledger's, whose two share the bucket's. On one Redis the keys keep the names they always had.
 public struct RedisKeys: Sendable {
     public let prefix: String
     public let hashTags: Bool
@@ -103,9 +105,12 @@ public struct RedisKeys: Sendable {
     public func deliveryStatusIndex(realm: RealmID) -> String { "\(prefix)nsr:\(tag(realm))" }
     public func transferVerifications(window: Int64) -> String { "\(prefix)tv:\(window)" }
     public func serverHostname(_ hostname: String) -> String { "\(prefix)hostname:\(hostname)" }
-    public func sent(notificationID: NotificationID, deviceID: DeviceID) -> String {
+    /// The send ledger's per-pair key of release 0.1: read until they expire.
+    public func legacySent(notificationID: NotificationID, deviceID: DeviceID) -> String {
         "\(prefix)sent:\(tag(notificationID)):\(deviceID)"
     }
+    /// A send-ledger bucket's set of sent pairs; its claims are this key + `:c`.
+    public func sendLedger(second: Int64, shard: Int64) -> String { "\(prefix)sl:\(tag("\(second):\(shard)"))" }
 }
 
 extension RedisArgument {

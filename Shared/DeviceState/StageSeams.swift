@@ -27,12 +27,11 @@ extension DeviceDirectory {
 /// Which (notification, device) pairs a provider already accepted (`RedisDeliveryLedger`).
 public protocol DeliveryLedger: Sendable {
     /// Claims the pair for sending; returns what was there before (`.unknown`: the claim is ours).
-    func claim(notificationID: NotificationID, deviceID: DeviceID, nowMs: Int64) async throws -> LedgerState
+    func claim(_ pair: SendPair, nowMs: Int64) async throws -> LedgerState
     /// Records that the provider accepted the pair.
-    func recordSent(notificationID: NotificationID, deviceID: DeviceID, providerMessageID: String?, nowMs: Int64)
-        async throws
+    func recordSent(_ pair: SendPair) async throws
     /// The provider refused the pair: not sent, free to be sent later.
-    func release(notificationID: NotificationID, deviceID: DeviceID) async throws
+    func release(_ pair: SendPair) async throws
 }
 
 /// What feedback changes when a provider calls a token dead.

@@ -267,14 +267,23 @@ extension StackTests {
             let again = try await legacy.register(server: "s1", user: user, token: token, appID: nil, realm: nil)
             #expect(first.countDelta == 1 && again.countDelta == 0 && again.id == first.id)
 
-            // The send ledger: one notification's entries share a slot.
+            // The send ledger: a bucket's set and claims share a slot; claim, mark, release.
             let ledger = RedisDeliveryLedger(redis: redis, keys: keys, ttl: .seconds(60))
-            let notification = NotificationID("n-cluster")
             #expect(
-                RedisSlot.of(keys.sent(notificationID: notification, deviceID: 1))
-                    == RedisSlot.of(keys.sent(notificationID: notification, deviceID: 2)))
-            #expect(try await ledger.claim(notificationID: notification, deviceID: 1, nowMs: 1) == .unknown)
-            #expect(try await ledger.claim(notificationID: notification, deviceID: 1, nowMs: 2) == .claimed(atMs: 1))
+                RedisSlot.of(keys.sendLedger(second: 1_795_000_000, shard: 3))
+                    == RedisSlot.of(keys.sendLedger(second: 1_795_000_000, shard: 3) + ":c"))
+            let pairs = (1...40).map {
+                SendPair(notificationID: "n-cluster", deviceID: DeviceID($0), acceptedAtMs: 1_795_000_000_000 + $0 * 97)
+            }
+            for pair in pairs {
+                #expect(try await ledger.claim(pair, nowMs: 1) == .unknown)
+                #expect(try await ledger.claim(pair, nowMs: 2) == .claimed(atMs: 1))
+            }
+            for pair in pairs.prefix(20) { try await ledger.recordSent(pair) }
+            for pair in pairs.suffix(20) { try await ledger.release(pair) }
+            #expect(try await ledger.sentPairs(pairs) == Set(pairs.prefix(20)))
+            #expect(try await ledger.claim(pairs[0], nowMs: 3) == .sent)
+            #expect(try await ledger.claim(pairs[39], nowMs: 3) == .unknown)
 
             // gorush's outcome counters: each record once, a partition's marks and counters in one slot.
             let gorush = RedisGorushStore(redis: redis, keys: keys)

@@ -150,7 +150,7 @@ import Testing
         #expect(message.headers.contains { $0.name == RecordHeader.notificationID && $0.value == Array("n1".utf8) })
         let forced = Redrive.message(for: dead, into: "push.outbound", force: true, nowMs: 0)
         #expect(forced.headers.contains { $0.name == RecordHeader.replay && $0.value == Array("force".utf8) })
-        #expect(Redrive.pair(of: dead)! == ("n1", 31))
+        #expect(Redrive.pair(of: dead)! == ("n1", 31, 1_000))
     }
 
     @Test func isoTimesParseWithAndWithoutFractions() {

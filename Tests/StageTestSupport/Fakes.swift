@@ -172,13 +172,13 @@ final class MemoryDeviceDirectory: DeviceDirectory, Sendable {
     }
 }
 
-/// The delivery ledger on a dictionary, with `RedisDeliveryLedger`'s semantics: the
-/// values are the strings it stores (`claimed {ms}`, `sent {ms} {id}`), read back with
-/// the same parser; `claim` is `SET NX GET` (returns the old value, sets only when absent);
-/// `recordSent` overwrites; `release` deletes.
+/// The delivery ledger on a dictionary, with `RedisDeliveryLedger`'s semantics: `claim`
+/// answers `sent`, or an earlier claim's time, or makes the claim; `recordSent` marks the
+/// pair sent; `release` drops a claim (never a mark). Pairs are told apart as the Redis
+/// ledger tells them: by notification and device (`acceptedAtMs` only picks its bucket).
 final class MemoryLedger: DeliveryLedger, Sendable {
     private struct State {
-        var values: [String: String] = [:]
+        var values: [String: LedgerState] = [:]
         var claims = 0
         var sentWrites = 0
         var releases = 0
@@ -192,49 +192,41 @@ final class MemoryLedger: DeliveryLedger, Sendable {
         "\(notificationID):\(deviceID)"
     }
 
-    private static func parse(_ value: String?) -> LedgerState {
-        LedgerState(value.map { RedisValue.bytes(Array($0.utf8)) } ?? .null)
-    }
-
-    func claim(notificationID: NotificationID, deviceID: DeviceID, nowMs: Int64) async throws -> LedgerState {
+    func claim(_ pair: SendPair, nowMs: Int64) async throws -> LedgerState {
         state.withLock { s in
             s.claims += 1
-            let key = Self.key(notificationID, deviceID)
-            let previous = s.values[key]
-            if previous == nil { s.values[key] = "claimed \(nowMs)" }
-            return Self.parse(previous)
+            let key = pair.description
+            let previous = s.values[key] ?? .unknown
+            if previous == .unknown { s.values[key] = .claimed(atMs: nowMs) }
+            return previous
         }
     }
 
-    func recordSent(notificationID: NotificationID, deviceID: DeviceID, providerMessageID: String?, nowMs: Int64)
-        async throws
-    {
+    func recordSent(_ pair: SendPair) async throws {
         state.withLock { s in
             s.sentWrites += 1
-            s.values[Self.key(notificationID, deviceID)] = "sent \(nowMs)" + (providerMessageID.map { " \($0)" } ?? "")
+            s.values[pair.description] = .sent
         }
     }
 
-    func release(notificationID: NotificationID, deviceID: DeviceID) async throws {
+    func release(_ pair: SendPair) async throws {
         state.withLock { s in
             s.releases += 1
-            s.values[Self.key(notificationID, deviceID)] = nil
+            if case .claimed = s.values[pair.description] { s.values[pair.description] = nil }
         }
     }
 
-    /// Puts a marker in place, as an earlier (possibly interrupted) dispatcher left it.
+    /// Puts a claim in place, as an earlier (possibly interrupted) dispatcher left it.
     func seedClaimed(notificationID: NotificationID, deviceID: DeviceID, atMs: Int64) {
-        state.withLock { $0.values[Self.key(notificationID, deviceID)] = "claimed \(atMs)" }
+        state.withLock { $0.values[Self.key(notificationID, deviceID)] = .claimed(atMs: atMs) }
     }
 
-    func seedSent(notificationID: NotificationID, deviceID: DeviceID, atMs: Int64, providerMessageID: String?) {
-        state.withLock {
-            $0.values[Self.key(notificationID, deviceID)] = "sent \(atMs)" + (providerMessageID.map { " \($0)" } ?? "")
-        }
+    func seedSent(notificationID: NotificationID, deviceID: DeviceID) {
+        state.withLock { $0.values[Self.key(notificationID, deviceID)] = .sent }
     }
 
     func state(notificationID: NotificationID, deviceID: DeviceID) -> LedgerState {
-        Self.parse(state.withLock { $0.values[Self.key(notificationID, deviceID)] })
+        state.withLock { $0.values[Self.key(notificationID, deviceID)] } ?? .unknown
     }
 
     var claims: Int { state.withLock { $0.claims } }

@@ -232,7 +232,7 @@ struct Redriver {
         let now = Wire.nowMillis()
         var messages: [KafkaOutgoing] = []
         for entry in selected {
-            if let pair = Redrive.pair(of: entry), skip.contains("\(pair.notificationID):\(pair.deviceID)") { continue }
+            if let pair = Self.ledgerPair(entry), skip.contains(pair) { continue }
             messages.append(Redrive.message(for: entry, into: into, force: force, nowMs: now))
         }
         let skipped = selected.count - messages.count
@@ -254,15 +254,19 @@ struct Redriver {
         )
     }
 
+    static func ledgerPair(_ entry: TopicEntry) -> SendPair? {
+        Redrive.pair(of: entry).map { SendPair(notificationID: $0, deviceID: $1, acceptedAtMs: $2) }
+    }
+
     /// The pairs among `entries` that the dispatcher's send ledger says were delivered.
-    func delivered(_ entries: [TopicEntry], settings: CommonSettings) async throws -> Set<String> {
-        let pairs = entries.compactMap(Redrive.pair)
+    func delivered(_ entries: [TopicEntry], settings: CommonSettings) async throws -> Set<SendPair> {
+        let pairs = entries.compactMap(Self.ledgerPair)
         guard !pairs.isEmpty else { return [] }
         var configuration = settings.redis
         configuration.connections = 1
         let ledger = RedisDeliveryLedger(
             redis: RedisClient(configuration: configuration), keys: settings.redisKeys, ttl: .seconds(1))
-        var sent: Set<String> = []
+        var sent: Set<SendPair> = []
         for chunk in stride(from: 0, to: pairs.count, by: 500) {
             sent.formUnion(try await ledger.sentPairs(Array(pairs[chunk..<min(chunk + 500, pairs.count)])))
         }

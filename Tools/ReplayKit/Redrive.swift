@@ -5,11 +5,13 @@ import PushModels
 /// `--into`: how a selected record goes back onto a topic.
 public enum Redrive {
     /// The (notification, device) pair a record would push, when it is a push.
-    public static func pair(of e: TopicEntry) -> (notificationID: NotificationID, deviceID: DeviceID)? {
+    public static func pair(of e: TopicEntry) -> (
+        notificationID: NotificationID, deviceID: DeviceID, acceptedAtMs: Int64
+    )? {
         guard let push = e.push, let n = push[RecordHeader.notificationID]?.stringValue,
-            let d = push["device_id"]?.intValue
+            let d = push["device_id"]?.intValue, let accepted = push["accepted_at_ms"]?.intValue
         else { return nil }
-        return (NotificationID(n), DeviceID(d))
+        return (NotificationID(n), DeviceID(d), accepted)
     }
 
     /// The record to produce: the same value, key and headers, marked as a replay. A dead
