@@ -26,6 +26,7 @@ public struct DispatchStage: Sendable {
     let schedule: RetrySchedule
     let clock: any WallClock
     let logger: Logger
+    let meters: DispatchMeters
 
     public init(
         pipelineKeys: PipelineKeyring, clients: [Provider: any PushProviderClient],
@@ -43,6 +44,7 @@ public struct DispatchStage: Sendable {
         self.schedule = schedule
         self.clock = clock
         self.logger = logger
+        meters = DispatchMeters(providers: clients.keys)
     }
 
     /// What one record leads to, before it is published.
@@ -136,15 +138,16 @@ public struct DispatchStage: Sendable {
     ) async -> [KafkaOutgoing]? {
         var action = first
         var claimedAtMs: Int64 = 0
+        let pair = outbound.sendPair
         while true {
             switch action {
             case .claim:
-                guard let state = await claimOnce(outbound) else { return nil }
+                guard let state = await claimOnce(pair) else { return nil }
                 if case .claimed(let at) = state { claimedAtMs = at }
                 action = machine.handle(.claimAnswered(state))
             case .awaitClaim(let at):
                 let window = maxRateWait + Self.liveSendLimit
-                guard let state = await awaitLiveClaim(outbound, claimedAtMs: at, window: window) else { return nil }
+                guard let state = await awaitLiveClaim(pair, claimedAtMs: at, window: window) else { return nil }
                 if case .claimed(let at) = state { claimedAtMs = at }
                 action = machine.handle(.claimSettled(state))
             case .attempt(let ambiguous):
@@ -153,10 +156,10 @@ public struct DispatchStage: Sendable {
                 else { return nil }
                 action = machine.handle(.attempted(step))
             case .recordSent:
-                guard await recordSent(outbound) else { return nil }
+                guard await recordSent(pair) else { return nil }
                 action = machine.handle(.recorded)
             case .release:
-                guard await releaseClaim(outbound) else { return nil }
+                guard await releaseClaim(pair) else { return nil }
                 action = machine.handle(.released)
             case .publish(let step, let ambiguous):
                 Self.annotate(span, step)
@@ -203,11 +206,8 @@ public struct DispatchStage: Sendable {
             await Self.traced(record.provider, attempt: attemptsSoFar.saturatingAdd(1)) { await client.send(push) }
         }
         rates.observe(target, result: result)
-        RelayMetrics.sendDuration(provider: record.provider.rawValue).record(duration: ContinuousClock.now - start)
-        RelayMetrics.sendAttempts(
-            provider: record.provider.rawValue, result: Self.label(result),
-            reason: result.reason.map { RelayMetrics.labelValue($0.name) } ?? ""
-        ).increment()
+        meters.sendDuration(record.provider).record(duration: ContinuousClock.now - start)
+        meters.attempt(record.provider, result, label: Self.label(result)).increment()
         let attempts = attemptsSoFar.saturatingAdd(1)
         switch result {
         case .sent, .invalidToken:
@@ -371,7 +371,7 @@ public struct DispatchStage: Sendable {
                     status: local ? nil : status, attempts: attempts, id: id, now: now)
                 return [try .delivery(outcome, topic: topics.deliveries)]
             }
-            RelayMetrics.endToEnd(provider: record.provider.rawValue).recordMilliseconds(
+            meters.endToEnd(record.provider).recordMilliseconds(
                 max(0, now.saturatingSubtract(record.acceptedAtMs)))
             // An ambiguous re-send is marked, so accounting can tell a possible duplicate from a bug.
             let reason = ambiguous ? StageReason.resentAfterInterruptedSend.rawValue : nil

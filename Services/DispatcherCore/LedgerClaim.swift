@@ -35,9 +35,9 @@ extension DispatchStage {
 
     /// Notes in the ledger that the provider accepted the pair, before its outcome is
     /// published: a crash from here on never re-sends. False when shutdown interrupted it.
-    func recordSent(_ record: OutboundRecord) async -> Bool {
+    func recordSent(_ pair: SendPair) async -> Bool {
         let noted: Bool? = await untilSuccess("record the send in the delivery ledger", logger: logger) {
-            try await ledger.recordSent(record.sendPair)
+            try await ledger.recordSent(pair)
             return true
         }
         return noted != nil
@@ -46,24 +46,24 @@ extension DispatchStage {
     /// Lets the pair's claim go: refused, parked or dead, nothing reached the phone, so a
     /// later send is not a duplicate. (After an interrupted send the claim stays, so every
     /// later send of the pair is marked.) False when shutdown interrupted it.
-    func releaseClaim(_ record: OutboundRecord) async -> Bool {
+    func releaseClaim(_ pair: SendPair) async -> Bool {
         let released: Bool? = await untilSuccess("release the ledger claim", logger: logger) {
-            try await ledger.release(record.sendPair)
+            try await ledger.release(pair)
             return true
         }
         return released != nil
     }
 
     /// One claim attempt: what was there before; `.unknown` means it is ours now.
-    func claimOnce(_ record: OutboundRecord) async -> LedgerState? {
+    func claimOnce(_ pair: SendPair) async -> LedgerState? {
         await untilSuccess("claim the pair in the delivery ledger", logger: logger) {
-            try await ledger.claim(record.sendPair, nowMs: clock.nowMillis())
+            try await ledger.claim(pair, nowMs: clock.nowMillis())
         }
     }
 
     /// Polls a claim made at `claimedAtMs` until it is no longer a claim (sent, or released
     /// and now ours), or until it is older than `window` (then still `.claimed`). Nil on shutdown.
-    func awaitLiveClaim(_ record: OutboundRecord, claimedAtMs: Int64, window: Duration) async -> LedgerState? {
+    func awaitLiveClaim(_ pair: SendPair, claimedAtMs: Int64, window: Duration) async -> LedgerState? {
         let windowMs = RetrySchedule.milliseconds(window)
         var at = claimedAtMs
         // Measured on this process's monotonic clock from the claim's age now, never more
@@ -77,7 +77,7 @@ extension DispatchStage {
         while ContinuousClock.now < deadline {
             try? await cancelWhenGracefulShutdown { try await Task.sleep(for: .milliseconds(100)) }
             if Task.isCancelled || Task.isShuttingDownGracefully { return nil }
-            guard let state = await claimOnce(record) else { return nil }
+            guard let state = await claimOnce(pair) else { return nil }
             guard case .claimed(let newAt) = state else { return state }
             if newAt != at {
                 // Claimed again meanwhile (its send refused and retried elsewhere): wait for that one.

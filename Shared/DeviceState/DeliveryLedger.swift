@@ -7,28 +7,23 @@ import Synchronization
 /// notification was accepted (it picks the pair's bucket, and every copy of the push, on
 /// every topic and in every replay, carries the same value).
 public struct SendPair: Sendable, Hashable, CustomStringConvertible {
-    public var notificationID: NotificationID
-    public var deviceID: DeviceID
-    public var acceptedAtMs: Int64
+    public let notificationID: NotificationID
+    public let deviceID: DeviceID
+    public let acceptedAtMs: Int64
+    /// The first 8 bytes of SHA-256(`notification:device`), as a signed integer: what the
+    /// ledger stores for the pair. Two pairs of one bucket share it with odds of about
+    /// n²/2⁶⁵ for n pairs (10⁻¹⁴ at 500).
+    public let fingerprint: Int64
 
     public init(notificationID: NotificationID, deviceID: DeviceID, acceptedAtMs: Int64) {
         self.notificationID = notificationID
         self.deviceID = deviceID
         self.acceptedAtMs = acceptedAtMs
+        fingerprint = Fingerprint.sha256Prefix64("\(notificationID):\(deviceID)")
     }
 
     /// `notification:device`, as `pushrelay` names pairs.
     public var description: String { "\(notificationID):\(deviceID)" }
-
-    /// The first 8 bytes of SHA-256(`notification:device`), as a signed integer: what the
-    /// ledger stores for the pair. Two pairs of one bucket share it with odds of about
-    /// n²/2⁶⁵ for n pairs (10⁻¹⁴ at 500).
-    public var fingerprint: Int64 {
-        let digest = Fingerprint.sha256(Array(description.utf8))
-        var value: UInt64 = 0
-        for byte in digest.prefix(8) { value = value << 8 | UInt64(byte) }
-        return Int64(bitPattern: value)
-    }
 }
 
 /// Which (notification, device) pairs a provider has already accepted, so a push
@@ -107,6 +102,27 @@ public struct RedisDeliveryLedger: Sendable {
         return 1
         """
 
+    /// The scripts by name (`EVALSHA`): a few bytes a call instead of the script's text.
+    static let claimScriptName = RedisArgument(Fingerprint.sha1Hex(claimScript))
+    static let markScriptName = RedisArgument(Fingerprint.sha1Hex(markScript))
+
+    /// `commands`, the first of which runs `script` by name; when Redis does not know it
+    /// yet (`NOSCRIPT`: a new or restarted server, another master), that one is sent again
+    /// with the script's text (the others ran once). An error reply is thrown.
+    private func run(_ script: String, _ commands: [[RedisArgument]]) async throws -> [RedisValue] {
+        var replies = try await redis.pipeline(commands)
+        if case .error(let message) = replies.first, message.hasPrefix("NOSCRIPT") {
+            var first = commands[0]
+            first[0] = "EVAL"
+            first[1] = .init(script)
+            replies[0] = try await redis.command(first)
+        }
+        for reply in replies {
+            if case .error(let message) = reply { throw RedisError(code: .replyError, message: message) }
+        }
+        return replies
+    }
+
     private func legacyKey(_ pair: SendPair) -> RedisArgument {
         .init(keys.legacySent(notificationID: pair.notificationID, deviceID: pair.deviceID))
     }
@@ -119,9 +135,9 @@ public struct RedisDeliveryLedger: Sendable {
         let legacy: [RedisArgument] =
             transition.writesLegacyKeys
             ? ["SET", legacyKey(pair), .init("claimed \(nowMs)"), "NX", "PX", ttlMs, "GET"] : ["GET", legacyKey(pair)]
-        let replies = try await redis.checkedPipeline([
-            ["EVAL", .init(Self.claimScript), "2", sent, claims, member, .init(nowMs), ttlMs], legacy,
-        ])
+        let replies = try await run(
+            Self.claimScript,
+            [["EVALSHA", Self.claimScriptName, "2", sent, claims, member, .init(nowMs), ttlMs], legacy])
         let current: LedgerState
         switch replies[0].string {
         case nil: current = .unknown
@@ -143,9 +159,9 @@ public struct RedisDeliveryLedger: Sendable {
     /// Records that the provider accepted the pair (its claim goes).
     public func recordSent(_ pair: SendPair) async throws {
         let (sent, claims, member) = place(pair)
-        var commands: [[RedisArgument]] = [["EVAL", .init(Self.markScript), "2", sent, claims, member, ttlMs]]
+        var commands: [[RedisArgument]] = [["EVALSHA", Self.markScriptName, "2", sent, claims, member, ttlMs]]
         if transition.writesLegacyKeys { commands.append(["SET", legacyKey(pair), "sent 0", "PX", ttlMs]) }
-        try await redis.checkedPipeline(commands)
+        _ = try await run(Self.markScript, commands)
     }
 
     /// The provider refused the pair (it will be retried, dead-lettered or dropped): not sent.

@@ -123,6 +123,25 @@ public enum Fingerprint {
         Array(SHA256.hash(data: bytes))
     }
 
+    /// The first 64 bits of SHA-256 of the text's UTF-8, big-endian, as a signed integer
+    /// (hashed in place: no copy of the text).
+    public static func sha256Prefix64(_ text: String) -> Int64 {
+        var text = text
+        let digest = text.withUTF8 { bytes in
+            var hasher = SHA256()
+            hasher.update(bufferPointer: UnsafeRawBufferPointer(bytes))
+            return hasher.finalize()
+        }
+        var value: UInt64 = 0
+        for byte in digest.prefix(8) { value = value << 8 | UInt64(byte) }
+        return Int64(bitPattern: value)
+    }
+
+    /// Lower-case hex of SHA-1: the name Redis gives a script (`EVALSHA`). Not a security use.
+    public static func sha1Hex(_ text: String) -> String {
+        hex(Insecure.SHA1.hash(data: Array(text.utf8)))
+    }
+
     /// The first 16 hex digits of SHA-256, used to recognise a token without storing it in records.
     public static func token(_ token: String) -> String {
         String(sha256Hex(token).prefix(16))
