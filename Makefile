@@ -30,11 +30,12 @@ release:
 lint:
 	scripts/lint.sh
 
-## End-to-end benchmark: flat out 60 s, then 2,000/s for 60 s (see docs/performance.md).
+## End-to-end benchmark: 500/s, flat out, then 2,000/s, 60 s each (see docs/performance.md).
 bench:
 	scripts/bench.sh
 
-## CPU per APNs push on one APNs fake: the relay's dispatcher vs aioapns vs a Go sender (NO_BUILD=1: no build).
+## CPU per APNs push on one APNs fake: the relay's dispatcher vs aioapns vs a Go sender (NO_BUILD=1: no build;
+## RATE=0: unpaced, PUSHES pushes each as fast as the fake answers, the relay fed notifications of 100 devices).
 bench-peer:
 	scripts/bench-peer.sh
 

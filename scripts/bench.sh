@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The end-to-end benchmark: builds release binaries, starts a private stack (dev broker,
-# Redis, provider fakes, the four services) and drives it with `loadgen`: flat out for
-# 60 s, then 2,000 notifications/s for 60 s. Prints a table; writes
+# Redis, provider fakes, the four services) and drives it with `loadgen`: 500
+# notifications/s, flat out, then 2,000/s, 60 s each. Prints a table; writes
 # benchmarks/results/latest.json. Extra loadgen flags pass through, e.g.
 #   scripts/bench.sh --phases quick=0:15
 # Numbers depend on the machine and on what else runs on it: see docs/performance.md.

@@ -28,7 +28,8 @@ for p in minutes:
     rss = "  ".join(f"{p['peakRSSMiB'][k]:>10.1f}" for k in sorted(p["peakRSSMiB"]))
     print(f"{p['phase']['name']:>6}  {p['latencyMs']['p99']:>6.0f}  {rss}")
 # The verdict is on the relay's four services; the dev broker (memory only, it keeps
-# every record) and Redis (the dedupe ledger lives until its TTL) grow by design.
+# every record) and Redis (the send ledger and delivery status live until their TTLs)
+# grow by design.
 services = ["ingest", "encryptor", "dispatcher", "feedback"]
 verdict = 0
 for name in sorted(minutes[0]["peakRSSMiB"]):
@@ -43,6 +44,10 @@ for name in sorted(minutes[0]["peakRSSMiB"]):
     flat = grew <= max(8.0, 0.10 * first)
     verdict |= not flat
     print(f"RSS {name}: {first:.1f} -> {last:.1f} MiB ({'flat' if flat else 'GROWING'})")
+ledger = [p["ledgerBytesPerPush"] for p in minutes if p.get("ledgerBytesPerPush") is not None]
+used = [p["redisBytesPerPush"] for p in minutes if p.get("redisBytesPerPush") is not None]
+if ledger:
+    print(f"Redis per push: send ledger {mean(ledger):.1f} B, used_memory growth {mean(used):.0f} B (mean of the minutes)")
 first = mean([p["latencyMs"]["p99"] for p in minutes[:third]])
 last = mean([p["latencyMs"]["p99"] for p in minutes[-third:]])
 flat = last <= max(1.5 * first, first + 50)

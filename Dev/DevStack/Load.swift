@@ -79,6 +79,10 @@ public struct LoadRun: Sendable {
         public var maxLag: [String: Int64] = [:]
         public var peakRSSMiB: [String: Double] = [:]
         public var cpuSeconds: [String: Double] = [:]
+        /// Growth over the phase, per push with an outcome: Redis's `used_memory`, and the
+        /// send ledger's keys as `MEMORY USAGE` counts them (nil when Redis did not answer).
+        public var redisBytesPerPush: Double?
+        public var ledgerBytesPerPush: Double?
     }
 
     let stack: Stack
@@ -145,6 +149,7 @@ public struct LoadRun: Sendable {
         deliveries.start()
         defer { deliveries.stop() }
         let sampler = ResourceSampler(stack: stack)
+        let redisBefore = RedisFootprint.read(port: stack.redisPort)
         let cpuBefore = sampler.cpuSeconds()
         let samplerTask = Task { await sampler.run() }
 
@@ -224,6 +229,10 @@ public struct LoadRun: Sendable {
         report.peakRSSMiB = sampler.peakRSS().mapValues { Double($0) / 1024 }
         let cpuAfter = sampler.cpuSeconds()
         report.cpuSeconds = cpuAfter.reduce(into: [:]) { $0[$1.key] = $1.value - (cpuBefore[$1.key] ?? 0) }
+        if let before = redisBefore, let after = RedisFootprint.read(port: stack.redisPort), report.pushesDone > 0 {
+            report.redisBytesPerPush = Double(after.usedMemory - before.usedMemory) / Double(report.pushesDone)
+            report.ledgerBytesPerPush = Double(after.ledgerBytes - before.ledgerBytes) / Double(report.pushesDone)
+        }
         return report
     }
 
@@ -251,6 +260,12 @@ public struct LoadRun: Sendable {
         let processes = Set(reports.flatMap { $0.peakRSSMiB.keys }).sorted()
         for p in processes { row("peak RSS \(p) (MiB)") { n($0.peakRSSMiB[p] ?? 0) } }
         for p in processes { row("CPU \(p) (s)") { n($0.cpuSeconds[p] ?? 0) } }
+        row("dev broker share of all CPU (%)") { r in
+            let total = r.cpuSeconds.values.reduce(0, +)
+            return total > 0 ? n(100 * (r.cpuSeconds["devbroker"] ?? 0) / total) : "-"
+        }
+        row("Redis used_memory growth per push (B)") { $0.redisBytesPerPush.map(n) ?? "-" }
+        row("send ledger per push (B)") { $0.ledgerBytesPerPush.map(n) ?? "-" }
         let width = rows.map(\.0.count).max() ?? 0
         let columns = reports.indices.map { i in rows.map { $0.1[i].count }.max() ?? 0 }
         return rows.map { name, values in

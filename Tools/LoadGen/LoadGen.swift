@@ -9,18 +9,24 @@ struct LoadGen: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "End-to-end load: throughput, latency, consumer lag, RSS and CPU per process.")
 
+    /// A warm-up (the first seconds of a new stack stall while its connections open and
+    /// groups settle), then 500/s, a rate this machine carries, for latency while the dev
+    /// broker holds little (see `partitions`); then flat out and 2,000/s as before.
     @Option(help: "Phases as name=rate:seconds, rate 0 for flat out.")
-    var phases = ["flat-out=0:60", "2000/s=2000:60"]
+    var phases = ["warm-up=500:15", "500/s=500:60", "flat-out=0:60", "2000/s=2000:60"]
     @Option(help: "Realms (servers) the users are spread over.") var realms = 10
     @Option(help: "Users.") var users = 1000
     @Option(help: "Devices per user (APNs and FCM alternating).") var devicesPerUser = 2
     @Option(help: "Concurrent keep-alive client connections.") var connections = 64
-    /// 24, as every `make bench` before. The dev broker (librdkafka's mock cluster) walks
-    /// a partition's retained batches for each batch it serves, so fewer partitions cost
-    /// it less; but it keeps only ~5 MiB a partition, and with 12 the flat-out phase's
-    /// backlog outgrows that and spills into the next phase
-    /// (benchmarks/history/22-issue-27-part-6-dev-broker.md).
-    @Option(help: "Kafka partitions per topic in the dev broker.") var partitions = 24
+    /// The dev broker (librdkafka 2.0.2's mock cluster) finds the batch a fetch asks for by
+    /// walking the partition's batches from the oldest, and keeps ~5 MiB a partition with
+    /// no way to keep less; so its cost per record grows with what a partition holds and
+    /// falls with the square of the records per batch. Fewer partitions and a longer
+    /// `linger.ms` both make batches larger: 8 and 20 ms cut its share of the CPU by
+    /// 30–40 % against 24 and 5 ms (docs/performance.md, "The dev broker"), and 8 × 5 MiB
+    /// still holds the flat-out phase's backlog.
+    @Option(help: "Kafka partitions per topic in the dev broker.") var partitions = 8
+    @Option(help: "The services' producer linger.ms (PUSHRELAY_KAFKA_PRODUCER_PROPERTIES).") var lingerMs = 20
     @Option(help: "Extra service environment, KEY=VALUE (repeatable).") var env: [String] = []
     @Option(help: "Write the reports as JSON here.") var json = "benchmarks/results/latest.json"
     @Option(help: "Trace this share of notifications (0...1) with OpenTelemetry, exported to the fakes; off if unset.")
@@ -40,7 +46,10 @@ struct LoadGen: AsyncParsableCommand {
             }
             return LoadRun.Phase(name: String(parts[0]), rate: rate, seconds: seconds)
         }
-        var environment = ["PUSHRELAY_RATELIMIT_REQUESTS": "1000000000"]
+        var environment = [
+            "PUSHRELAY_RATELIMIT_REQUESTS": "1000000000",
+            "PUSHRELAY_KAFKA_PRODUCER_PROPERTIES": "linger.ms=\(lingerMs)",
+        ]
         for pair in env {
             let kv = pair.split(separator: "=", maxSplits: 1)
             guard kv.count == 2 else { throw ValidationError("--env \(pair): expected KEY=VALUE") }
@@ -60,7 +69,9 @@ struct LoadGen: AsyncParsableCommand {
         let reports = try await LoadRun(stack: stack, settings: settings, log: progress).run()
         print(LoadRun.table(reports))
         try writeReport(
-            Report(machine: Self.machine(), settings: "\(settings), \(partitions) partitions", phases: reports),
+            Report(
+                machine: Self.machine(), settings: "\(settings), \(partitions) partitions, linger.ms \(lingerMs)",
+                phases: reports),
             to: json)
         print("wrote \(json)")
     }

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The aioapns peer: APNs pushes the way Zulip's server sends them (aioapns, token
-auth with an ES256 .p8 key), paced at a fixed rate against an APNs endpoint.
+auth with an ES256 .p8 key), paced at a fixed rate against an APNs endpoint, or
+unpaced (--rate 0: as fast as --concurrency pushes in flight let).
 
 aioapns connects only to Apple's hosts (APNS_SERVER / APNS_PORT on its protocol
 classes), so the pool is pointed at --url with a subclass of its production protocol.
@@ -107,17 +108,19 @@ async def run(args) -> dict:
         tasks = []
         start = time.monotonic()
         for i in range(count):
-            delay = start + i / args.rate - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
+            if args.rate > 0:
+                delay = start + i / args.rate - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
             await in_flight.acquire()
             tasks.append(asyncio.create_task(one(i, tally)))
         await asyncio.gather(*tasks)
         return tally
 
-    log(f"aioapns sender: warm-up {args.warmup} pushes at {args.rate}/s")
+    pace = f"at {args.rate}/s" if args.rate > 0 else "unpaced"
+    log(f"aioapns sender: warm-up {args.warmup} pushes {pace}")
     await paced(args.warmup)
-    log(f"aioapns sender: measuring {args.n} pushes at {args.rate}/s")
+    log(f"aioapns sender: measuring {args.n} pushes {pace}")
     cpu0, t0 = cpu_seconds(), time.monotonic()
     tally = await paced(args.n)
     cpu, wall = cpu_seconds() - cpu0, time.monotonic() - t0
@@ -150,7 +153,7 @@ def main() -> None:
     parser.add_argument("--key-id", required=True)
     parser.add_argument("--team-id", required=True)
     parser.add_argument("--topic", default="org.zulip.Zulip")
-    parser.add_argument("--rate", type=int, default=400)
+    parser.add_argument("--rate", type=int, default=400, help="pushes per second (0: unpaced)")
     parser.add_argument("--warmup", type=int, default=2000)
     parser.add_argument("-n", type=int, default=12000)
     parser.add_argument("--payload-bytes", type=int, default=634)

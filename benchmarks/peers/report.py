@@ -66,11 +66,11 @@ def peer(args) -> None:
         errors["notifications not accepted by ingest"] = relay["rejected"]
     if answered < relay["provider_requests_expected"]:
         errors["pushes without an answer"] = relay["provider_requests_expected"] - answered
-    services = ["ingest", "encryptor", "dispatcher", "feedback"]
+    services = ["dispatcher", "ingest", "encryptor", "feedback"]
     rows.append(
         {
             "sender": "relay (dispatcher)",
-            "pushes": answered,
+            "pushes": relay["pushes"],
             "ok": apns.get("200", 0),
             "errors": sum(errors.values()),
             "error_samples": errors,
@@ -101,10 +101,20 @@ def peer(args) -> None:
     go = rows[-1]["cpu_us_per_push"] or 1
     for r in rows:
         r["ratio_to_go"] = r["cpu_us_per_push"] / go
+    # The relay's rate is in notifications, each one push per APNs device of its user.
+    fan_out = relay["apns_devices_per_user"]
+    rate = relay["rate"] * fan_out
+    mode = "paced" if rate else "unpaced"
+    measured = relay["notifications"] * fan_out
     print()
     print(
-        f"CPU per APNs push, one APNs fake, {relay['rate']} pushes/s, "
-        f"{relay['notifications']} measured pushes each (after a warm-up)"
+        f"CPU per APNs push, one APNs fake, "
+        + (f"{rate} pushes/s" if rate else "unpaced (each as fast as the fake answers)")
+        + f", {measured} measured pushes each (after a warm-up)"
+    )
+    print(
+        f"  the relay: {relay['notifications']} notifications to {relay['users']} users, "
+        f"{fan_out} APNs device{'s' if fan_out != 1 else ''} each"
     )
     print(
         table(
@@ -126,11 +136,37 @@ def peer(args) -> None:
     for r in rows:
         if r["errors"]:
             print(f"  {r['sender']} errors: {r['error_samples']}")
-    total = rows[0]["relay_services_cpu_seconds"]
+    # CPU per push by process, the relay's over the pushes it sent and the peers' over
+    # theirs: (key in the JSON, label, CPU seconds, pushes).
+    cpu = relay["cpu_seconds"]
+    processes = [(s, s, cpu.get(s, 0), rows[0]["pushes"]) for s in services]
+    processes.append(("four services", "four services", rows[0]["relay_services_cpu_seconds"], rows[0]["pushes"]))
+    processes += [(s, f"{s} (context)", cpu.get(s, 0), rows[0]["pushes"]) for s in ["devbroker", "redis"]]
+    processes += [(p["sender"], r["sender"], r["cpu_seconds"], r["pushes"]) for p, r in zip(peers, rows[1:])]
+    cpu_us_per_push = {key: 1e6 * seconds / max(1, pushes) for key, _, seconds, pushes in processes}
+    print()
     print(
-        f"  relay, all four services: {total:.2f} CPU s = {1e6 * total / max(1, rows[0]['pushes']):.0f} µs per push "
-        f"(by process: {', '.join(f'{k} {v:.2f}' for k, v in sorted(relay['cpu_seconds'].items()))})"
+        table(
+            ["process", "CPU s", "CPU µs/push", "× Go"],
+            [
+                [label, f"{seconds:.2f}", f"{cpu_us_per_push[key]:.1f}", f"{cpu_us_per_push[key] / go:.2f}"]
+                for key, label, seconds, _ in processes
+            ],
+        )
     )
+    dispatcher = cpu_us_per_push["dispatcher"] or 1
+    ratios = {
+        "dispatcher / go": cpu_us_per_push["dispatcher"] / go,
+        "four services / go": cpu_us_per_push["four services"] / go,
+        "aioapns / dispatcher": cpu_us_per_push["aioapns"] / dispatcher,
+    }
+    if mode == "paced":
+        ingest_per_request = 1e6 * cpu.get("ingest", 0) / max(1, relay["notifications"])
+        ratios["ingest per request / dispatcher per push"] = ingest_per_request / dispatcher
+    print("  " + ", ".join(f"{k}: {v:.2f}" for k, v in ratios.items()))
+    switches = relay.get("context_switches", {}).get("dispatcher")
+    if switches is not None:
+        print(f"  dispatcher context switches per push: {switches / max(1, rows[0]['pushes']):.2f} (all its threads)")
     if args.fake_stats and os.path.exists(args.fake_stats):
         try:
             print(f"  the fake's answers over the whole run: {json.load(open(args.fake_stats)).get('apns')}")
@@ -141,13 +177,22 @@ def peer(args) -> None:
         {
             "machine": machine(),
             "settings": {
-                "rate": relay["rate"],
-                "measured_pushes": relay["notifications"],
-                "devices": relay["users"],
+                "mode": mode,
+                "rate": rate,
+                "measured_pushes": measured,
+                "notifications": relay["notifications"],
+                "devices_per_user": fan_out,
+                "users": relay["users"],
+                "devices": relay["users"] * fan_out,
                 "payload_bytes": relay["apns_sample"]["bytes"],
                 "relay_apns_headers": relay["apns_sample"]["headers"],
             },
             "senders": rows,
+            "cpu_us_per_push": cpu_us_per_push,
+            "ratios": ratios,
+            "dispatcher_context_switches_per_push": (
+                None if switches is None else switches / max(1, rows[0]["pushes"])
+            ),
             "raw": {"relay": relay, "peers": peers},
         },
     )

@@ -97,8 +97,8 @@ func newAPNsClient(caFile string) (*http.Client, error) {
 
 type push struct {
 	token, topic, id, collapseID string
-	expiration                  int64
-	body                        []byte
+	expiration                   int64
+	body                         []byte
 }
 
 // send posts one push and returns the HTTP status (and the body of a refusal).

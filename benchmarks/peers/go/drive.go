@@ -1,10 +1,11 @@
 package main
 
 // The relay side: registers a realm host's devices through ingest's native API and
-// sends notifications (`POST /v1/notify`) at a fixed rate, then waits until every push
-// has its outcome — the provider fakes' answer counts (`/stats`) and the stages'
-// `pushrelay_deliveries_total` (encryptor + dispatcher) and, when tokens were made
-// dead, feedback's `pushrelay_invalidations_total`. CPU of the named processes
+// sends notifications (`POST /v1/notify`, each one push per device of its user) at a
+// fixed rate or unpaced (as fast as the connections to ingest let), then waits until
+// every push has its outcome — the provider fakes' answer counts (`/stats`) and the
+// stages' `pushrelay_deliveries_total` (encryptor + dispatcher) and, when tokens were
+// made dead, feedback's `pushrelay_invalidations_total`. CPU of the named processes
 // (/proc/PID/stat, utime + stime) is read around the measured window; shell commands
 // can run just before and after it (callgrind_control).
 
@@ -20,6 +21,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -150,6 +152,26 @@ func procCPU(pid string) float64 {
 	return (user + system) / 100 // USER_HZ is 100 on Linux
 }
 
+// procSwitches sums the voluntary and involuntary context switches of every thread
+// of a process (/proc/PID/task/*/status); threads that ended are not counted.
+func procSwitches(pid string) float64 {
+	paths, _ := filepath.Glob("/proc/" + pid + "/task/*/status")
+	total := 0.0
+	for _, path := range paths {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			if strings.HasPrefix(line, "voluntary_ctxt_switches:") || strings.HasPrefix(line, "nonvoluntary_ctxt_switches:") {
+				n, _ := strconv.ParseFloat(strings.TrimSpace(line[strings.IndexByte(line, ':')+1:]), 64)
+				total += n
+			}
+		}
+	}
+	return total
+}
+
 func shell(cmd string) {
 	if cmd == "" {
 		return
@@ -181,8 +203,9 @@ func runDrive(args []string) {
 	opsFeedback := fs.String("ops-feedback", "", "feedback health/metrics URL")
 	realms := fs.Int("realms", 1, "realms (servers)")
 	users := fs.Int("users", 500, "users")
-	fcm := fs.Bool("fcm", false, "an FCM device per user besides the APNs one")
-	rate := fs.Int("rate", 400, "notifications per second")
+	apnsPerUser := fs.Int("devices-per-user", 1, "APNs devices per user: the pushes of one notification")
+	fcm := fs.Bool("fcm", false, "an FCM device per user besides the APNs ones")
+	rate := fs.Int("rate", 400, "notifications per second (0: unpaced, as fast as -connections lets)")
 	warmup := fs.Int("warmup", 2000, "notifications before the measured window")
 	n := fs.Int("n", 12000, "notifications in the measured window")
 	dead := fs.Int("dead", 0, "APNs tokens marked dead at the fake before the measured window")
@@ -196,7 +219,8 @@ func runDrive(args []string) {
 	d.client = &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{
 		MaxIdleConnsPerHost: *connections, MaxConnsPerHost: *connections, IdleConnTimeout: 10 * time.Minute}}
 
-	// Devices: user u has an APNs device (and an FCM one with -fcm), each with a push key.
+	// Devices: user u has -devices-per-user APNs devices (and an FCM one with -fcm), each
+	// with a token and a push key of its own.
 	var rs []*realm
 	for i := 0; i < *realms; i++ {
 		r, err := d.newRealm()
@@ -205,26 +229,30 @@ func runDrive(args []string) {
 		}
 		rs = append(rs, r)
 	}
-	perUser := 1
+	perUser := *apnsPerUser
 	if *fcm {
-		perUser = 2
+		perUser++
 	}
 	logf("registering %d devices for %d users", *users*perUser, *users)
-	apnsTokens := make([]string, *users+1)
+	apnsTokens := make([][]string, *users+1)
 	var regErr error
 	var mu sync.Mutex
 	paced(*users, 0, 16, func(i int) {
 		u := i + 1
 		r := rs[u%len(rs)]
-		key := make([]byte, 33)
-		key[0] = 0x31 // a tagged secretbox key
-		rand.Read(key[1:])
-		apnsTokens[u] = randomHex(32)
-		devices := []map[string]any{{"token_kind": "apns", "token": apnsTokens[u], "ios_app_id": "org.zulip.Zulip"}}
+		var devices []map[string]any
+		for k := 0; k < *apnsPerUser; k++ {
+			apnsTokens[u] = append(apnsTokens[u], randomHex(32))
+			devices = append(devices, map[string]any{
+				"token_kind": "apns", "token": apnsTokens[u][k], "ios_app_id": "org.zulip.Zulip"})
+		}
 		if *fcm {
 			devices = append(devices, map[string]any{"token_kind": "fcm", "token": "fcm:" + uuid4() + uuid4()})
 		}
 		for _, dev := range devices {
+			key := make([]byte, 33)
+			key[0] = 0x31 // a tagged secretbox key
+			rand.Read(key[1:])
 			dev["realm_uuid"], dev["user_id"] = r.uuid, u
 			dev["push_key"], dev["push_key_id"] = base64.StdEncoding.EncodeToString(key), 1
 			status, body, err := d.postJSON("/v1/devices", dev, r)
@@ -284,7 +312,7 @@ func runDrive(args []string) {
 		return false
 	}
 
-	logf("warm-up: %d notifications at %d/s", *warmup, *rate)
+	logf("warm-up: %d notifications %s", *warmup, pace(*rate))
 	stats0, _ := d.fakeStats()
 	out0 := d.outcomes()
 	acc, rej := notify(*warmup)
@@ -295,20 +323,27 @@ func runDrive(args []string) {
 		logf("warm-up: %d notifications not accepted", rej)
 	}
 
-	// Dead tokens: the first `dead` users of the measured window; each has its first
-	// push of the window refused with 410, then its later ones dropped by the encryptor.
+	// Dead tokens: the APNs tokens of the first users of the measured window, `dead` in
+	// all; each has its first push of the window refused with 410, then its later ones
+	// dropped by the encryptor.
 	windowCount := map[int]int{}
 	for i := 0; i < *n; i++ {
 		windowCount[(next+i)%*users+1]++
 	}
-	deadRequestsSaved := 0
-	for k := 0; k < *dead && k < *users; k++ {
+	deadRequestsSaved, marked := 0, 0
+	for k := 0; marked < *dead && k < *users && k < *n; k++ {
 		u := (next+k)%*users + 1
-		body, _ := json.Marshal(map[string]any{"token": apnsTokens[u]})
-		if status, _, err := d.do("POST", d.control+"/apns/unregistered", "application/json", body, nil); err != nil || status != 200 {
-			fail(fmt.Errorf("marking a token dead: %d %v", status, err))
+		for _, token := range apnsTokens[u] {
+			if marked == *dead {
+				break
+			}
+			body, _ := json.Marshal(map[string]any{"token": token})
+			if status, _, err := d.do("POST", d.control+"/apns/unregistered", "application/json", body, nil); err != nil || status != 200 {
+				fail(fmt.Errorf("marking a token dead: %d %v", status, err))
+			}
+			deadRequestsSaved += windowCount[u] - 1
+			marked++
 		}
-		deadRequestsSaved += windowCount[u] - 1
 	}
 	time.Sleep(time.Second) // the marks' timestamps are after every registration by now
 
@@ -318,28 +353,30 @@ func runDrive(args []string) {
 			pids[parts[0]] = parts[1]
 		}
 	}
-	cpu0 := map[string]float64{}
+	cpu0, switches0 := map[string]float64{}, map[string]float64{}
 	for name, pid := range pids {
 		cpu0[name] = procCPU(pid)
+		switches0[name] = procSwitches(pid)
 	}
 	stats0, _ = d.fakeStats()
 	out0 = d.outcomes()
 	inv0 := d.metric("feedback", "pushrelay_invalidations_total")
 	shell(*before)
-	logf("measured: %d notifications at %d/s", *n, *rate)
+	logf("measured: %d notifications %s", *n, pace(*rate))
 	t0 := time.Now()
 	acc, rej = notify(*n)
 	sendSeconds := time.Since(t0).Seconds()
 	requests := acc*perUser - deadRequestsSaved
-	invalidations := *dead
+	invalidations := marked
 	if rej > 0 { // a refused notification makes the expected counts unknowable: wait for the pushes only
 		requests, invalidations = acc*perUser-deadRequestsSaved-rej*perUser, 0
 	}
 	drained := waitOutcomes(stats0, out0, inv0, requests, acc*perUser, invalidations)
 	wall := time.Since(t0).Seconds()
-	cpu := map[string]float64{}
+	cpu, switches := map[string]float64{}, map[string]float64{}
 	for name, pid := range pids {
 		cpu[name] = procCPU(pid) - cpu0[name]
+		switches[name] = procSwitches(pid) - switches0[name]
 	}
 	shell(*after)
 	stats1, _ := d.fakeStats()
@@ -381,10 +418,12 @@ func runDrive(args []string) {
 		}
 	}
 	printJSON(map[string]any{
-		"notifications": *n, "accepted": acc, "rejected": rej, "devices_per_user": perUser, "users": *users,
-		"rate": *rate, "dead_tokens": *dead, "provider_requests": delta, "provider_requests_expected": requests,
+		"notifications": *n, "accepted": acc, "rejected": rej, "devices_per_user": perUser,
+		"apns_devices_per_user": *apnsPerUser, "users": *users, "rate": *rate, "dead_tokens": marked,
+		"pushes": total(delta), "provider_requests": delta, "provider_requests_expected": requests,
 		"outcomes": d.outcomes() - out0, "invalidations": d.metric("feedback", "pushrelay_invalidations_total") - inv0,
 		"drained": drained, "send_seconds": sendSeconds, "wall_seconds": wall, "cpu_seconds": cpu,
-		"apns_sample": sample,
+		"context_switches": switches,
+		"apns_sample":      sample,
 	})
 }

@@ -84,6 +84,14 @@ func apnsBody(size int) []byte {
 	return []byte(head + strings.Repeat("A", pad) + tail)
 }
 
+// pace describes a rate for the logs.
+func pace(rate int) string {
+	if rate == 0 {
+		return "unpaced"
+	}
+	return fmt.Sprintf("at %d/s", rate)
+}
+
 // paced calls fn(i) for i in [0, n) at `rate` per second (0: as fast as the
 // concurrency bound lets), each in its own goroutine, at most `concurrency` at once,
 // and returns when every call has returned.
@@ -149,7 +157,7 @@ func runAPNs(args []string) {
 	keyID := fs.String("key-id", "", "APNs key id")
 	teamID := fs.String("team-id", "", "APNs team id")
 	topic := fs.String("topic", "org.zulip.Zulip", "apns-topic")
-	rate := fs.Int("rate", 400, "pushes per second")
+	rate := fs.Int("rate", 400, "pushes per second (0: unpaced, as fast as -concurrency lets)")
 	warmup := fs.Int("warmup", 2000, "pushes before the measured window")
 	n := fs.Int("n", 12000, "pushes in the measured window")
 	size := fs.Int("payload-bytes", 300, "body size")
@@ -186,9 +194,9 @@ func runAPNs(args []string) {
 			t.add(status, problem)
 		})
 	}
-	logf("go sender: warm-up %d pushes at %d/s", *warmup, *rate)
+	logf("go sender: warm-up %d pushes %s", *warmup, pace(*rate))
 	run(*warmup, newTally())
-	logf("go sender: measuring %d pushes at %d/s", *n, *rate)
+	logf("go sender: measuring %d pushes %s", *n, pace(*rate))
 	measured := newTally()
 	cpu0, t0 := selfCPU(), time.Now()
 	run(*n, measured)
