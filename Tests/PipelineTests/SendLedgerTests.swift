@@ -50,8 +50,8 @@ extension StackTests {
             // The same pair accepted in another second is found in another bucket: every
             // copy of a push carries its notification's acceptance time, so this never
             // happens to one push; it shows the bucket is part of the identity.
-            var moved = pair
-            moved.acceptedAtMs += 1000
+            let moved = SendPair(
+                notificationID: pair.notificationID, deviceID: pair.deviceID, acceptedAtMs: pair.acceptedAtMs + 1000)
             #expect(try await ledger.claim(moved, nowMs: 60) == .unknown)
 
             // Every key expires.
